@@ -1,0 +1,122 @@
+//! `Builder`: worker count, thread names and hooks.
+
+use std::fmt;
+use std::io;
+use std::sync::Arc as StdArc;
+
+use super::{env, Runtime};
+
+/// The most workers one runtime may have.
+pub(crate) const MAX_WORKERS: usize = 4096;
+
+pub(crate) type Callback = StdArc<dyn Fn() + Send + Sync + 'static>;
+
+/// Configures and builds a [`Runtime`].
+///
+/// ```
+/// let rt = weft::Builder::new()
+///     .worker_threads(2)
+///     .thread_name("my-pool")
+///     .on_thread_start(|| println!("worker up"))
+///     .build()
+///     .unwrap();
+/// assert_eq!(rt.block_on(async { 1 + 1 }), 2);
+/// ```
+#[derive(Clone)]
+pub struct Builder {
+    pub(crate) worker_threads: Option<usize>,
+    pub(crate) thread_name: String,
+    pub(crate) on_thread_start: Option<Callback>,
+    pub(crate) on_thread_stop: Option<Callback>,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder::new()
+    }
+}
+
+impl Builder {
+    /// A builder with the defaults: one worker per core (or `WEFT_WORKERS`), threads
+    /// named `weft-worker-N`.
+    pub fn new() -> Builder {
+        Builder {
+            worker_threads: None,
+            thread_name: "weft-worker".into(),
+            on_thread_start: None,
+            on_thread_stop: None,
+        }
+    }
+
+    /// Sets the number of worker threads. An explicit count wins over `WEFT_WORKERS`;
+    /// zero makes [`build`](Self::build) fail.
+    pub fn worker_threads(&mut self, n: usize) -> &mut Self {
+        self.worker_threads = Some(n);
+        self
+    }
+
+    /// Names the worker threads: `{name}-{index}`.
+    pub fn thread_name(&mut self, name: impl Into<String>) -> &mut Self {
+        self.thread_name = name.into();
+        self
+    }
+
+    /// Runs `f` on each worker thread when it starts.
+    pub fn on_thread_start<F: Fn() + Send + Sync + 'static>(&mut self, f: F) -> &mut Self {
+        self.on_thread_start = Some(StdArc::new(f));
+        self
+    }
+
+    /// Runs `f` on each worker thread just before it exits.
+    pub fn on_thread_stop<F: Fn() + Send + Sync + 'static>(&mut self, f: F) -> &mut Self {
+        self.on_thread_stop = Some(StdArc::new(f));
+        self
+    }
+
+    /// The worker count this builder will use.
+    pub(crate) fn resolved_workers(&self) -> io::Result<usize> {
+        let n = match self.worker_threads {
+            Some(n) => n,
+            None => env::count("WEFT_WORKERS").unwrap_or_else(default_workers),
+        };
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "weft: worker_threads must be at least 1 (got 0)",
+            ));
+        }
+        if n > MAX_WORKERS {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("weft: worker_threads must be at most {MAX_WORKERS} (got {n})"),
+            ));
+        }
+        Ok(n)
+    }
+
+    /// Starts the worker threads.
+    ///
+    /// Errors: a worker count of zero or over 4096 (`InvalidInput`), or the system
+    /// refusing to start a thread.
+    ///
+    /// ```
+    /// let err = weft::Builder::new().worker_threads(0).build().unwrap_err();
+    /// assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    /// ```
+    pub fn build(&mut self) -> io::Result<Runtime> {
+        Runtime::start(self)
+    }
+}
+
+fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("worker_threads", &self.worker_threads)
+            .field("thread_name", &self.thread_name)
+            .finish_non_exhaustive()
+    }
+}

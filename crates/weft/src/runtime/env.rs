@@ -1,0 +1,57 @@
+//! Configuration from the environment: `WEFT_WORKERS`, `WEFT_STATS`, `WEFT_VERBOSE`.
+//! A malformed value is reported on stderr and ignored.
+
+/// A positive count from `var`, or `None` (unset, or malformed and reported).
+pub(crate) fn count(var: &str) -> Option<usize> {
+    let raw = std::env::var(var).ok()?;
+    match parse_count(&raw) {
+        Ok(n) => Some(n),
+        Err(why) => {
+            eprintln!("weft: ignoring {var}={raw:?}: {why}");
+            None
+        }
+    }
+}
+
+fn parse_count(raw: &str) -> Result<usize, String> {
+    match raw.trim().parse::<usize>() {
+        Ok(0) => Err("it must be at least 1".into()),
+        Ok(n) if n > super::builder::MAX_WORKERS => Err(format!(
+            "it must be at most {}",
+            super::builder::MAX_WORKERS
+        )),
+        Ok(n) => Ok(n),
+        Err(_) => Err("expected a positive whole number".into()),
+    }
+}
+
+/// A boolean flag: `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`; anything else is
+/// reported and treated as unset.
+pub(crate) fn flag(var: &str) -> bool {
+    let Ok(raw) = std::env::var(var) else {
+        return false;
+    };
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => true,
+        "" | "0" | "false" | "no" | "off" => false,
+        _ => {
+            eprintln!("weft: ignoring {var}={raw:?}: expected 1 or 0");
+            false
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::parse_count;
+
+    #[test]
+    fn counts() {
+        assert_eq!(parse_count("4"), Ok(4));
+        assert_eq!(parse_count(" 2 "), Ok(2));
+        assert!(parse_count("0").is_err());
+        assert!(parse_count("abc").is_err());
+        assert!(parse_count("-1").is_err());
+        assert!(parse_count("100000").is_err());
+    }
+}

@@ -1,0 +1,174 @@
+//! `Handle`: a cloneable reference to a running runtime, and the thread's current one.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::future::Future;
+
+use crate::scheduler::stats::Stats;
+use crate::scheduler::{worker, Shared};
+use crate::sync::Arc;
+use crate::task::JoinHandle;
+
+/// A cloneable reference to a runtime, for spawning onto it from anywhere.
+///
+/// A handle does not keep the runtime running: once the [`Runtime`](crate::Runtime) is
+/// dropped, tasks spawned through a handle are cancelled at once.
+///
+/// ```
+/// let rt = weft::Runtime::new().unwrap();
+/// let handle = rt.handle().clone();
+/// let out = std::thread::spawn(move || handle.spawn(async { 5 }).join().unwrap())
+///     .join()
+///     .unwrap();
+/// assert_eq!(out, 5);
+/// ```
+#[derive(Clone)]
+pub struct Handle {
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// Returned by [`Handle::try_current`] outside a runtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TryCurrentError(());
+
+impl fmt::Display for TryCurrentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(NO_RUNTIME)
+    }
+}
+
+impl std::error::Error for TryCurrentError {}
+
+pub(crate) const NO_RUNTIME: &str = "no weft runtime is running on this thread: call this from a \
+     task, from inside Runtime::block_on, or spawn through a Handle";
+
+thread_local! {
+    /// Set by `block_on` on threads that are not workers.
+    static ENTERED: RefCell<Vec<Handle>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Makes `handle` the current runtime of this thread until dropped.
+pub(crate) struct EnterGuard(());
+
+pub(crate) fn enter(handle: &Handle) -> EnterGuard {
+    ENTERED.with(|e| e.borrow_mut().push(handle.clone()));
+    EnterGuard(())
+}
+
+impl Drop for EnterGuard {
+    fn drop(&mut self) {
+        let h = ENTERED.with(|e| e.borrow_mut().pop());
+        drop(h);
+    }
+}
+
+impl Handle {
+    /// The runtime this thread is running in: a worker's runtime, or the one whose
+    /// `block_on` is on the stack.
+    ///
+    /// # Panics
+    /// Outside any weft runtime, with a message saying so. Use
+    /// [`try_current`](Self::try_current) to test instead.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// rt.block_on(async {
+    ///     let h = weft::Handle::current();
+    ///     assert_eq!(h.spawn(async { 3 }).await.unwrap(), 3);
+    /// });
+    /// ```
+    #[track_caller]
+    pub fn current() -> Handle {
+        match Handle::try_current() {
+            Ok(h) => h,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// The current runtime, or an error outside any.
+    ///
+    /// ```
+    /// assert!(weft::Handle::try_current().is_err());
+    /// ```
+    pub fn try_current() -> Result<Handle, TryCurrentError> {
+        if let Some(shared) = worker::with_current(|c| c.map(|c| c.shared().clone())) {
+            return Ok(Handle { shared });
+        }
+        ENTERED
+            .with(|e| e.borrow().last().cloned())
+            .ok_or(TryCurrentError(()))
+    }
+
+    /// Spawns a task onto this runtime.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let h = rt.handle().spawn(async { "hi" });
+    /// assert_eq!(h.join().unwrap(), "hi");
+    /// ```
+    pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.shared.spawn(future)
+    }
+
+    /// Runs `future` to completion on the current thread with this runtime as the
+    /// current one. On a worker thread it helps run tasks instead of blocking.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let h = rt.handle().clone();
+    /// assert_eq!(h.block_on(async { 7 }), 7);
+    /// ```
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        let _enter = enter(self);
+        super::wait::wait(future)
+    }
+
+    /// The runtime's statistics.
+    ///
+    /// ```
+    /// let rt = weft::Builder::new().worker_threads(3).build().unwrap();
+    /// assert_eq!(rt.handle().stats().num_workers, 3);
+    /// ```
+    pub fn stats(&self) -> Stats {
+        self.shared.stats()
+    }
+}
+
+impl fmt::Debug for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handle")
+            .field("workers", &self.shared.num_workers())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Spawns a task onto the current runtime.
+///
+/// # Panics
+/// Outside a weft runtime (no worker thread and no `block_on` on the stack).
+///
+/// ```
+/// let rt = weft::Runtime::new().unwrap();
+/// let sum = rt.block_on(async {
+///     let hs: Vec<_> = (0..10u64).map(|i| weft::spawn(async move { i * i })).collect();
+///     let mut sum = 0;
+///     for h in hs { sum += h.await.unwrap(); }
+///     sum
+/// });
+/// assert_eq!(sum, 285);
+/// ```
+#[track_caller]
+pub fn spawn<F>(future: F) -> JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    if let Some(task) = worker::with_current(|core| core.map(|c| c.shared().clone())) {
+        return task.spawn(future);
+    }
+    Handle::current().spawn(future)
+}

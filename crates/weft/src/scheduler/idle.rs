@@ -1,0 +1,116 @@
+//! Which workers are parked and how many are searching (spec 001 and spec 004).
+//!
+//! # The handshake
+//!
+//! Invariant: *whenever a run queue holds a task, some worker that will look at that
+//! queue is not committed to sleep.* Two orders keep it:
+//!
+//! * **Sleep:** a worker publishes itself in the parked bitmap, issues a SeqCst fence,
+//!   re-checks every queue it could be handed work through (the injection queue and its
+//!   peers' local queues), and only then sleeps.
+//! * **Insert:** a producer pushes the task, issues a SeqCst fence, then reads the
+//!   searching count and the bitmap; unless a worker is searching it claims one parked
+//!   worker (clears its bit) and unparks it.
+//!
+//! This is the store-buffering pattern: with both fences, at least one side sees the
+//! other's write. Either the producer sees the parked bit (and wakes that worker), or
+//! the worker's re-check sees the task. A searching worker is awake by definition; when
+//! the last searcher stops searching it decrements the count, fences, and looks at the
+//! queues again, waking one more worker if work is left (the "last searcher must
+//! notify" rule), so a producer that skipped its wake because a searcher existed is
+//! covered by that searcher.
+//!
+//! Each insert claims at most one bit, so a burst of N inserts wakes at most N workers,
+//! and a woken worker wakes another only through the last-searcher rule when it still
+//! sees work.
+//!
+//! # The unsound shortcut
+//!
+//! Deciding "nobody sleeps, skip the wake" from a running-worker *counter* that the
+//! sleeper updates after its re-check (spec 004) loses wakes: between publishing and the
+//! counter update the worker counts as running although it has already read its queues
+//! as empty. Every decision here reads the per-worker bit, which is set *before* the
+//! re-check, and bits are per pool, so a busy pool can never hide a sleeping one.
+
+use std::sync::atomic::Ordering::{AcqRel, SeqCst};
+
+use crate::sync::{AtomicU64, AtomicUsize};
+
+pub(crate) struct Idle {
+    num_searching: AtomicUsize,
+    /// One bit per worker: set while the worker is parked (or about to park).
+    parked: Box<[AtomicU64]>,
+    num_workers: usize,
+}
+
+impl Idle {
+    pub(crate) fn new(num_workers: usize) -> Self {
+        Idle {
+            num_searching: AtomicUsize::new(0),
+            parked: (0..num_workers.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            num_workers,
+        }
+    }
+
+    pub(crate) fn num_searching(&self) -> usize {
+        self.num_searching.load(SeqCst)
+    }
+
+    /// A worker out of local work asks to search (steal). At most about half of the
+    /// workers search at once, so new work after an idle spell does not stampede.
+    pub(crate) fn try_become_searcher(&self) -> bool {
+        let n = self.num_searching.load(SeqCst);
+        if 2 * n >= self.num_workers {
+            return false;
+        }
+        self.num_searching.fetch_add(1, SeqCst);
+        true
+    }
+
+    /// A searcher found work or gave up. Returns true if it was the last searcher; the
+    /// caller must then fence and look for leftover work to hand on.
+    pub(crate) fn stop_searching(&self) -> bool {
+        self.num_searching.fetch_sub(1, SeqCst) == 1
+    }
+
+    /// Producer side, after the push and the SeqCst fence: picks a parked worker to
+    /// wake, unless a searcher will find the work. The claimed worker is counted as a
+    /// searcher from here on. Returns its index.
+    pub(crate) fn claim_parked(&self) -> Option<usize> {
+        if self.num_searching.load(SeqCst) != 0 {
+            return None;
+        }
+        for (w, word) in self.parked.iter().enumerate() {
+            let mut bits = word.load(SeqCst);
+            while bits != 0 {
+                let bit = bits.trailing_zeros();
+                match word.compare_exchange(bits, bits & !(1 << bit), AcqRel, SeqCst) {
+                    Ok(_) => {
+                        self.num_searching.fetch_add(1, SeqCst);
+                        return Some(w * 64 + bit as usize);
+                    }
+                    Err(actual) => bits = actual,
+                }
+            }
+        }
+        None
+    }
+
+    /// Sleep side, step 1: publish "parked". The caller then fences and re-checks.
+    pub(crate) fn publish_parked(&self, index: usize) {
+        self.parked[index / 64].fetch_or(1 << (index % 64), SeqCst);
+    }
+
+    /// Takes back the parked bit. Returns false if a producer claimed this worker
+    /// first: it then counts as a searcher, and an unpark is on its way.
+    pub(crate) fn unpublish_parked(&self, index: usize) -> bool {
+        let bit = 1 << (index % 64);
+        self.parked[index / 64].fetch_and(!bit, SeqCst) & bit != 0
+    }
+
+    pub(crate) fn is_parked(&self, index: usize) -> bool {
+        self.parked[index / 64].load(SeqCst) & (1 << (index % 64)) != 0
+    }
+}

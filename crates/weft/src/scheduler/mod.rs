@@ -1,0 +1,215 @@
+//! The work-stealing scheduler (spec 001, with the wake rules of spec 004).
+//!
+//! [`Shared`] is what every worker and every handle sees: the workers' stealable queue
+//! ends and parkers, the injection queue, the idle state and the owned-task list.
+//! Each worker's private half lives in [`worker::Core`] on its own thread.
+
+pub(crate) mod idle;
+pub(crate) mod inject;
+pub(crate) mod park;
+pub(crate) mod queue;
+pub(crate) mod stats;
+pub(crate) mod worker;
+
+use std::future::Future;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{fence, Arc};
+use crate::task::header::Header;
+use crate::task::owned::OwnedTasks;
+use crate::task::raw::{Notified, Schedule};
+use crate::task::{new_task, JoinHandle};
+use idle::Idle;
+use inject::Inject;
+use park::Parker;
+use stats::{Stats, WorkerCounters};
+
+/// The part of a worker that other threads use.
+pub(crate) struct Remote {
+    pub(crate) steal: queue::Steal,
+    pub(crate) parker: Parker,
+    pub(crate) counters: WorkerCounters,
+}
+
+/// State shared by all workers of a runtime and by its handles.
+pub(crate) struct Shared {
+    pub(crate) remotes: Box<[CachePadded<Remote>]>,
+    pub(crate) inject: Inject,
+    pub(crate) idle: Idle,
+    pub(crate) owned: OwnedTasks,
+    shutdown: AtomicBool,
+    external_spawned: AtomicU64,
+}
+
+impl Shared {
+    /// Builds the shared state for `workers` workers and returns each worker's local
+    /// queue end, to be moved to its thread.
+    pub(crate) fn new(workers: usize) -> (Arc<Shared>, Vec<queue::Local>) {
+        let mut locals = Vec::with_capacity(workers);
+        let remotes = (0..workers)
+            .map(|_| {
+                let (local, steal) = queue::local();
+                locals.push(local);
+                CachePadded::new(Remote {
+                    steal,
+                    parker: Parker::new(),
+                    counters: WorkerCounters::default(),
+                })
+            })
+            .collect();
+        let shared = Arc::new(Shared {
+            remotes,
+            inject: Inject::new(),
+            idle: Idle::new(workers),
+            owned: OwnedTasks::new(workers),
+            shutdown: AtomicBool::new(false),
+            external_spawned: AtomicU64::new(0),
+        });
+        (shared, locals)
+    }
+
+    pub(crate) fn num_workers(&self) -> usize {
+        self.remotes.len()
+    }
+
+    pub(crate) fn is_shutdown(&self) -> bool {
+        self.shutdown.load(SeqCst)
+    }
+
+    pub(crate) fn spawn<F>(self: &Arc<Self>, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let (task, handle) = new_task(future, self.clone());
+        let ptr = NonNull::from(task.header());
+        if !self.owned.bind(ptr) {
+            // Shutting down: the task is cancelled before it ever runs. We still hold
+            // the owned-list reference that was never handed to the list.
+            cancel_queued(task);
+            // SAFETY: that reference is ours to release.
+            unsafe { crate::task::raw::drop_reference(ptr) };
+            return handle;
+        }
+        let counted = worker::with_current(|core| match core {
+            Some(core) if core.belongs_to(self) => {
+                core.count_spawn();
+                true
+            }
+            _ => false,
+        });
+        if !counted {
+            self.external_spawned.fetch_add(1, Relaxed);
+        }
+        self.schedule_task(task, false);
+        handle
+    }
+
+    /// Routes a task made SCHEDULED: to the current worker's LIFO slot or queue when
+    /// called on one of this runtime's workers, otherwise to the injection queue.
+    fn schedule_task(self: &Arc<Self>, task: Notified, is_yield: bool) {
+        let task = worker::with_current(|core| match core {
+            Some(core) if core.belongs_to(self) => core.schedule_local(task, is_yield),
+            _ => Some(task),
+        });
+        if let Some(task) = task {
+            self.schedule_remote(task);
+        }
+    }
+
+    pub(crate) fn schedule_remote(&self, task: Notified) {
+        match self.inject.push(task) {
+            Ok(()) => self.notify_parked(),
+            Err(task) => cancel_queued(task),
+        }
+    }
+
+    /// Producer side of the handshake (see [`idle`]): after a push, wake one parked
+    /// worker unless a searcher will find the task.
+    pub(crate) fn notify_parked(&self) {
+        fence(SeqCst);
+        if let Some(i) = self.idle.claim_parked() {
+            self.remotes[i].parker.unpark();
+        }
+    }
+
+    /// Work that a worker other than `me` could take right now: the injection queue,
+    /// or a peer's stealable queue while nobody is searching to take it.
+    pub(crate) fn has_work_for(&self, me: usize) -> bool {
+        if !self.inject.is_empty() {
+            return true;
+        }
+        self.remotes
+            .iter()
+            .enumerate()
+            .any(|(i, r)| i != me && !r.steal.is_empty())
+    }
+
+    /// Starts shutdown: refuses new tasks, cancels every task no worker is running and
+    /// wakes all workers so they leave their loops.
+    pub(crate) fn begin_shutdown(&self) {
+        self.shutdown.store(true, SeqCst);
+        self.cancel_all();
+        for r in self.remotes.iter() {
+            r.parker.unpark();
+        }
+    }
+
+    /// Cancels every linked task and empties the injection queue. Safe to repeat.
+    pub(crate) fn cancel_all(&self) {
+        self.owned.close_and_drain(|ptr| {
+            // SAFETY: we hold the list's reference to the live task `ptr`.
+            unsafe {
+                (ptr.as_ref().vtable.shutdown)(ptr);
+                crate::task::raw::drop_reference(ptr);
+            }
+        });
+        for task in self.inject.close() {
+            cancel_queued(task);
+        }
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        let workers: Vec<_> = self
+            .remotes
+            .iter()
+            .map(|r| r.counters.snapshot(r.parker.wake_calls()))
+            .collect();
+        let spawned: u64 = self.remotes.iter().map(|r| r.counters.spawned.get()).sum();
+        Stats {
+            total_spawned: spawned + self.external_spawned.load(Relaxed),
+            total_polled: workers.iter().map(|w| w.tasks_polled).sum(),
+            total_stolen: workers.iter().map(|w| w.tasks_stolen).sum(),
+            total_parked: workers.iter().map(|w| w.times_parked).sum(),
+            total_wake_calls: workers.iter().map(|w| w.wake_calls).sum(),
+            num_workers: workers.len(),
+            workers,
+        }
+    }
+}
+
+/// Cancels a task that was made SCHEDULED but will not be queued (the runtime is
+/// shutting down), then drops the queue reference.
+pub(crate) fn cancel_queued(task: Notified) {
+    let ptr = NonNull::from(task.header());
+    // SAFETY: `task` holds a reference, so the header is alive for the call.
+    unsafe { (ptr.as_ref().vtable.shutdown)(ptr) };
+    drop(task);
+}
+
+impl Schedule for Arc<Shared> {
+    fn schedule(&self, task: Notified) {
+        self.schedule_task(task, false);
+    }
+
+    fn yield_now(&self, task: Notified) {
+        self.schedule_task(task, true);
+    }
+
+    fn release(&self, task: NonNull<Header>) -> bool {
+        self.owned.remove(task)
+    }
+}

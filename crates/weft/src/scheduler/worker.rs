@@ -1,0 +1,346 @@
+//! A worker's private state and its run loop (spec 001).
+//!
+//! Search order for the next task: every `global_interval` polls the injection queue
+//! first (fairness), then the LIFO slot (at most [`MAX_LIFO_POLLS`] in a row), the local
+//! queue, the injection queue, stealing from peers (as a searcher), and finally the
+//! sleep transition of [`super::idle`], which re-checks before it parks.
+//!
+//! The loop is re-entrant: a task that blocks in `JoinHandle::join` or `block_on` on a
+//! worker runs [`Core::run_until`] again from inside its poll, so the worker keeps
+//! running other tasks instead of blocking (help-until-complete). All state is in
+//! `Cell`s and no borrow is held across a poll.
+
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+use super::queue::Local;
+use super::{cancel_queued, Shared};
+use crate::sync::{fence, Arc};
+use crate::task::raw::Notified;
+use std::sync::atomic::Ordering::SeqCst;
+
+/// Consecutive polls from the LIFO slot before its task is moved to the back of the
+/// queue, so a pair of tasks waking each other cannot starve the rest.
+pub(crate) const MAX_LIFO_POLLS: u32 = 3;
+/// Polls per tick; at the end of a tick the adaptive interval is recomputed.
+pub(crate) const BUDGET: u32 = 128;
+/// Largest batch taken from the injection queue at once.
+pub(crate) const GLOBAL_BATCH: usize = 32;
+const MIN_GLOBAL_BATCH: usize = 4;
+/// The injection queue should wait at most about this long for a busy worker.
+const TARGET_LATENCY: Duration = Duration::from_millis(1);
+const MIN_INTERVAL: u32 = 8;
+const MAX_INTERVAL: u32 = 255;
+/// Assumed task length before anything was measured (interval 20).
+const INITIAL_AVG_NS: f64 = 50_000.0;
+
+pub(crate) struct Core {
+    index: usize,
+    shared: Arc<Shared>,
+    local: Local,
+    lifo: Cell<Option<Notified>>,
+    lifo_polls: Cell<u32>,
+    /// Polls left in this tick.
+    budget: Cell<u32>,
+    /// Polls since the worker started; drives the global-queue interval.
+    tick: Cell<u32>,
+    global_interval: Cell<u32>,
+    avg_task_ns: Cell<f64>,
+    tick_start: Cell<Instant>,
+    rng: Cell<u64>,
+    searching: Cell<bool>,
+    /// Set while parking: wakes on this thread then go to the injection queue, not to
+    /// a LIFO slot the worker is about to stop looking at.
+    transitioning_to_park: Cell<bool>,
+}
+
+thread_local! {
+    static CURRENT: Cell<*const Core> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Runs `f` with the worker core of this thread, if it is a weft worker.
+pub(crate) fn with_current<R>(f: impl FnOnce(Option<&Core>) -> R) -> R {
+    CURRENT.with(|c| {
+        let p = c.get();
+        // SAFETY: the pointer is set by `Core::run` for the life of the core on this
+        // thread and cleared before the core is dropped.
+        f(if p.is_null() { None } else { Some(unsafe { &*p }) })
+    })
+}
+
+impl Core {
+    pub(crate) fn new(index: usize, shared: Arc<Shared>, local: Local) -> Core {
+        Core {
+            index,
+            shared,
+            local,
+            lifo: Cell::new(None),
+            lifo_polls: Cell::new(0),
+            budget: Cell::new(BUDGET),
+            tick: Cell::new(0),
+            global_interval: Cell::new(interval_for(INITIAL_AVG_NS)),
+            avg_task_ns: Cell::new(INITIAL_AVG_NS),
+            tick_start: Cell::new(Instant::now()),
+            // xorshift needs a non-zero seed.
+            rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407)),
+            searching: Cell::new(false),
+            transitioning_to_park: Cell::new(false),
+        }
+    }
+
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    pub(crate) fn belongs_to(&self, shared: &Arc<Shared>) -> bool {
+        Arc::ptr_eq(&self.shared, shared)
+    }
+
+    pub(crate) fn count_spawn(&self) {
+        self.counters().spawned.bump(1);
+    }
+
+    fn counters(&self) -> &super::stats::WorkerCounters {
+        &self.shared.remotes[self.index].counters
+    }
+
+    /// The worker thread's main loop: installs the core, runs until shutdown, then
+    /// cancels whatever is left in its queues.
+    pub(crate) fn run(&self) {
+        CURRENT.with(|c| c.set(self));
+        self.run_until(&|| false);
+        self.drain();
+        CURRENT.with(|c| c.set(std::ptr::null()));
+    }
+
+    /// Runs tasks until `done()` holds or the runtime shuts down.
+    pub(crate) fn run_until(&self, done: &dyn Fn() -> bool) {
+        loop {
+            if done() || self.shared.is_shutdown() {
+                break;
+            }
+            match self.next_task().or_else(|| self.steal_work()) {
+                Some(task) => self.run_task(task),
+                None => self.park(done),
+            }
+        }
+        if self.searching.replace(false) {
+            self.stop_searching();
+        }
+    }
+
+    fn run_task(&self, task: Notified) {
+        if self.searching.replace(false) {
+            self.stop_searching();
+        }
+        self.counters().polled.bump(1);
+        self.tick.set(self.tick.get().wrapping_add(1));
+        let budget = self.budget.get() - 1;
+        if budget == 0 {
+            self.end_tick();
+        } else {
+            self.budget.set(budget);
+        }
+        task.run();
+    }
+
+    /// A searcher stops searching; the last one hands leftover work to a sleeper
+    /// (spec 001's "last searcher must notify").
+    fn stop_searching(&self) {
+        if self.shared.idle.stop_searching() {
+            fence(SeqCst);
+            if !self.local.is_empty() || self.shared.has_work_for(self.index) {
+                self.shared.notify_parked();
+            }
+        }
+    }
+
+    /// End of a tick: refresh the EWMA of task length and the global-queue interval.
+    fn end_tick(&self) {
+        let now = Instant::now();
+        let per_task = now.duration_since(self.tick_start.get()).as_nanos() as f64 / BUDGET as f64;
+        let avg = 0.1 * per_task + 0.9 * self.avg_task_ns.get();
+        self.avg_task_ns.set(avg);
+        self.global_interval.set(interval_for(avg));
+        self.tick_start.set(now);
+        self.budget.set(BUDGET);
+    }
+
+    fn next_task(&self) -> Option<Notified> {
+        if self.tick.get() % self.global_interval.get() == 0 {
+            if let Some(t) = self.next_global() {
+                return Some(t);
+            }
+        }
+        if let Some(t) = self.lifo.take() {
+            let n = self.lifo_polls.get();
+            if n < MAX_LIFO_POLLS {
+                self.lifo_polls.set(n + 1);
+                self.counters().lifo_hits.bump(1);
+                return Some(t);
+            }
+            self.push_local(t);
+        }
+        self.lifo_polls.set(0);
+        self.local.pop().or_else(|| self.next_global())
+    }
+
+    /// Takes a fair share of the injection queue: the first task to run now, the rest
+    /// into the local queue, where peers can steal them.
+    fn next_global(&self) -> Option<Notified> {
+        let inject = &self.shared.inject;
+        let len = inject.len();
+        if len == 0 {
+            return None;
+        }
+        let n = (len / self.shared.num_workers())
+            .max(MIN_GLOBAL_BATCH)
+            .min(GLOBAL_BATCH)
+            .min(self.local.remaining() + 1);
+        let mut first = None;
+        let taken = inject.pop_batch(n, |t| match first {
+            None => first = Some(t),
+            Some(_) => self.local.push_back_within_capacity(t),
+        });
+        if taken > 0 {
+            self.counters().global_batch_fetches.bump(1);
+        }
+        first
+    }
+
+    fn steal_work(&self) -> Option<Notified> {
+        if !self.searching.get() {
+            if !self.shared.idle.try_become_searcher() {
+                return None;
+            }
+            self.searching.set(true);
+        }
+        let n = self.shared.num_workers();
+        let start = self.next_rand() as usize % n;
+        for k in 0..n {
+            let victim = (start + k) % n;
+            if victim == self.index {
+                continue;
+            }
+            if let Some((task, count)) = self.shared.remotes[victim].steal.steal_into(&self.local) {
+                self.counters().stolen.bump(count as u64);
+                self.counters().steals.bump(1);
+                return Some(task);
+            }
+        }
+        self.next_global()
+    }
+
+    /// The sleep transition (see [`super::idle`] for why this order is safe).
+    fn park(&self, done: &dyn Fn() -> bool) {
+        self.transitioning_to_park.set(true);
+        if self.searching.replace(false) {
+            self.shared.idle.stop_searching();
+        }
+        let idle = &self.shared.idle;
+        idle.publish_parked(self.index);
+        fence(SeqCst);
+        let has_work = !self.shared.inject.is_empty()
+            || (idle.num_searching() == 0 && self.shared.has_work_for(self.index));
+        if has_work || done() || self.shared.is_shutdown() {
+            self.unpublish();
+        } else {
+            self.counters().parked.bump(1);
+            let parker = &self.shared.remotes[self.index].parker;
+            loop {
+                parker.park();
+                if !idle.is_parked(self.index) {
+                    // A producer claimed us and counted us as a searcher.
+                    self.searching.set(true);
+                    break;
+                }
+                if done() || self.shared.is_shutdown() {
+                    self.unpublish();
+                    break;
+                }
+            }
+            // Time asleep is not task time.
+            self.tick_start.set(Instant::now());
+        }
+        self.transitioning_to_park.set(false);
+    }
+
+    fn unpublish(&self) {
+        if !self.shared.idle.unpublish_parked(self.index) {
+            // Claimed meanwhile: we count as a searcher now.
+            self.searching.set(true);
+        }
+    }
+
+    /// Queues a task woken or spawned on this worker. New tasks go to the LIFO slot
+    /// (evicting the previous one to the queue), yields to the back of the queue.
+    /// Returns the task if it must go to the injection queue instead.
+    pub(crate) fn schedule_local(&self, task: Notified, is_yield: bool) -> Option<Notified> {
+        if self.transitioning_to_park.get() {
+            return Some(task);
+        }
+        if self.shared.is_shutdown() {
+            cancel_queued(task);
+            return None;
+        }
+        let evicted = if is_yield {
+            Some(task)
+        } else {
+            self.lifo.replace(Some(task))
+        };
+        if let Some(t) = evicted {
+            self.push_local(t);
+            self.shared.notify_parked();
+        }
+        None
+    }
+
+    fn push_local(&self, task: Notified) {
+        if self.local.push_back(task, &self.shared.inject) {
+            self.counters().overflows.bump(1);
+        }
+    }
+
+    /// Cancels what is left in this worker's queues at shutdown.
+    fn drain(&self) {
+        if let Some(t) = self.lifo.take() {
+            cancel_queued(t);
+        }
+        while let Some(t) = self.local.pop() {
+            cancel_queued(t);
+        }
+    }
+
+    fn next_rand(&self) -> u64 {
+        // xorshift64
+        let mut x = self.rng.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.set(x);
+        x
+    }
+}
+
+fn interval_for(avg_task_ns: f64) -> u32 {
+    let iv = TARGET_LATENCY.as_nanos() as f64 / avg_task_ns.max(1.0);
+    (iv as u32).clamp(MIN_INTERVAL, MAX_INTERVAL)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::interval_for;
+
+    #[test]
+    fn adaptive_interval_matches_the_spec_table() {
+        assert_eq!(interval_for(1_000.0), 255);
+        assert_eq!(interval_for(10_000.0), 100);
+        assert_eq!(interval_for(50_000.0), 20);
+        assert_eq!(interval_for(100_000.0), 10);
+        assert_eq!(interval_for(1_000_000.0), 8);
+    }
+}

@@ -1,0 +1,117 @@
+//! The type-erased task header and its vtable.
+
+use std::fmt;
+use std::ptr::NonNull;
+
+use super::state::State;
+use crate::sync::UnsafeCell;
+
+/// The first field of every task allocation; the scheduler only sees `NonNull<Header>`.
+#[repr(C)]
+pub(crate) struct Header {
+    pub(crate) state: State,
+    pub(crate) vtable: &'static Vtable,
+    /// Link for the injection queue. Written only by whoever holds the task's queue
+    /// reference and the queue lock.
+    pub(crate) queue_next: UnsafeCell<Option<NonNull<Header>>>,
+    /// Links of the owned-task list; guarded by the lock of shard `owned_shard`.
+    pub(crate) owned: OwnedLinks,
+    pub(crate) id: Id,
+}
+
+/// Intrusive doubly-linked-list pointers for the owned-task list.
+pub(crate) struct OwnedLinks {
+    pub(crate) prev: UnsafeCell<Option<NonNull<Header>>>,
+    pub(crate) next: UnsafeCell<Option<NonNull<Header>>>,
+    pub(crate) linked: UnsafeCell<bool>,
+}
+
+impl OwnedLinks {
+    pub(crate) fn new() -> Self {
+        OwnedLinks {
+            prev: UnsafeCell::new(None),
+            next: UnsafeCell::new(None),
+            linked: UnsafeCell::new(false),
+        }
+    }
+}
+
+// SAFETY: every field is either atomic or an `UnsafeCell` whose accesses are serialized
+// by a protocol documented at the field (queue lock, owned-list shard lock, or exclusive
+// ownership through the state word).
+unsafe impl Send for Header {}
+// SAFETY: as above.
+unsafe impl Sync for Header {}
+
+/// Functions that know the concrete task type behind a header.
+pub(crate) struct Vtable {
+    /// Runs the task once; consumes the caller's queue reference.
+    pub(crate) poll: unsafe fn(NonNull<Header>),
+    /// Enqueues the task through its scheduler; consumes one queue reference.
+    pub(crate) schedule: unsafe fn(NonNull<Header>),
+    /// Frees the allocation; called once, when the reference count reaches zero.
+    pub(crate) dealloc: unsafe fn(NonNull<Header>),
+    /// `JoinHandle::poll`: writes `Poll<Result<T, JoinError>>` to `dst` if ready,
+    /// otherwise registers the waker.
+    pub(crate) try_read_output: unsafe fn(NonNull<Header>, *mut (), &std::task::Waker),
+    /// `JoinHandle::drop` on a completed task: drops the unread output.
+    pub(crate) drop_output: unsafe fn(NonNull<Header>),
+    /// Runtime shutdown: cancel the task now if no worker is running it (one that is
+    /// running sees the cancelled flag at its next poll). The caller holds a reference.
+    pub(crate) shutdown: unsafe fn(NonNull<Header>),
+}
+
+/// A task's identity, unique for the life of the process.
+///
+/// ```
+/// let rt = weft::Runtime::new().unwrap();
+/// let a = rt.spawn(async {});
+/// let b = rt.spawn(async {});
+/// assert_ne!(a.id(), b.id());
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Id(pub(crate) u64);
+
+impl Id {
+    pub(crate) fn next() -> Id {
+        use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        const BLOCK: u64 = 1024;
+        // Ids are handed out in per-thread blocks so spawning threads do not contend
+        // on one counter.
+        thread_local! {
+            static RANGE: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+        }
+        RANGE.with(|r| {
+            let (mut next, mut end) = r.get();
+            if next == end {
+                next = NEXT.fetch_add(BLOCK, Relaxed);
+                end = next + BLOCK;
+            }
+            r.set((next + 1, end));
+            Id(next)
+        })
+    }
+
+    /// The number behind the id.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// assert!(rt.spawn(async {}).id().as_u64() > 0);
+    /// ```
+    pub fn as_u64(&self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Debug for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Id({})", self.0)
+    }
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}

@@ -1,0 +1,335 @@
+//! `JoinHandle`, `AbortHandle` and `JoinError`.
+
+use std::any::Any;
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::ptr::NonNull;
+use std::task::{Context, Poll};
+
+use super::header::{Header, Id};
+use super::raw::drop_reference;
+use super::state::Abort;
+
+/// An owned permission to await a task's result.
+///
+/// Awaiting it yields `Ok(output)`, or a [`JoinError`] if the task panicked or was
+/// aborted. Dropping it detaches the task: it keeps running, and its output is dropped.
+///
+/// ```
+/// let rt = weft::Runtime::new().unwrap();
+/// let out = rt.block_on(async {
+///     let h = weft::spawn(async { 6 * 7 });
+///     h.await.unwrap()
+/// });
+/// assert_eq!(out, 42);
+/// ```
+pub struct JoinHandle<T> {
+    raw: NonNull<Header>,
+    _out: PhantomData<T>,
+}
+
+// SAFETY: the handle only moves the `T` out of the task, so it is as `Send` as `T`; its
+// shared operations are atomic.
+unsafe impl<T: Send> Send for JoinHandle<T> {}
+// SAFETY: `&JoinHandle` only offers `abort` and `is_finished`, which are atomic.
+unsafe impl<T: Send> Sync for JoinHandle<T> {}
+
+impl<T> Unpin for JoinHandle<T> {}
+
+impl<T> JoinHandle<T> {
+    /// # Safety
+    /// `raw` is a live task whose output type is `T`, and the caller gives this handle
+    /// the task's join reference.
+    pub(crate) unsafe fn new(raw: NonNull<Header>) -> Self {
+        JoinHandle {
+            raw,
+            _out: PhantomData,
+        }
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the handle owns a reference.
+        unsafe { self.raw.as_ref() }
+    }
+
+    /// Requests cancellation. The task's future is dropped at its next poll (at once
+    /// if it is waiting), unless it is inside [`shield`](crate::task::shield), and
+    /// awaiting the handle then gives a cancelled [`JoinError`]. A task that already
+    /// finished keeps its result.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let h = rt.spawn(std::future::pending::<()>());
+    /// h.abort();
+    /// assert!(h.join().unwrap_err().is_cancelled());
+    /// ```
+    pub fn abort(&self) {
+        abort(self.raw);
+    }
+
+    /// A handle that can abort the task without being able to await it.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let h = rt.spawn(std::future::pending::<()>());
+    /// let a = h.abort_handle();
+    /// std::thread::spawn(move || a.abort()).join().unwrap();
+    /// assert!(h.join().unwrap_err().is_cancelled());
+    /// ```
+    pub fn abort_handle(&self) -> AbortHandle {
+        self.header().state.ref_inc();
+        AbortHandle { raw: self.raw }
+    }
+
+    /// Whether the task has finished (completed, panicked or been cancelled).
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let h = rt.spawn(async { 1 });
+    /// while !h.is_finished() { std::thread::yield_now(); }
+    /// assert_eq!(h.join().unwrap(), 1);
+    /// ```
+    pub fn is_finished(&self) -> bool {
+        self.header().state.load().is_complete()
+    }
+
+    /// The task's id.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let h = rt.spawn(async {});
+    /// println!("spawned task {}", h.id());
+    /// ```
+    pub fn id(&self) -> Id {
+        self.header().id
+    }
+
+    /// Blocks until the task finishes and returns its result.
+    ///
+    /// Works from any thread. On a worker thread of a weft runtime it does not block the
+    /// worker: it runs other tasks until this one completes (help-until-complete), so
+    /// joining from inside a task on a one-worker runtime cannot deadlock. On any other
+    /// thread it sleeps until the task completes.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let h = rt.spawn(async { "done" });
+    /// assert_eq!(h.join().unwrap(), "done");
+    /// ```
+    pub fn join(self) -> Result<T, JoinError> {
+        crate::runtime::wait::wait(self)
+    }
+}
+
+impl<T> Future for JoinHandle<T> {
+    type Output = Result<T, JoinError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut out: Poll<Result<T, JoinError>> = Poll::Pending;
+        // SAFETY: the handle owns a reference and `out` has the type the task's
+        // vtable writes (the handle was created for this output type).
+        unsafe {
+            (self.header().vtable.try_read_output)(
+                self.raw,
+                &mut out as *mut Poll<Result<T, JoinError>> as *mut (),
+                cx.waker(),
+            )
+        };
+        out
+    }
+}
+
+impl<T> Drop for JoinHandle<T> {
+    fn drop(&mut self) {
+        if self.header().state.unset_join_interest().is_err() {
+            // SAFETY: the task is complete and still had join interest: the unread
+            // output is ours to drop.
+            unsafe { (self.header().vtable.drop_output)(self.raw) };
+        }
+        // SAFETY: the handle owns one reference.
+        unsafe { drop_reference(self.raw) };
+    }
+}
+
+impl<T> fmt::Debug for JoinHandle<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JoinHandle")
+            .field("id", &self.id())
+            .field("state", &self.header().state.load())
+            .finish()
+    }
+}
+
+fn abort(raw: NonNull<Header>) {
+    // SAFETY: callers own a reference.
+    let header = unsafe { raw.as_ref() };
+    if header.state.transition_to_cancelled() == Abort::Schedule {
+        // SAFETY: the transition created the queue reference that `schedule` consumes.
+        unsafe { (header.vtable.schedule)(raw) };
+    }
+}
+
+/// Aborts a task without the right to await it. Cheap to clone; dropping it does
+/// nothing to the task.
+///
+/// ```
+/// let rt = weft::Runtime::new().unwrap();
+/// let h = rt.spawn(std::future::pending::<()>());
+/// let a = h.abort_handle();
+/// assert!(!a.is_finished());
+/// a.abort();
+/// assert!(h.join().unwrap_err().is_cancelled());
+/// ```
+pub struct AbortHandle {
+    raw: NonNull<Header>,
+}
+
+// SAFETY: every operation on an `AbortHandle` is atomic.
+unsafe impl Send for AbortHandle {}
+// SAFETY: as above.
+unsafe impl Sync for AbortHandle {}
+
+impl AbortHandle {
+    /// Requests cancellation, as [`JoinHandle::abort`].
+    pub fn abort(&self) {
+        abort(self.raw);
+    }
+
+    /// Whether the task has finished.
+    pub fn is_finished(&self) -> bool {
+        // SAFETY: we own a reference.
+        unsafe { self.raw.as_ref() }.state.load().is_complete()
+    }
+
+    /// The task's id.
+    pub fn id(&self) -> Id {
+        // SAFETY: we own a reference.
+        unsafe { self.raw.as_ref() }.id
+    }
+}
+
+impl Clone for AbortHandle {
+    fn clone(&self) -> Self {
+        // SAFETY: we own a reference, so the header is alive.
+        unsafe { self.raw.as_ref() }.state.ref_inc();
+        AbortHandle { raw: self.raw }
+    }
+}
+
+impl Drop for AbortHandle {
+    fn drop(&mut self) {
+        // SAFETY: we own one reference.
+        unsafe { drop_reference(self.raw) };
+    }
+}
+
+impl fmt::Debug for AbortHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AbortHandle").field("id", &self.id()).finish()
+    }
+}
+
+/// Why a task produced no output: it panicked or it was cancelled.
+///
+/// ```
+/// let rt = weft::Runtime::new().unwrap();
+/// let err = rt.spawn(async { panic!("boom") }).join().unwrap_err();
+/// assert!(err.is_panic());
+/// assert_eq!(*err.into_panic().downcast::<&str>().unwrap(), "boom");
+/// ```
+pub struct JoinError {
+    id: Id,
+    repr: Repr,
+}
+
+enum Repr {
+    Cancelled,
+    Panic(Box<dyn Any + Send + 'static>),
+}
+
+impl JoinError {
+    pub(crate) fn cancelled(id: Id) -> Self {
+        JoinError {
+            id,
+            repr: Repr::Cancelled,
+        }
+    }
+
+    pub(crate) fn panic(id: Id, payload: Box<dyn Any + Send + 'static>) -> Self {
+        JoinError {
+            id,
+            repr: Repr::Panic(payload),
+        }
+    }
+
+    /// The task was aborted (or the runtime shut down) before it finished.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self.repr, Repr::Cancelled)
+    }
+
+    /// The task panicked.
+    pub fn is_panic(&self) -> bool {
+        matches!(self.repr, Repr::Panic(_))
+    }
+
+    /// The panic payload. Panics if the task was cancelled instead; see
+    /// [`try_into_panic`](Self::try_into_panic).
+    pub fn into_panic(self) -> Box<dyn Any + Send + 'static> {
+        self.try_into_panic()
+            .expect("weft: JoinError::into_panic called on a cancelled task's error")
+    }
+
+    /// The panic payload, or the error back if the task was cancelled. Pass it to
+    /// `std::panic::resume_unwind` to continue the panic in the joining code.
+    pub fn try_into_panic(self) -> Result<Box<dyn Any + Send + 'static>, JoinError> {
+        match self.repr {
+            Repr::Panic(p) => Ok(p),
+            Repr::Cancelled => Err(self),
+        }
+    }
+
+    /// The id of the task that failed.
+    pub fn id(&self) -> Id {
+        self.id
+    }
+
+    fn panic_message(&self) -> Option<&str> {
+        match &self.repr {
+            Repr::Panic(p) => p
+                .downcast_ref::<&'static str>()
+                .copied()
+                .or_else(|| p.downcast_ref::<String>().map(String::as_str)),
+            Repr::Cancelled => None,
+        }
+    }
+}
+
+impl fmt::Display for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.repr, self.panic_message()) {
+            (Repr::Cancelled, _) => write!(f, "task {} was cancelled", self.id),
+            (Repr::Panic(_), Some(msg)) => write!(f, "task {} panicked with message {msg:?}", self.id),
+            (Repr::Panic(_), None) => write!(f, "task {} panicked", self.id),
+        }
+    }
+}
+
+impl fmt::Debug for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.repr, self.panic_message()) {
+            (Repr::Cancelled, _) => write!(f, "JoinError::Cancelled({:?})", self.id),
+            (Repr::Panic(_), Some(msg)) => write!(f, "JoinError::Panic({:?}, {msg:?}, ..)", self.id),
+            (Repr::Panic(_), None) => write!(f, "JoinError::Panic({:?}, ..)", self.id),
+        }
+    }
+}
+
+impl std::error::Error for JoinError {}
+
+impl From<JoinError> for std::io::Error {
+    fn from(e: JoinError) -> Self {
+        std::io::Error::other(e.to_string())
+    }
+}

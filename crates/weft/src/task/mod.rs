@@ -1,0 +1,63 @@
+//! Tasks: the packed state word (spec 000), the type-erased header and vtable, wakers,
+//! join and abort handles, cancellation and shields.
+//!
+//! The same machinery will carry fibers: a fiber is a task whose future resumes a stack,
+//! so the state word's invariants (no lost wakeup, no double schedule, one owner) are
+//! checked once for every shape of work.
+
+mod current;
+pub(crate) mod header;
+mod join;
+pub(crate) mod owned;
+pub(crate) mod raw;
+mod shield;
+pub(crate) mod state;
+mod waker;
+mod yield_now;
+
+pub use header::Id;
+pub use join::{AbortHandle, JoinError, JoinHandle};
+pub use shield::{shield, Shield};
+pub use yield_now::{yield_now, YieldNow};
+
+use std::future::Future;
+
+use raw::{Cell, Notified, Schedule};
+
+/// Whether the task calling this has been asked to stop by `abort()`.
+///
+/// Inside a [`shield`] the task keeps running after an abort; this lets the shielded
+/// code notice the request. Outside any weft task it returns `false`.
+///
+/// ```
+/// let rt = weft::Runtime::new().unwrap();
+/// rt.block_on(async {
+///     let h = weft::spawn(weft::task::shield(async {
+///         while !weft::task::is_cancelled() {
+///             weft::task::yield_now().await;
+///         }
+///         "noticed"
+///     }));
+///     h.abort();
+///     // The shielded future ran to completion, so the task finished with its output.
+///     assert_eq!(h.await.unwrap(), "noticed");
+/// });
+/// ```
+pub fn is_cancelled() -> bool {
+    current::with(|h| h.is_some_and(|h| h.state.load().is_cancelled()))
+}
+
+/// Allocates a task for `future` run by `scheduler`. Returns the first queue entry and
+/// the join handle; the caller links the task into its owned list.
+pub(crate) fn new_task<F, S>(future: F, scheduler: S) -> (Notified, JoinHandle<F::Output>)
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+    S: Schedule,
+{
+    let ptr = Cell::allocate(future, scheduler, Id::next());
+    // SAFETY: `allocate` returns a live task with three references: the owned-list one
+    // stays counted in the state word (the caller links it), one goes to the `Notified`,
+    // one to the `JoinHandle`, whose output type is `F::Output`.
+    unsafe { (Notified::from_raw(ptr), JoinHandle::new(ptr)) }
+}

@@ -1,0 +1,131 @@
+//! The owned-task list: every live task of a runtime, so shutdown can drop the futures
+//! of tasks that nothing will ever wake again. Sharded by task id so spawning and
+//! completing workers rarely meet on one lock.
+
+use std::ptr::NonNull;
+
+use crossbeam_utils::CachePadded;
+
+use super::header::Header;
+use crate::sync::Mutex;
+
+struct Shard {
+    head: Option<NonNull<Header>>,
+    closed: bool,
+}
+
+// SAFETY: the raw pointers are only followed under the shard's lock, and every linked
+// task is kept alive by the list's reference.
+unsafe impl Send for Shard {}
+
+pub(crate) struct OwnedTasks {
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
+    mask: usize,
+}
+
+impl OwnedTasks {
+    pub(crate) fn new(workers: usize) -> Self {
+        let n = (workers * 4).next_power_of_two().max(8);
+        OwnedTasks {
+            shards: (0..n)
+                .map(|_| {
+                    CachePadded::new(Mutex::new(Shard {
+                        head: None,
+                        closed: false,
+                    }))
+                })
+                .collect(),
+            mask: n - 1,
+        }
+    }
+
+    fn shard(&self, task: &Header) -> &Mutex<Shard> {
+        &self.shards[task.id.0 as usize & self.mask]
+    }
+
+    /// Links a new task. Returns false if the list is closed (the runtime is shutting
+    /// down); the caller must then cancel the task itself.
+    pub(crate) fn bind(&self, task: NonNull<Header>) -> bool {
+        // SAFETY: the caller owns the task's owned-list reference.
+        let h = unsafe { task.as_ref() };
+        let mut shard = self.shard(h).lock();
+        if shard.closed {
+            return false;
+        }
+        let old = shard.head;
+        // SAFETY: links are only touched under this shard's lock.
+        unsafe {
+            h.owned.next.with_mut(|p| *p = old);
+            h.owned.prev.with_mut(|p| *p = None);
+            h.owned.linked.with_mut(|p| *p = true);
+            if let Some(old) = old {
+                old.as_ref().owned.prev.with_mut(|p| *p = Some(task));
+            }
+        }
+        shard.head = Some(task);
+        true
+    }
+
+    /// Unlinks a task, if it is linked (a task unlinked by shutdown is not). Returns
+    /// whether it was linked: if so the caller now owns the list's reference.
+    pub(crate) fn remove(&self, task: NonNull<Header>) -> bool {
+        // SAFETY: the caller holds a reference to the task.
+        let h = unsafe { task.as_ref() };
+        let mut shard = self.shard(h).lock();
+        // SAFETY: links are only touched under this shard's lock; neighbours are alive
+        // because the list holds a reference to each linked task.
+        unsafe { unlink(&mut shard, h) }
+    }
+
+    /// Closes the list to new tasks and hands every linked task to `f`, unlinked, one at
+    /// a time and outside the lock (cancelling a task runs user `Drop` code). `f`
+    /// receives the list's reference to the task.
+    pub(crate) fn close_and_drain(&self, mut f: impl FnMut(NonNull<Header>)) {
+        for shard in self.shards.iter() {
+            loop {
+                let task = {
+                    let mut s = shard.lock();
+                    s.closed = true;
+                    match s.head {
+                        None => break,
+                        Some(t) => {
+                            // SAFETY: under the lock; `t` is linked and alive.
+                            unsafe { unlink(&mut s, t.as_ref()) };
+                            t
+                        }
+                    }
+                };
+                f(task);
+            }
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.shards.iter().all(|s| s.lock().head.is_none())
+    }
+}
+
+/// # Safety
+/// The caller holds the lock of the shard that owns `h`.
+unsafe fn unlink(shard: &mut Shard, h: &Header) -> bool {
+    // SAFETY: per the contract, the links are ours to touch, and linked neighbours are
+    // alive.
+    unsafe {
+        if !h.owned.linked.with(|p| *p) {
+            return false;
+        }
+        let prev = h.owned.prev.with(|p| *p);
+        let next = h.owned.next.with(|p| *p);
+        match prev {
+            Some(p) => p.as_ref().owned.next.with_mut(|x| *x = next),
+            None => shard.head = next,
+        }
+        if let Some(n) = next {
+            n.as_ref().owned.prev.with_mut(|x| *x = prev);
+        }
+        h.owned.linked.with_mut(|p| *p = false);
+        h.owned.prev.with_mut(|p| *p = None);
+        h.owned.next.with_mut(|p| *p = None);
+    }
+    true
+}

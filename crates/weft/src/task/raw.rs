@@ -1,0 +1,362 @@
+//! The concrete task allocation (`Cell`), the poll harness and the owning pointer types
+//! the scheduler moves around.
+
+use std::future::Future;
+use std::mem::ManuallyDrop;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::ptr::NonNull;
+use std::task::{Context, Poll, Waker};
+
+use super::header::{Header, Id, OwnedLinks, Vtable};
+use super::join::JoinError;
+use super::state::{Idle, Run, State};
+use super::{current, waker};
+use crate::sync::UnsafeCell;
+
+/// What a task needs from the scheduler that runs it.
+pub(crate) trait Schedule: Send + Sync + Sized + 'static {
+    /// Enqueue a task that a waker (or abort) made SCHEDULED.
+    fn schedule(&self, task: Notified);
+    /// Enqueue a task that was woken during its own poll (a yield): it goes behind the
+    /// work already queued, not into the LIFO slot.
+    fn yield_now(&self, task: Notified);
+    /// The task completed: unlink it from the owned-task list. Returns false if it was
+    /// not linked (shutdown unlinked it first and holds the list's reference).
+    fn release(&self, task: NonNull<Header>) -> bool;
+}
+
+/// One queue reference to a task: whoever holds it must run it or drop it.
+pub(crate) struct Notified(NonNull<Header>);
+
+// SAFETY: a task may be run on any worker; the future is `Send` (checked at spawn).
+unsafe impl Send for Notified {}
+
+impl Notified {
+    /// # Safety
+    /// `ptr` must be a live task header and the caller must own one of its references
+    /// that this value takes over.
+    pub(crate) unsafe fn from_raw(ptr: NonNull<Header>) -> Notified {
+        Notified(ptr)
+    }
+
+    pub(crate) fn into_raw(self) -> NonNull<Header> {
+        let ptr = self.0;
+        std::mem::forget(self);
+        ptr
+    }
+
+    pub(crate) fn header(&self) -> &Header {
+        // SAFETY: we own a reference, so the header is alive.
+        unsafe { self.0.as_ref() }
+    }
+
+    /// Runs one step of the task (the reference is consumed).
+    pub(crate) fn run(self) {
+        let ptr = self.into_raw();
+        // SAFETY: `ptr` is live and we pass our reference to `poll`, which consumes it.
+        unsafe { (ptr.as_ref().vtable.poll)(ptr) }
+    }
+}
+
+impl Drop for Notified {
+    fn drop(&mut self) {
+        // SAFETY: we own one reference to a live task.
+        unsafe { drop_reference(self.0) }
+    }
+}
+
+/// Releases one reference and frees the task when it was the last.
+///
+/// # Safety
+/// The caller owns one reference to the live task `ptr`.
+pub(crate) unsafe fn drop_reference(ptr: NonNull<Header>) {
+    // SAFETY: the caller's reference keeps the header alive until the decrement.
+    unsafe {
+        if ptr.as_ref().state.ref_dec() {
+            (ptr.as_ref().vtable.dealloc)(ptr);
+        }
+    }
+}
+
+enum Stage<F: Future> {
+    Running(F),
+    Finished(Result<F::Output, JoinError>),
+    Consumed,
+}
+
+/// The allocation behind a task: header first, so a `NonNull<Header>` casts to it.
+#[repr(C)]
+pub(crate) struct Cell<F: Future, S> {
+    header: Header,
+    scheduler: S,
+    stage: UnsafeCell<Stage<F>>,
+    /// Written by the `JoinHandle` while `JOIN_WAKER` is clear, read by the task while
+    /// it is set; dropped with the allocation.
+    join_waker: UnsafeCell<Option<Waker>>,
+}
+
+impl<F, S> Cell<F, S>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+    S: Schedule,
+{
+    const VTABLE: Vtable = Vtable {
+        poll: poll::<F, S>,
+        schedule: schedule::<F, S>,
+        dealloc: dealloc::<F, S>,
+        try_read_output: try_read_output::<F, S>,
+        drop_output: drop_output::<F, S>,
+        shutdown: shutdown::<F, S>,
+    };
+
+    /// Allocates a SCHEDULED task with three references: the owned list's, the
+    /// `JoinHandle`'s and the returned `Notified`'s.
+    pub(crate) fn allocate(future: F, scheduler: S, id: Id) -> NonNull<Header> {
+        let cell = Box::new(Cell {
+            header: Header {
+                state: State::new(),
+                vtable: &Self::VTABLE,
+                queue_next: UnsafeCell::new(None),
+                owned: OwnedLinks::new(),
+                id,
+            },
+            scheduler,
+            stage: UnsafeCell::new(Stage::Running(future)),
+            join_waker: UnsafeCell::new(None),
+        });
+        NonNull::from(Box::leak(cell)).cast()
+    }
+
+    /// # Safety
+    /// `ptr` must come from `allocate` with this `F` and `S`, and be alive.
+    unsafe fn from_header<'a>(ptr: NonNull<Header>) -> &'a Self {
+        // SAFETY: `Cell` is `repr(C)` with the header first, per the contract.
+        unsafe { ptr.cast::<Self>().as_ref() }
+    }
+
+    /// Polls the future. The caller is the RUNNING owner.
+    fn poll_future(&self, cx: &mut Context<'_>) -> Poll<Result<F::Output, JoinError>> {
+        let id = self.header.id;
+        let res = catch_unwind(AssertUnwindSafe(|| {
+            self.stage.with_mut(|stage| {
+                // SAFETY: only the RUNNING owner touches the stage, and a future in a
+                // heap cell never moves.
+                match unsafe { &mut *stage } {
+                    Stage::Running(f) => unsafe { Pin::new_unchecked(f) }.poll(cx),
+                    _ => unreachable!("weft: a finished task was polled"),
+                }
+            })
+        }));
+        match res {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
+            Err(payload) => Poll::Ready(Err(JoinError::panic(id, payload))),
+        }
+    }
+
+    /// Replaces the stage, dropping the future or output it held. A panic in that drop
+    /// is caught: it must not unwind through the worker. Returns its payload.
+    fn set_stage(&self, new: Stage<F>) -> Option<Box<dyn std::any::Any + Send>> {
+        catch_unwind(AssertUnwindSafe(|| {
+            self.stage.with_mut(|stage| {
+                // SAFETY: the caller has exclusive access to the stage (RUNNING owner,
+                // or the join side of a COMPLETE task).
+                unsafe { *stage = new }
+            })
+        }))
+        .err()
+    }
+
+    /// Stores the result and performs the COMPLETE transition; consumes the running
+    /// reference, and the owned-list reference if the task was still linked.
+    fn complete(&self, result: Result<F::Output, JoinError>) {
+        // The future is dropped before the output is published.
+        let id = self.header.id;
+        let result = match self.set_stage(Stage::Consumed) {
+            Some(payload) if result.is_ok() => Err(JoinError::panic(id, payload)),
+            _ => result,
+        };
+        self.stage.with_mut(|stage| {
+            // SAFETY: still the RUNNING owner; the stage holds nothing to drop.
+            unsafe { std::ptr::write(stage, Stage::Finished(result)) }
+        });
+        let prev = self.header.state.transition_to_complete();
+        if !prev.is_join_interested() {
+            // Nobody will read it.
+            let _ = self.set_stage(Stage::Consumed);
+        } else if prev.has_join_waker() {
+            self.join_waker.with(|w| {
+                // SAFETY: JOIN_WAKER was set, so the handle wrote the waker before it
+                // published the bit and will not touch the slot again.
+                if let Some(w) = unsafe { &*w } {
+                    w.wake_by_ref();
+                }
+            });
+        }
+        let owned_ref = u64::from(self.scheduler.release(NonNull::from(&self.header)));
+        if self.header.state.ref_dec_n(1 + owned_ref) {
+            // SAFETY: those were the last references.
+            unsafe { dealloc::<F, S>(NonNull::from(&self.header)) }
+        }
+    }
+
+    fn cancel(&self) {
+        let id = self.header.id;
+        let result = match self.set_stage(Stage::Consumed) {
+            Some(payload) => Err(JoinError::panic(id, payload)),
+            None => Err(JoinError::cancelled(id)),
+        };
+        self.complete(result);
+    }
+}
+
+/// # Safety (all vtable entries)
+/// `ptr` is a live task created by `Cell::<F, S>::allocate`, and the caller owns the
+/// reference the entry documents (see [`Vtable`]).
+unsafe fn poll<F, S>(ptr: NonNull<Header>)
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+    S: Schedule,
+{
+    // SAFETY: per the vtable contract.
+    let cell = unsafe { Cell::<F, S>::from_header(ptr) };
+    match cell.header.state.transition_to_running() {
+        Run::Skip => {
+            // SAFETY: we own the queue reference.
+            unsafe { drop_reference(ptr) };
+        }
+        Run::Cancel => cell.cancel(),
+        Run::Poll => {
+            // SAFETY: the running reference keeps the task alive longer than the waker
+            // borrowed here, which is never dropped (ManuallyDrop).
+            let waker = ManuallyDrop::new(unsafe { waker::borrowed(ptr) });
+            let mut cx = Context::from_waker(&waker);
+            let res = {
+                let _enter = current::enter(ptr);
+                cell.poll_future(&mut cx)
+            };
+            match res {
+                Poll::Ready(result) => cell.complete(result),
+                Poll::Pending => match cell.header.state.transition_to_idle() {
+                    Idle::Idle => {}
+                    Idle::Reschedule => {
+                        // SAFETY: the running reference became the queue reference.
+                        cell.scheduler
+                            .yield_now(unsafe { Notified::from_raw(ptr) })
+                    }
+                },
+            }
+        }
+    }
+}
+
+unsafe fn schedule<F, S>(ptr: NonNull<Header>)
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+    S: Schedule,
+{
+    // SAFETY: per the vtable contract; the caller's reference moves into `Notified`.
+    unsafe {
+        let cell = Cell::<F, S>::from_header(ptr);
+        cell.scheduler.schedule(Notified::from_raw(ptr));
+    }
+}
+
+unsafe fn dealloc<F, S>(ptr: NonNull<Header>)
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+    S: Schedule,
+{
+    // SAFETY: the reference count reached zero, so this is the only pointer left; it
+    // came from `Box::leak` in `allocate`.
+    drop(unsafe { Box::from_raw(ptr.cast::<Cell<F, S>>().as_ptr()) });
+}
+
+unsafe fn try_read_output<F, S>(ptr: NonNull<Header>, dst: *mut (), waker: &Waker)
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+    S: Schedule,
+{
+    // SAFETY: per the vtable contract; the JoinHandle holds a reference.
+    let cell = unsafe { Cell::<F, S>::from_header(ptr) };
+    if can_read_output(cell, waker) {
+        let out = cell.stage.with_mut(|stage| {
+            // SAFETY: the task is COMPLETE and the handle has join interest, so the
+            // output belongs to the handle alone.
+            match std::mem::replace(unsafe { &mut *stage }, Stage::Consumed) {
+                Stage::Finished(r) => r,
+                _ => panic!("weft: JoinHandle polled after it returned the output"),
+            }
+        });
+        // SAFETY: the handle passes a `Poll<Result<F::Output, JoinError>>` slot.
+        unsafe { *(dst as *mut Poll<Result<F::Output, JoinError>>) = Poll::Ready(out) };
+    }
+}
+
+/// Either the task is complete (true) or `waker` is registered to be woken when it
+/// completes (false).
+fn can_read_output<F, S>(cell: &Cell<F, S>, waker: &Waker) -> bool
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+    S: Schedule,
+{
+    let state = &cell.header.state;
+    let snap = state.load();
+    if snap.is_complete() {
+        return true;
+    }
+    if snap.has_join_waker() {
+        // The task owns the slot; reading the stored waker is fine as it is immutable
+        // while the bit is set.
+        let same = cell.join_waker.with(|w| {
+            // SAFETY: while JOIN_WAKER is set only reads happen.
+            unsafe { &*w }.as_ref().is_some_and(|w| w.will_wake(waker))
+        });
+        if same {
+            return false;
+        }
+        if state.unset_join_waker().is_err() {
+            return true;
+        }
+    }
+    cell.join_waker.with_mut(|w| {
+        // SAFETY: JOIN_WAKER is clear, so the handle owns the slot.
+        unsafe { *w = Some(waker.clone()) }
+    });
+    state.set_join_waker().is_err()
+}
+
+unsafe fn drop_output<F, S>(ptr: NonNull<Header>)
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+    S: Schedule,
+{
+    // SAFETY: per the vtable contract: COMPLETE, and the handle owned the output.
+    let cell = unsafe { Cell::<F, S>::from_header(ptr) };
+    cell.stage.with_mut(|stage| {
+        // SAFETY: as above; the output may panic on drop, which the dropping handle sees.
+        unsafe { *stage = Stage::Consumed }
+    });
+}
+
+unsafe fn shutdown<F, S>(ptr: NonNull<Header>)
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+    S: Schedule,
+{
+    // SAFETY: per the vtable contract.
+    let cell = unsafe { Cell::<F, S>::from_header(ptr) };
+    if cell.header.state.transition_to_shutdown() {
+        // We hold a fresh running reference; `complete` releases it.
+        cell.cancel();
+    }
+}

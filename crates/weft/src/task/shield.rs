@@ -1,0 +1,99 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::ptr::NonNull;
+use std::task::{Context, Poll};
+
+use super::current;
+use super::header::Header;
+
+/// Runs `future` to completion even if the task is aborted meanwhile.
+///
+/// While any shield of a task is active, `abort()` only records the request; the
+/// cancellation takes effect at the task's first poll after the last shield ends.
+/// Shields nest (up to depth 255 in the state word; deeper ones are covered by the
+/// outer ones). Outside a weft task a shield simply runs its future.
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::sync::Arc;
+///
+/// let rt = weft::Runtime::new().unwrap();
+/// let committed = Arc::new(AtomicBool::new(false));
+/// let c = committed.clone();
+/// let (tx, rx) = std::sync::mpsc::channel();
+/// let h = rt.spawn(async move {
+///     weft::task::shield(async {
+///         tx.send(()).unwrap();
+///         while !weft::task::is_cancelled() {
+///             weft::task::yield_now().await;
+///         }
+///         c.store(true, Ordering::SeqCst); // the critical section finishes
+///     })
+///     .await;
+///     weft::task::yield_now().await; // the abort takes effect here
+///     unreachable!();
+/// });
+/// rx.recv().unwrap();
+/// h.abort();
+/// assert!(h.join().unwrap_err().is_cancelled());
+/// assert!(committed.load(Ordering::SeqCst));
+/// ```
+pub fn shield<F: Future>(future: F) -> Shield<F> {
+    Shield {
+        future,
+        entered: None,
+        done: false,
+    }
+}
+
+/// The future returned by [`shield`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct Shield<F> {
+    future: F,
+    /// The task whose shield depth this shield raised.
+    entered: Option<NonNull<Header>>,
+    done: bool,
+}
+
+// SAFETY: the header pointer is only used to update the atomic state word of the task
+// that polls (and therefore owns) this future.
+unsafe impl<F: Send> Send for Shield<F> {}
+
+impl<F> Shield<F> {
+    fn leave(&mut self) {
+        if let Some(h) = self.entered.take() {
+            // SAFETY: the shield lives inside that task's future, and a task's future is
+            // dropped or polled only while the task holds a reference to itself.
+            unsafe { h.as_ref() }.state.remove_shield();
+        }
+    }
+}
+
+impl<F: Future> Future for Shield<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // SAFETY: `future` is structurally pinned; the other fields are never pinned.
+        let this = unsafe { self.get_unchecked_mut() };
+        assert!(!this.done, "weft: Shield polled after completion");
+        if this.entered.is_none() {
+            this.entered = current::with(|h| {
+                h.filter(|h| h.state.add_shield())
+                    .map(|h| NonNull::from(h))
+            });
+        }
+        // SAFETY: `this` was pinned, and `future` is never moved out of it.
+        let res = unsafe { Pin::new_unchecked(&mut this.future) }.poll(cx);
+        if res.is_ready() {
+            this.done = true;
+            this.leave();
+        }
+        res
+    }
+}
+
+impl<F> Drop for Shield<F> {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}

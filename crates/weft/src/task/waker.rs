@@ -1,0 +1,54 @@
+//! `std::task::Waker`s over a task header: clone takes a reference, drop releases one,
+//! wake schedules the task through the state word's notified protocol.
+
+use std::ptr::NonNull;
+use std::task::{RawWaker, RawWakerVTable, Waker};
+
+use super::header::Header;
+use super::raw::drop_reference;
+
+static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop_waker);
+
+/// A waker for `ptr` that does not own a reference; the caller must keep it from being
+/// dropped (wrap it in `ManuallyDrop`).
+///
+/// # Safety
+/// The task must stay alive for as long as the waker (or a borrow of it) is used.
+pub(crate) unsafe fn borrowed(ptr: NonNull<Header>) -> Waker {
+    // SAFETY: the vtable functions uphold the `RawWaker` contract for header pointers.
+    unsafe { Waker::from_raw(RawWaker::new(ptr.as_ptr() as *const (), &VTABLE)) }
+}
+
+fn header<'a>(data: *const ()) -> &'a Header {
+    // SAFETY: every waker built here points at a live header (it owns a reference or
+    // is borrowed for less than the life of one).
+    unsafe { &*(data as *const Header) }
+}
+
+fn ptr(data: *const ()) -> NonNull<Header> {
+    // SAFETY: wakers are only built from non-null headers.
+    unsafe { NonNull::new_unchecked(data as *mut Header) }
+}
+
+fn clone(data: *const ()) -> RawWaker {
+    header(data).state.ref_inc();
+    RawWaker::new(data, &VTABLE)
+}
+
+fn wake_by_ref(data: *const ()) {
+    let h = header(data);
+    if h.state.transition_to_scheduled() {
+        // SAFETY: the transition created the queue reference that `schedule` consumes.
+        unsafe { (h.vtable.schedule)(ptr(data)) }
+    }
+}
+
+fn wake(data: *const ()) {
+    wake_by_ref(data);
+    drop_waker(data);
+}
+
+fn drop_waker(data: *const ()) {
+    // SAFETY: an owned waker holds one reference.
+    unsafe { drop_reference(ptr(data)) }
+}
