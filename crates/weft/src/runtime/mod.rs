@@ -208,7 +208,10 @@ impl Runtime {
         }
         // Anything spawned or woken while the workers stopped.
         shared.cancel_all();
-        debug_assert!(!all_done || shared.owned.is_empty(), "weft: a task survived shutdown");
+        debug_assert!(
+            !all_done || shared.owned.is_empty(),
+            "weft: a task survived shutdown"
+        );
         if self.print_stats {
             eprint!("{}", shared.stats());
         }

@@ -99,7 +99,7 @@ impl Inject {
         Vec::new()
     }
 
-    #[cfg(any(test, loom))]
+    #[cfg(all(test, loom))]
     pub(crate) fn pop(&self) -> Option<Notified> {
         let mut first = None;
         self.pop_batch(1, |t| first = Some(t));

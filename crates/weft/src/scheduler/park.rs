@@ -31,24 +31,36 @@ impl Parker {
     /// spuriously; callers re-check their condition.
     pub(crate) fn park(&self) {
         let word = self.futex.word();
-        if word.compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed).is_ok() {
+        if word
+            .compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed)
+            .is_ok()
+        {
             return;
         }
-        if word.compare_exchange(EMPTY, PARKED, Acquire, Relaxed).is_err() {
+        if word
+            .compare_exchange(EMPTY, PARKED, Acquire, Relaxed)
+            .is_err()
+        {
             // The only other value is NOTIFIED: consume it.
             word.swap(EMPTY, Acquire);
             return;
         }
         loop {
             self.futex.wait(PARKED, None);
-            if word.compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed).is_ok() {
+            if word
+                .compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed)
+                .is_ok()
+            {
                 return;
             }
             #[cfg(loom)]
             {
                 // loom's futex stand-in cannot sleep forever in a model; treat a
                 // spurious return as one (callers re-check anyway).
-                if word.compare_exchange(PARKED, EMPTY, Acquire, Relaxed).is_ok() {
+                if word
+                    .compare_exchange(PARKED, EMPTY, Acquire, Relaxed)
+                    .is_ok()
+                {
                     return;
                 }
             }

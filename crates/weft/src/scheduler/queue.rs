@@ -120,7 +120,13 @@ impl Local {
         }
     }
 
-    fn push_overflow(&self, task: Notified, real: u16, tail: u16, inject: &Inject) -> Result<(), Notified> {
+    fn push_overflow(
+        &self,
+        task: Notified,
+        real: u16,
+        tail: u16,
+        inject: &Inject,
+    ) -> Result<(), Notified> {
         const HALF: u16 = (CAPACITY / 2) as u16;
         debug_assert_eq!(tail.wrapping_sub(real) as usize, CAPACITY);
         let prev = pack(real, real);
@@ -154,7 +160,10 @@ impl Local {
     pub(crate) fn push_back_within_capacity(&self, task: Notified) {
         let (steal, _) = unpack(self.inner.head.load(Acquire));
         let tail = self.inner.tail.load(Relaxed) as u16;
-        assert!((tail.wrapping_sub(steal) as usize) < CAPACITY, "weft: local queue full");
+        assert!(
+            (tail.wrapping_sub(steal) as usize) < CAPACITY,
+            "weft: local queue full"
+        );
         let ptr = task.into_raw();
         self.inner.buffer[tail as usize & MASK].store(ptr.as_ptr(), Relaxed);
         self.inner.tail.store(tail.wrapping_add(1) as u32, Release);
@@ -175,7 +184,11 @@ impl Local {
             } else {
                 pack(steal, next_real)
             };
-            match self.inner.head.compare_exchange(head, next, AcqRel, Acquire) {
+            match self
+                .inner
+                .head
+                .compare_exchange(head, next, AcqRel, Acquire)
+            {
                 Ok(_) => break real as usize & MASK,
                 Err(actual) => head = actual,
             }
@@ -223,7 +236,10 @@ impl Steal {
             dst.inner.tail.store(last as u32, Release);
         }
         // SAFETY: the copied slot holds an owned queue entry that was moved to us.
-        Some((unsafe { Notified::from_raw(NonNull::new_unchecked(p)) }, n as usize))
+        Some((
+            unsafe { Notified::from_raw(NonNull::new_unchecked(p)) },
+            n as usize,
+        ))
     }
 
     fn steal_into2(&self, dst: &Local, dst_tail: u16) -> u16 {
@@ -241,7 +257,11 @@ impl Steal {
                 return 0;
             }
             let next = pack(steal, real.wrapping_add(n));
-            match self.inner.head.compare_exchange(prev, next, AcqRel, Acquire) {
+            match self
+                .inner
+                .head
+                .compare_exchange(prev, next, AcqRel, Acquire)
+            {
                 Ok(_) => break (real, n, next),
                 Err(actual) => prev = actual,
             }

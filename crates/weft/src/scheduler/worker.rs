@@ -2,8 +2,9 @@
 //!
 //! Search order for the next task: every `global_interval` polls the injection queue
 //! first (fairness), then the LIFO slot (at most [`MAX_LIFO_POLLS`] in a row), the local
-//! queue, the injection queue, stealing from peers (as a searcher), and finally the
-//! sleep transition of [`super::idle`], which re-checks before it parks.
+//! queue, the injection queue, the tasks that yielded, stealing from peers (as a
+//! searcher), and finally the sleep transition of [`super::idle`], which re-checks
+//! before it parks.
 //!
 //! The loop is re-entrant: a task that blocks in `JoinHandle::join` or `block_on` on a
 //! worker runs [`Core::run_until`] again from inside its poll, so the worker keeps
@@ -40,6 +41,9 @@ pub(crate) struct Core {
     local: Local,
     lifo: Cell<Option<Notified>>,
     lifo_polls: Cell<u32>,
+    /// Tasks that yielded: they run again once the local and global queues are empty,
+    /// so a worker full of yielding tasks still drains the injection queue promptly.
+    deferred: Cell<Vec<Notified>>,
     /// Polls left in this tick.
     budget: Cell<u32>,
     /// Polls since the worker started; drives the global-queue interval.
@@ -64,7 +68,11 @@ pub(crate) fn with_current<R>(f: impl FnOnce(Option<&Core>) -> R) -> R {
         let p = c.get();
         // SAFETY: the pointer is set by `Core::run` for the life of the core on this
         // thread and cleared before the core is dropped.
-        f(if p.is_null() { None } else { Some(unsafe { &*p }) })
+        f(if p.is_null() {
+            None
+        } else {
+            Some(unsafe { &*p })
+        })
     })
 }
 
@@ -76,13 +84,16 @@ impl Core {
             local,
             lifo: Cell::new(None),
             lifo_polls: Cell::new(0),
+            deferred: Cell::new(Vec::new()),
             budget: Cell::new(BUDGET),
             tick: Cell::new(0),
             global_interval: Cell::new(interval_for(INITIAL_AVG_NS)),
             avg_task_ns: Cell::new(INITIAL_AVG_NS),
             tick_start: Cell::new(Instant::now()),
             // xorshift needs a non-zero seed.
-            rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407)),
+            rng: Cell::new(
+                0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407),
+            ),
             searching: Cell::new(false),
             transitioning_to_park: Cell::new(false),
         }
@@ -171,7 +182,7 @@ impl Core {
     }
 
     fn next_task(&self) -> Option<Notified> {
-        if self.tick.get() % self.global_interval.get() == 0 {
+        if self.tick.get().is_multiple_of(self.global_interval.get()) {
             if let Some(t) = self.next_global() {
                 return Some(t);
             }
@@ -186,7 +197,27 @@ impl Core {
             self.push_local(t);
         }
         self.lifo_polls.set(0);
-        self.local.pop().or_else(|| self.next_global())
+        self.local
+            .pop()
+            .or_else(|| self.next_global())
+            .or_else(|| self.next_deferred())
+    }
+
+    /// Moves the yielded tasks into the local queue (where peers may steal them) and
+    /// returns the first.
+    fn next_deferred(&self) -> Option<Notified> {
+        let mut deferred = self.deferred.take();
+        let mut drain = deferred.drain(..);
+        let first = drain.next();
+        let more = drain.len() > 0;
+        for t in drain {
+            self.push_local(t);
+        }
+        self.deferred.set(deferred);
+        if more {
+            self.shared.notify_parked();
+        }
+        first
     }
 
     /// Takes a fair share of the injection queue: the first task to run now, the rest
@@ -198,8 +229,7 @@ impl Core {
             return None;
         }
         let n = (len / self.shared.num_workers())
-            .max(MIN_GLOBAL_BATCH)
-            .min(GLOBAL_BATCH)
+            .clamp(MIN_GLOBAL_BATCH, GLOBAL_BATCH)
             .min(self.local.remaining() + 1);
         let mut first = None;
         let taken = inject.pop_batch(n, |t| match first {
@@ -277,7 +307,7 @@ impl Core {
     }
 
     /// Queues a task woken or spawned on this worker. New tasks go to the LIFO slot
-    /// (evicting the previous one to the queue), yields to the back of the queue.
+    /// (evicting the previous one to the queue), yields to the deferred list.
     /// Returns the task if it must go to the injection queue instead.
     pub(crate) fn schedule_local(&self, task: Notified, is_yield: bool) -> Option<Notified> {
         if self.transitioning_to_park.get() {
@@ -287,12 +317,13 @@ impl Core {
             cancel_queued(task);
             return None;
         }
-        let evicted = if is_yield {
-            Some(task)
-        } else {
-            self.lifo.replace(Some(task))
-        };
-        if let Some(t) = evicted {
+        if is_yield {
+            let mut deferred = self.deferred.take();
+            deferred.push(task);
+            self.deferred.set(deferred);
+            return None;
+        }
+        if let Some(t) = self.lifo.replace(Some(task)) {
             self.push_local(t);
             self.shared.notify_parked();
         }
@@ -310,6 +341,9 @@ impl Core {
         if let Some(t) = self.lifo.take() {
             cancel_queued(t);
         }
+        for t in self.deferred.take() {
+            cancel_queued(t);
+        }
         while let Some(t) = self.local.pop() {
             cancel_queued(t);
         }
@@ -323,6 +357,36 @@ impl Core {
         x ^= x << 17;
         self.rng.set(x);
         x
+    }
+}
+
+#[cfg(all(test, loom))]
+impl Core {
+    pub(crate) fn next_task_for_test(&self) -> Option<Notified> {
+        self.next_task().or_else(|| self.steal_work()).inspect(|_| {
+            if self.searching.replace(false) {
+                self.stop_searching();
+            }
+        })
+    }
+
+    /// One sleep transition; returns when woken (or at once if work is visible).
+    pub(crate) fn park_for_test(&self) {
+        self.park(&|| false);
+    }
+
+    pub(crate) fn park_until_for_test(&self, done: &dyn Fn() -> bool) {
+        self.park(done);
+    }
+
+    pub(crate) fn finish_for_test(&self) {
+        if self.searching.replace(false) {
+            self.stop_searching();
+        }
+        if self.shared.idle.is_parked(self.index) {
+            self.shared.idle.unpublish_parked(self.index);
+        }
+        self.drain();
     }
 }
 

@@ -7,33 +7,34 @@
 pub(crate) mod futex;
 
 #[cfg(loom)]
-pub(crate) use loom::sync::{
-    atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize},
-    Arc, Mutex,
-};
+pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+
+/// `std`'s `Arc` in both builds: schedulers use `self: &Arc<Self>` receivers, which
+/// loom's `Arc` cannot be. The algorithms' shared memory is all in loom atomics.
+pub(crate) use std::sync::Arc;
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::{
-    atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize},
-    Arc,
-};
+pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
 
-#[cfg(not(loom))]
-pub(crate) use std_mutex::Mutex;
+pub(crate) use plain_mutex::Mutex;
 
-/// `std`'s mutex without poisoning: a panic while a weft lock is held is a weft bug,
-/// and every critical section leaves its data consistent at each step, so the data is
-/// still usable.
-#[cfg(not(loom))]
-mod std_mutex {
-    pub(crate) type MutexGuard<'a, T> = std::sync::MutexGuard<'a, T>;
+/// A mutex without poisoning: a panic while a weft lock is held is a weft bug, and every
+/// critical section leaves its data consistent at each step, so the data is still
+/// usable.
+mod plain_mutex {
+    #[cfg(loom)]
+    use loom::sync as imp;
+    #[cfg(not(loom))]
+    use std::sync as imp;
 
-    #[derive(Debug, Default)]
-    pub(crate) struct Mutex<T>(std::sync::Mutex<T>);
+    pub(crate) type MutexGuard<'a, T> = imp::MutexGuard<'a, T>;
+
+    #[derive(Debug)]
+    pub(crate) struct Mutex<T>(imp::Mutex<T>);
 
     impl<T> Mutex<T> {
         pub(crate) fn new(value: T) -> Self {
-            Mutex(std::sync::Mutex::new(value))
+            Mutex(imp::Mutex::new(value))
         }
 
         pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
@@ -73,14 +74,4 @@ impl<T> UnsafeCell<T> {
         #[cfg(not(loom))]
         return f(self.0.get());
     }
-}
-
-/// Spin-loop hint that loom understands as "let another thread run".
-#[cfg(loom)]
-#[inline]
-pub(crate) fn spin_hint() {
-    #[cfg(loom)]
-    loom::thread::yield_now();
-    #[cfg(not(loom))]
-    std::hint::spin_loop();
 }

@@ -227,7 +227,9 @@ impl Drop for AbortHandle {
 
 impl fmt::Debug for AbortHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AbortHandle").field("id", &self.id()).finish()
+        f.debug_struct("AbortHandle")
+            .field("id", &self.id())
+            .finish()
     }
 }
 
@@ -310,7 +312,9 @@ impl fmt::Display for JoinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.repr, self.panic_message()) {
             (Repr::Cancelled, _) => write!(f, "task {} was cancelled", self.id),
-            (Repr::Panic(_), Some(msg)) => write!(f, "task {} panicked with message {msg:?}", self.id),
+            (Repr::Panic(_), Some(msg)) => {
+                write!(f, "task {} panicked with message {msg:?}", self.id)
+            }
             (Repr::Panic(_), None) => write!(f, "task {} panicked", self.id),
         }
     }
@@ -320,7 +324,9 @@ impl fmt::Debug for JoinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.repr, self.panic_message()) {
             (Repr::Cancelled, _) => write!(f, "JoinError::Cancelled({:?})", self.id),
-            (Repr::Panic(_), Some(msg)) => write!(f, "JoinError::Panic({:?}, {msg:?}, ..)", self.id),
+            (Repr::Panic(_), Some(msg)) => {
+                write!(f, "JoinError::Panic({:?}, {msg:?}, ..)", self.id)
+            }
             (Repr::Panic(_), None) => write!(f, "JoinError::Panic({:?}, ..)", self.id),
         }
     }

@@ -31,17 +31,18 @@ use raw::{Cell, Notified, Schedule};
 ///
 /// ```
 /// let rt = weft::Runtime::new().unwrap();
-/// rt.block_on(async {
-///     let h = weft::spawn(weft::task::shield(async {
-///         while !weft::task::is_cancelled() {
-///             weft::task::yield_now().await;
-///         }
-///         "noticed"
-///     }));
-///     h.abort();
-///     // The shielded future ran to completion, so the task finished with its output.
-///     assert_eq!(h.await.unwrap(), "noticed");
-/// });
+/// let (started_tx, started_rx) = std::sync::mpsc::channel();
+/// let h = rt.spawn(weft::task::shield(async move {
+///     started_tx.send(()).unwrap();
+///     while !weft::task::is_cancelled() {
+///         weft::task::yield_now().await;
+///     }
+///     "noticed"
+/// }));
+/// started_rx.recv().unwrap(); // the shield is active now
+/// h.abort();
+/// // The shielded future ran to completion, so the task finished with its output.
+/// assert_eq!(h.join().unwrap(), "noticed");
 /// ```
 pub fn is_cancelled() -> bool {
     current::with(|h| h.is_some_and(|h| h.state.load().is_cancelled()))

@@ -244,8 +244,7 @@ where
                     Idle::Idle => {}
                     Idle::Reschedule => {
                         // SAFETY: the running reference became the queue reference.
-                        cell.scheduler
-                            .yield_now(unsafe { Notified::from_raw(ptr) })
+                        cell.scheduler.yield_now(unsafe { Notified::from_raw(ptr) })
                     }
                 },
             }

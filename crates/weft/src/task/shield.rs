@@ -77,10 +77,7 @@ impl<F: Future> Future for Shield<F> {
         let this = unsafe { self.get_unchecked_mut() };
         assert!(!this.done, "weft: Shield polled after completion");
         if this.entered.is_none() {
-            this.entered = current::with(|h| {
-                h.filter(|h| h.state.add_shield())
-                    .map(|h| NonNull::from(h))
-            });
+            this.entered = current::with(|h| h.filter(|h| h.state.add_shield()).map(NonNull::from));
         }
         // SAFETY: `this` was pinned, and `future` is never moved out of it.
         let res = unsafe { Pin::new_unchecked(&mut this.future) }.poll(cx);

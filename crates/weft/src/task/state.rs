@@ -151,7 +151,7 @@ impl State {
     /// A freshly spawned task: SCHEDULED, with references for the owned list, the
     /// `JoinHandle` and the queue entry it is about to get.
     pub(crate) fn new() -> State {
-        State(AtomicU64::new(SCHEDULED | JOIN_INTEREST | 3 * REF_ONE))
+        State(AtomicU64::new(SCHEDULED | JOIN_INTEREST | (3 * REF_ONE)))
     }
 
     pub(crate) fn load(&self) -> Snapshot {
@@ -181,7 +181,10 @@ impl State {
         self.fetch_update(|s| match s.0 & LIFECYCLE_MASK {
             IDLE => {
                 check_ref_inc(s);
-                (Some(((s.0 & !LIFECYCLE_MASK & !NOTIFIED) | SCHEDULED) + REF_ONE), true)
+                (
+                    Some(((s.0 & !LIFECYCLE_MASK & !NOTIFIED) | SCHEDULED) + REF_ONE),
+                    true,
+                )
             }
             SCHEDULED | RUNNING if !s.is_notified() => (Some(s.0 | NOTIFIED), false),
             _ => (None, false),
@@ -386,7 +389,10 @@ mod tests {
         assert_eq!(s.transition_to_idle(), Idle::Idle);
         assert_eq!(s.load().ref_count(), 2);
         assert!(s.transition_to_scheduled());
-        assert!(!s.transition_to_scheduled(), "second wake only sets notified");
+        assert!(
+            !s.transition_to_scheduled(),
+            "second wake only sets notified"
+        );
         assert_eq!(s.load().ref_count(), 3);
         assert_eq!(s.transition_to_running(), Run::Poll);
         assert!(!s.load().is_notified(), "running clears notified");
@@ -424,7 +430,10 @@ mod tests {
         assert_eq!(s.transition_to_cancelled(), Abort::Nothing);
         assert_eq!(s.transition_to_running(), Run::Poll);
         s.remove_shield();
-        assert!(s.load().is_notified(), "last shield re-polls a cancelled task");
+        assert!(
+            s.load().is_notified(),
+            "last shield re-polls a cancelled task"
+        );
         assert_eq!(s.transition_to_idle(), Idle::Reschedule);
         assert_eq!(s.transition_to_running(), Run::Cancel);
     }

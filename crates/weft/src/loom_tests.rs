@@ -1,0 +1,379 @@
+//! loom models of the lock-free pieces and handshakes. Run with
+//! `RUSTFLAGS="--cfg loom" cargo test -p weft --release --lib loom_` (see `.ci/run`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering::SeqCst;
+use std::task::{Context, Poll};
+
+use loom::sync::atomic::AtomicUsize;
+use loom::sync::Mutex;
+use loom::thread;
+
+use crate::scheduler::inject::Inject;
+use crate::scheduler::park::Parker;
+use crate::scheduler::queue;
+use crate::scheduler::worker::Core;
+use crate::scheduler::Shared;
+use crate::sync::Arc;
+use crate::task::header::Header;
+use crate::task::raw::{Notified, Schedule};
+use crate::task::state::{Idle, Run, State};
+use crate::task::{new_task, JoinHandle};
+
+/// A scheduler that just records what it is asked to queue.
+#[derive(Default)]
+struct Recorder {
+    queued: Mutex<Vec<Notified>>,
+    released: AtomicUsize,
+}
+
+impl Schedule for Arc<Recorder> {
+    fn schedule(&self, task: Notified) {
+        self.queued.lock().unwrap().push(task);
+    }
+    fn yield_now(&self, task: Notified) {
+        self.queued.lock().unwrap().push(task);
+    }
+    fn release(&self, _task: NonNull<Header>) -> bool {
+        self.released.fetch_add(1, SeqCst);
+        // Not linked in a list: the spawner drops the owned reference itself.
+        false
+    }
+}
+
+/// A future that is ready the second time it is polled, counting its drops.
+struct TwoPolls {
+    polled: bool,
+    drops: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Future for TwoPolls {
+    type Output = u32;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<u32> {
+        if self.polled {
+            Poll::Ready(7)
+        } else {
+            self.polled = true;
+            // Hand a waker to "the outside world": the recorder's test wakes it.
+            WAKER.with(|w| *w.borrow_mut() = Some(cx.waker().clone()));
+            Poll::Pending
+        }
+    }
+}
+
+impl Drop for TwoPolls {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+loom::thread_local! {
+    static WAKER: std::cell::RefCell<Option<std::task::Waker>> = std::cell::RefCell::new(None);
+}
+
+fn spawn_on(
+    rec: &Arc<Recorder>,
+    drops: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> (Notified, JoinHandle<u32>, NonNull<Header>) {
+    let (task, handle) = new_task(
+        TwoPolls {
+            polled: false,
+            drops: drops.clone(),
+        },
+        rec.clone(),
+    );
+    let ptr = NonNull::from(task.header());
+    (task, handle, ptr)
+}
+
+/// A wake racing with the end of a poll: the task is queued again exactly once.
+#[test]
+fn loom_state_wake_vs_idle() {
+    loom::model(|| {
+        let state = Arc::new(State::new());
+        assert_eq!(state.transition_to_running(), Run::Poll);
+        let s2 = state.clone();
+        let waker = thread::spawn(move || s2.transition_to_scheduled());
+        let idle = state.transition_to_idle();
+        let waker_enqueued = waker.join().unwrap();
+        let rescheduled = idle == Idle::Reschedule;
+        assert!(
+            waker_enqueued ^ rescheduled,
+            "exactly one side must enqueue (waker {waker_enqueued}, reschedule {rescheduled})"
+        );
+        assert!(state.load().is_scheduled());
+    });
+}
+
+/// Two concurrent wakers of an idle task: exactly one enqueues.
+#[test]
+fn loom_state_two_wakers() {
+    loom::model(|| {
+        let state = Arc::new(State::new());
+        state.transition_to_running();
+        state.transition_to_idle();
+        let s2 = state.clone();
+        let t = thread::spawn(move || s2.transition_to_scheduled());
+        let a = state.transition_to_scheduled();
+        let b = t.join().unwrap();
+        assert!(a ^ b);
+    });
+}
+
+/// A full task: polled on one thread while a waker fires on another and the join
+/// handle is dropped on a third. The future is dropped once, the task freed once (loom
+/// checks the allocation through its leak tracking of the scheduler `Arc`).
+#[test]
+fn loom_task_wake_poll_drop_handle() {
+    loom::model(|| {
+        let rec = Arc::new(Recorder::default());
+        let drops = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (task, handle, ptr) = spawn_on(&rec, &drops);
+        task.run(); // first poll: stores a waker, returns Pending
+        let waker = WAKER.with(|w| w.borrow_mut().take()).unwrap();
+        let w = thread::spawn(move || waker.wake());
+        let h = thread::spawn(move || drop(handle));
+        w.join().unwrap();
+        h.join().unwrap();
+        // Run whatever got queued until the task completes.
+        loop {
+            let next = rec.queued.lock().unwrap().pop();
+            match next {
+                Some(t) => t.run(),
+                None => break,
+            }
+        }
+        assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(rec.released.load(SeqCst), 1);
+        // The spawner's owned-list reference (never linked here).
+        // SAFETY: that reference is still ours.
+        unsafe { crate::task::raw::drop_reference(ptr) };
+    });
+}
+
+/// Abort racing a wake and the poll: the task ends cancelled or completed, never both,
+/// and its future is dropped exactly once.
+#[test]
+fn loom_task_abort_vs_wake() {
+    loom::model(|| {
+        let rec = Arc::new(Recorder::default());
+        let drops = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (task, handle, ptr) = spawn_on(&rec, &drops);
+        task.run();
+        let waker = WAKER.with(|w| w.borrow_mut().take()).unwrap();
+        let abort = handle.abort_handle();
+        let a = thread::spawn(move || abort.abort());
+        waker.wake();
+        a.join().unwrap();
+        loop {
+            let next = rec.queued.lock().unwrap().pop();
+            match next {
+                Some(t) => t.run(),
+                None => break,
+            }
+        }
+        assert!(handle.is_finished());
+        assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 1);
+        drop(handle);
+        // SAFETY: the spawner's owned-list reference is still ours.
+        unsafe { crate::task::raw::drop_reference(ptr) };
+    });
+}
+
+fn dummy_task(rec: &Arc<Recorder>) -> Notified {
+    let (task, handle) = new_task(async {}, rec.clone());
+    drop(handle);
+    // Give the owned-list reference back so dropping the `Notified` frees the task.
+    // SAFETY: the spawner owns that reference.
+    unsafe { crate::task::raw::drop_reference(NonNull::from(task.header())) };
+    task
+}
+
+/// Owner pushes (overflowing into the injection queue) and pops while a thief steals:
+/// every task comes out exactly once.
+#[test]
+fn loom_local_queue_push_pop_steal() {
+    loom::model(|| {
+        let rec = Arc::new(Recorder::default());
+        let inject = Arc::new(Inject::new());
+        let (local, steal) = queue::local();
+        let (thief_local, _thief_steal) = queue::local();
+        let th = thread::spawn(move || {
+            let mut n = 0;
+            if let Some((t, count)) = steal.steal_into(&thief_local) {
+                drop(t);
+                n += count;
+                while let Some(t) = thief_local.pop() {
+                    drop(t);
+                }
+            }
+            n
+        });
+        let total = queue::CAPACITY + 1;
+        for _ in 0..total {
+            local.push_back(dummy_task(&rec), &inject);
+        }
+        let mut seen = 0;
+        while let Some(t) = local.pop() {
+            drop(t);
+            seen += 1;
+        }
+        while let Some(t) = inject.pop() {
+            drop(t);
+            seen += 1;
+        }
+        seen += th.join().unwrap();
+        assert_eq!(seen, total);
+    });
+}
+
+/// Two thieves and the owner's pops on one queue.
+#[test]
+fn loom_local_queue_two_thieves() {
+    loom::model(|| {
+        let rec = Arc::new(Recorder::default());
+        let inject = Inject::new();
+        let (local, steal) = queue::local();
+        for _ in 0..3 {
+            local.push_back(dummy_task(&rec), &inject);
+        }
+        let thieves: Vec<_> = (0..2)
+            .map(|_| {
+                let steal = steal.clone();
+                thread::spawn(move || {
+                    let (dst, _) = queue::local();
+                    let mut n = 0;
+                    if let Some((t, count)) = steal.steal_into(&dst) {
+                        drop(t);
+                        n += count;
+                        while let Some(t) = dst.pop() {
+                            drop(t);
+                        }
+                    }
+                    n
+                })
+            })
+            .collect();
+        let mut seen = 0;
+        if let Some(t) = local.pop() {
+            drop(t);
+            seen += 1;
+        }
+        for th in thieves {
+            seen += th.join().unwrap();
+        }
+        while let Some(t) = local.pop() {
+            drop(t);
+            seen += 1;
+        }
+        assert_eq!(seen, 3);
+    });
+}
+
+/// Concurrent pushes and a batch pop on the injection queue; closing returns the rest.
+#[test]
+fn loom_inject_push_pop() {
+    loom::model(|| {
+        let rec = Arc::new(Recorder::default());
+        let inject = Arc::new(Inject::new());
+        let i2 = inject.clone();
+        let r2 = rec.clone();
+        let p = thread::spawn(move || {
+            i2.push(dummy_task(&r2)).ok().unwrap();
+            i2.push(dummy_task(&r2)).ok().unwrap();
+        });
+        let mut got = inject.pop_batch(2, drop);
+        p.join().unwrap();
+        got += inject.close().len();
+        assert_eq!(got, 2);
+        assert!(inject.is_empty());
+        assert!(
+            inject.push(dummy_task(&rec)).is_err(),
+            "closed queue refuses"
+        );
+    });
+}
+
+/// unpark racing park: park always returns.
+#[test]
+fn loom_parker() {
+    loom::model(|| {
+        let p = Arc::new(Parker::new());
+        let p2 = p.clone();
+        let t = thread::spawn(move || p2.unpark());
+        p.park();
+        t.join().unwrap();
+    });
+}
+
+/// The sleep handshake against a concurrent insert from outside the pool: the real
+/// worker's park transition either sees the task or is woken for it. A lost wakeup
+/// shows as a loom deadlock.
+#[test]
+fn loom_park_vs_remote_insert() {
+    loom::model(|| {
+        let (shared, mut locals) = Shared::new(1);
+        let rec = Arc::new(Recorder::default());
+        let core = Core::new(0, shared.clone(), locals.pop().unwrap());
+        let s2 = shared.clone();
+        let task = dummy_task(&rec);
+        let producer = thread::spawn(move || s2.schedule_remote(task));
+        // The worker ran out of work and goes to sleep.
+        let mut found = core.next_task_for_test();
+        if found.is_none() {
+            core.park_for_test();
+            found = core.next_task_for_test();
+        }
+        producer.join().unwrap();
+        if found.is_none() {
+            // The park saw the queue empty and the producer's wake came after it; the
+            // task must still be there for the worker's next search.
+            found = core.next_task_for_test();
+        }
+        assert!(found.is_some(), "task stranded");
+        drop(found);
+        core.finish_for_test();
+    });
+}
+
+/// Two workers of one pool sleep while one insert arrives: someone finds it. Each
+/// worker searches and parks until the task has been taken; the finder then wakes the
+/// other so the model can end. A lost wakeup leaves both asleep: a loom deadlock.
+#[test]
+fn loom_two_workers_one_insert() {
+    loom::model(|| {
+        let (shared, mut locals) = Shared::new(2);
+        let rec = Arc::new(Recorder::default());
+        let l1 = locals.pop().unwrap();
+        let l0 = locals.pop().unwrap();
+        let got = Arc::new(AtomicUsize::new(0));
+        let workers: Vec<_> = [(0, l0), (1, l1)]
+            .into_iter()
+            .map(|(i, local)| {
+                let shared = shared.clone();
+                let got = got.clone();
+                thread::spawn(move || {
+                    let core = Core::new(i, shared.clone(), local);
+                    while got.load(SeqCst) == 0 {
+                        if let Some(t) = core.next_task_for_test() {
+                            drop(t);
+                            got.fetch_add(1, SeqCst);
+                            shared.remotes[1 - i].parker.unpark();
+                            break;
+                        }
+                        core.park_until_for_test(&|| got.load(SeqCst) != 0);
+                    }
+                    core.finish_for_test();
+                })
+            })
+            .collect();
+        shared.schedule_remote(dummy_task(&rec));
+        for w in workers {
+            w.join().unwrap();
+        }
+        assert_eq!(got.load(SeqCst), 1);
+        assert!(shared.inject.is_empty());
+    });
+}

@@ -1,0 +1,83 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use weft::{Builder, Runtime};
+
+/// How long any single test may take before it counts as a hang.
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs `f` on a helper thread and returns its result, re-raising its panic.
+/// Panics with "hang" if `f` takes longer than [`TIMEOUT`], so a deadlock
+/// fails the test instead of hanging CI.
+pub fn with_timeout<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("test-body".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .unwrap();
+    match rx.recv_timeout(TIMEOUT) {
+        Ok(value) => {
+            thread.join().unwrap();
+            value
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("hang: the test body did not finish within {TIMEOUT:?}")
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => match thread.join() {
+            Err(payload) => std::panic::resume_unwind(payload),
+            Ok(()) => unreachable!("the body neither returned nor panicked"),
+        },
+    }
+}
+
+/// Spins (sleeping 1 ms) until `cond` holds; panics with "hang" after [`TIMEOUT`].
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + TIMEOUT;
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "hang: timed out waiting until {what}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Adds one to its counter when dropped.
+pub struct DropCounter(pub Arc<AtomicUsize>);
+
+impl Drop for DropCounter {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+pub fn counter() -> Arc<AtomicUsize> {
+    Arc::new(AtomicUsize::new(0))
+}
+
+pub fn load(c: &AtomicUsize) -> usize {
+    c.load(Ordering::SeqCst)
+}
+
+/// A runtime with exactly `n` workers.
+pub fn workers(n: usize) -> Runtime {
+    Builder::new()
+        .worker_threads(n)
+        .build()
+        .expect("failed to build the runtime")
+}
+
+/// The panic message in a panic payload, if it is a string.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> Option<String> {
+    if let Some(s) = payload.downcast_ref::<&'static str>() {
+        Some(s.to_string())
+    } else {
+        payload.downcast_ref::<String>().cloned()
+    }
+}

@@ -1,0 +1,263 @@
+//! Wakeups: no lost wakeup when a task is woken from many threads while it
+//! runs; channel wakeups; `yield_now` fairness.
+
+mod common;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use common::*;
+use futures_channel::oneshot;
+use weft::task::yield_now;
+use weft::Runtime;
+
+const THREADS: usize = 8;
+const EVENTS_PER_THREAD: usize = 16;
+
+struct Shared {
+    events: Vec<AtomicBool>,
+    waker: Mutex<Option<Waker>>,
+}
+
+/// Completes once it has observed every event. It registers its waker
+/// before looking, so a runtime that drops no wakeups always finishes it.
+struct CountEvents {
+    shared: Arc<Shared>,
+    seen: Vec<bool>,
+    count: usize,
+}
+
+impl Future for CountEvents {
+    type Output = usize;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<usize> {
+        let this = self.get_mut();
+        *this.shared.waker.lock().unwrap() = Some(cx.waker().clone());
+        for (i, event) in this.shared.events.iter().enumerate() {
+            if !this.seen[i] && event.load(Ordering::SeqCst) {
+                this.seen[i] = true;
+                this.count += 1;
+            }
+        }
+        if this.count == this.seen.len() {
+            return Poll::Ready(this.count);
+        }
+        // Stay "running" a little longer so wakeups land mid-poll.
+        for _ in 0..200 {
+            std::hint::spin_loop();
+        }
+        Poll::Pending
+    }
+}
+
+fn wake_storm(rt: &Runtime, rounds: usize, by_value: bool) {
+    for round in 0..rounds {
+        let shared = Arc::new(Shared {
+            events: (0..THREADS * EVENTS_PER_THREAD)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+            waker: Mutex::new(None),
+        });
+        let n = shared.events.len();
+        let h = rt.spawn(CountEvents {
+            shared: shared.clone(),
+            seen: vec![false; n],
+            count: 0,
+        });
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let shared = &shared;
+                s.spawn(move || {
+                    // Start once the task has been polled, to overlap with its polls.
+                    while shared.waker.lock().unwrap().is_none() {
+                        std::thread::yield_now();
+                    }
+                    for k in 0..EVENTS_PER_THREAD {
+                        shared.events[t * EVENTS_PER_THREAD + k].store(true, Ordering::SeqCst);
+                        let waker = shared.waker.lock().unwrap().clone().unwrap();
+                        if by_value {
+                            waker.wake();
+                        } else {
+                            waker.wake_by_ref();
+                        }
+                    }
+                });
+            }
+        });
+        // All events are set; the task must now finish.
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        while !h.is_finished() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "hang: lost wakeup in round {round}: the task never finished"
+            );
+            std::thread::yield_now();
+        }
+        assert_eq!(h.join().unwrap(), n);
+    }
+}
+
+#[test]
+fn no_lost_wakeups_from_many_threads() {
+    with_timeout(|| wake_storm(&Runtime::new().unwrap(), 150, false))
+}
+
+#[test]
+fn no_lost_wakeups_from_many_threads_one_worker() {
+    with_timeout(|| wake_storm(&workers(1), 100, true))
+}
+
+#[test]
+fn oneshot_wakeups_from_foreign_threads() {
+    with_timeout(|| {
+        let rt = Runtime::new().unwrap();
+        let (senders, handles): (Vec<_>, Vec<_>) = (0..1000u64)
+            .map(|i| {
+                let (tx, rx) = oneshot::channel::<u64>();
+                (tx, rt.spawn(async move { rx.await.unwrap() + i }))
+            })
+            .unzip();
+        // Four threads send, each a quarter, in reverse order.
+        let mut senders: Vec<_> = senders.into_iter().enumerate().rev().collect();
+        let mut threads = Vec::new();
+        while !senders.is_empty() {
+            let chunk: Vec<_> = senders.drain(..250).collect();
+            threads.push(std::thread::spawn(move || {
+                for (i, tx) in chunk {
+                    tx.send(i as u64).unwrap();
+                }
+            }));
+        }
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        let sum: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        assert_eq!(sum, 2 * (0..1000).sum::<u64>());
+    })
+}
+
+struct Ball(u32, oneshot::Sender<Ball>);
+
+async fn player(mut rx: oneshot::Receiver<Ball>, rounds: u32) -> u32 {
+    let mut last = 0;
+    loop {
+        let Ok(Ball(n, reply)) = rx.await else {
+            return last;
+        };
+        last = n;
+        if n >= rounds {
+            return n;
+        }
+        let (tx, next) = oneshot::channel();
+        if reply.send(Ball(n + 1, tx)).is_err() {
+            return n;
+        }
+        rx = next;
+    }
+}
+
+fn ping_pong(rt: Runtime) {
+    const ROUNDS: u32 = 10_000;
+    let (tx_a, rx_a) = oneshot::channel();
+    let (tx_b, rx_b) = oneshot::channel();
+    let a = rt.spawn(player(rx_a, ROUNDS));
+    let b = rt.spawn(player(rx_b, ROUNDS));
+    assert!(tx_a.send(Ball(0, tx_b)).is_ok());
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    assert_eq!(a.max(b), ROUNDS);
+    assert_eq!(a + b, 2 * ROUNDS - 1);
+}
+
+#[test]
+fn ping_pong_one_worker() {
+    with_timeout(|| ping_pong(workers(1)))
+}
+
+#[test]
+fn ping_pong_default_workers() {
+    with_timeout(|| ping_pong(Runtime::new().unwrap()))
+}
+
+/// Yields until `flag` is set, giving up after 100,000 yields.
+async fn yield_until(flag: &AtomicBool) -> Option<u32> {
+    for yields in 0..100_000 {
+        if flag.load(Ordering::SeqCst) {
+            return Some(yields);
+        }
+        yield_now().await;
+    }
+    None
+}
+
+#[test]
+fn yield_now_lets_a_task_spawned_inside_run_on_one_worker() {
+    with_timeout(|| {
+        let rt = workers(1);
+        let h = rt.spawn(async {
+            let flag = Arc::new(AtomicBool::new(false));
+            let f = flag.clone();
+            let _other = weft::spawn(async move { f.store(true, Ordering::SeqCst) });
+            yield_until(&flag).await
+        });
+        assert!(
+            h.join().unwrap().is_some(),
+            "yield_now never let the other task run"
+        );
+    })
+}
+
+#[test]
+fn yield_now_lets_a_task_spawned_outside_run_on_one_worker() {
+    with_timeout(|| {
+        let rt = workers(1);
+        let flag = Arc::new(AtomicBool::new(false));
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let f = flag.clone();
+        let h = rt.spawn(async move {
+            started_tx.send(()).unwrap();
+            yield_until(&f).await
+        });
+        started_rx.recv_timeout(TIMEOUT).unwrap();
+        // Goes through the injection queue while the only worker keeps yielding.
+        let f = flag.clone();
+        let other = rt.spawn(async move { f.store(true, Ordering::SeqCst) });
+        assert!(
+            h.join().unwrap().is_some(),
+            "yield_now never let the injected task run"
+        );
+        other.join().unwrap();
+    })
+}
+
+#[test]
+fn yield_now_interleaves_two_tasks() {
+    with_timeout(|| {
+        let rt = workers(1);
+        let order = rt
+            .spawn(async {
+                let log = Arc::new(Mutex::new(Vec::new()));
+                let task = |name: char| {
+                    let log = log.clone();
+                    weft::spawn(async move {
+                        for _ in 0..50 {
+                            log.lock().unwrap().push(name);
+                            yield_now().await;
+                        }
+                    })
+                };
+                let (a, b) = (task('a'), task('b'));
+                a.await.unwrap();
+                b.await.unwrap();
+                let log = log.lock().unwrap().clone();
+                log
+            })
+            .join()
+            .unwrap();
+        assert_eq!(order.len(), 100);
+        let switches = order.windows(2).filter(|w| w[0] != w[1]).count();
+        assert!(
+            switches >= 10,
+            "two yielding tasks barely interleaved ({switches} switches): {order:?}"
+        );
+    })
+}
