@@ -178,15 +178,18 @@ fn ping_pong_default_workers() {
     with_timeout(|| ping_pong(Runtime::new().unwrap()))
 }
 
-/// Yields until `flag` is set, giving up after 100,000 yields.
-async fn yield_until(flag: &AtomicBool) -> Option<u32> {
-    for yields in 0..100_000 {
-        if flag.load(Ordering::SeqCst) {
-            return Some(yields);
+/// Yields until `flag` is set; gives up (None) after 10 s.
+async fn yield_until(flag: &AtomicBool) -> Option<u64> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut yields = 0;
+    while !flag.load(Ordering::SeqCst) {
+        if std::time::Instant::now() > deadline {
+            return None;
         }
         yield_now().await;
+        yields += 1;
     }
-    None
+    Some(yields)
 }
 
 #[test]

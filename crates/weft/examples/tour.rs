@@ -1,0 +1,194 @@
+//! A short tour of weft: spawn many tasks, join them, abort one, survive a panic,
+//! shield a critical section, and print the scheduler's statistics.
+//!
+//! Run with `cargo run --release --example tour`.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+fn main() -> std::io::Result<()> {
+    let rt = weft::Runtime::new()?;
+    println!("weft tour: {} worker threads\n", rt.stats().num_workers);
+
+    // 1. Many small tasks, spawned from inside a task and awaited.
+    let start = Instant::now();
+    let sum = rt.block_on(async {
+        let handles: Vec<_> = (0..100_000u64)
+            .map(|i| weft::spawn(async move { i * 2 }))
+            .collect();
+        let mut sum = 0;
+        for h in handles {
+            sum += h.await.expect("task failed");
+        }
+        sum
+    });
+    println!(
+        "spawned and awaited 100,000 tasks in {:?} (sum of outputs {sum})",
+        start.elapsed()
+    );
+
+    // 2. A tree of tasks: each level spawns its children and joins them.
+    fn tree(depth: u32) -> std::pin::Pin<Box<dyn std::future::Future<Output = u64> + Send>> {
+        Box::pin(async move {
+            if depth == 0 {
+                return 1;
+            }
+            let left = weft::spawn(tree(depth - 1));
+            let right = weft::spawn(tree(depth - 1));
+            left.await.unwrap() + right.await.unwrap()
+        })
+    }
+    let start = Instant::now();
+    let leaves = rt.block_on(tree(14));
+    println!("a binary tree of tasks 14 levels deep has {leaves} leaves ({:?})", start.elapsed());
+
+    // 3. A blocking join from a plain thread, and from inside a task (the worker helps
+    //    run other tasks while it waits instead of blocking).
+    let h = rt.spawn(async { "joined from a plain thread" });
+    println!("{}", std::thread::spawn(move || h.join().unwrap()).join().unwrap());
+    let v = rt
+        .spawn(async { weft::spawn(async { 21 }).join().unwrap() * 2 })
+        .join()
+        .unwrap();
+    println!("joined from inside a task: {v}");
+
+    // 4. Abort: a task waiting forever is cancelled, and its future is dropped.
+    struct Noisy;
+    impl Drop for Noisy {
+        fn drop(&mut self) {
+            println!("  (the aborted task's future was dropped)");
+        }
+    }
+    let guard = Noisy;
+    let stuck = rt.spawn(async move {
+        let _guard = guard;
+        std::future::pending::<()>().await;
+    });
+    stuck.abort();
+    let err = stuck.join().unwrap_err();
+    println!("abort: {err} (is_cancelled = {})", err.is_cancelled());
+
+    // 5. A panicking task: the panic comes back through its handle; the worker lives on.
+    let previous_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {})); // keep the demo's output tidy
+    let err = rt.spawn(async { panic!("something went wrong") }).join().unwrap_err();
+    std::panic::set_hook(previous_hook);
+    println!("panic: {err}");
+    println!(
+        "the runtime still works afterwards: {}",
+        rt.spawn(async { "yes" }).join().unwrap()
+    );
+
+    // 6. A shield: the critical section finishes even though the task is aborted in the
+    //    middle of it; the abort takes effect at the task's next await.
+    let committed = Arc::new(AtomicBool::new(false));
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let c = committed.clone();
+    let h = rt.spawn(async move {
+        weft::task::shield(async move {
+            started_tx.send(()).unwrap();
+            while !weft::task::is_cancelled() {
+                weft::task::yield_now().await;
+            }
+            c.store(true, Ordering::SeqCst);
+        })
+        .await;
+        weft::task::yield_now().await;
+        unreachable!("the abort takes effect here");
+    });
+    started_rx.recv().unwrap();
+    h.abort();
+    let err = h.join().unwrap_err();
+    println!(
+        "shield: critical section committed = {}, then the task ended: {err}",
+        committed.load(Ordering::SeqCst)
+    );
+
+    // 7. Wakes from other threads: a task woken 10,000 times from 4 threads.
+    let counter = Arc::new(AtomicUsize::new(0));
+    let c = counter.clone();
+    let start = Instant::now();
+    rt.block_on(async move {
+        let (tx, rx) = futures_channel_like::channel();
+        let producers: Vec<_> = (0..4)
+            .map(|_| {
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..2_500 {
+                        tx.send();
+                    }
+                })
+            })
+            .collect();
+        weft::spawn(async move {
+            while c.load(Ordering::Relaxed) < 10_000 {
+                rx.recv().await;
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+        .await
+        .unwrap();
+        for p in producers {
+            p.join().unwrap();
+        }
+    });
+    println!(
+        "a task received 10,000 messages sent from 4 threads in {:?}",
+        start.elapsed()
+    );
+
+    println!("\n{}", rt.stats());
+    Ok(())
+}
+
+/// A tiny counting channel, enough for the demo (weft's own channels come later).
+mod futures_channel_like {
+    use std::future::poll_fn;
+    use std::sync::{Arc, Mutex};
+    use std::task::{Poll, Waker};
+
+    #[derive(Default)]
+    struct Inner {
+        count: usize,
+        waker: Option<Waker>,
+    }
+
+    #[derive(Clone)]
+    pub struct Sender(Arc<Mutex<Inner>>);
+    pub struct Receiver(Arc<Mutex<Inner>>);
+
+    pub fn channel() -> (Sender, Receiver) {
+        let inner = Arc::new(Mutex::new(Inner::default()));
+        (Sender(inner.clone()), Receiver(inner))
+    }
+
+    impl Sender {
+        pub fn send(&self) {
+            let waker = {
+                let mut g = self.0.lock().unwrap();
+                g.count += 1;
+                g.waker.take()
+            };
+            if let Some(w) = waker {
+                w.wake();
+            }
+        }
+    }
+
+    impl Receiver {
+        pub async fn recv(&self) {
+            poll_fn(|cx| {
+                let mut g = self.0.lock().unwrap();
+                if g.count > 0 {
+                    g.count -= 1;
+                    Poll::Ready(())
+                } else {
+                    g.waker = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+            })
+            .await
+        }
+    }
+}
