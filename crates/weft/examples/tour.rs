@@ -41,12 +41,20 @@ fn main() -> std::io::Result<()> {
     }
     let start = Instant::now();
     let leaves = rt.block_on(tree(14));
-    println!("a binary tree of tasks 14 levels deep has {leaves} leaves ({:?})", start.elapsed());
+    println!(
+        "a binary tree of tasks 14 levels deep has {leaves} leaves ({:?})",
+        start.elapsed()
+    );
 
     // 3. A blocking join from a plain thread, and from inside a task (the worker helps
     //    run other tasks while it waits instead of blocking).
     let h = rt.spawn(async { "joined from a plain thread" });
-    println!("{}", std::thread::spawn(move || h.join().unwrap()).join().unwrap());
+    println!(
+        "{}",
+        std::thread::spawn(move || h.join().unwrap())
+            .join()
+            .unwrap()
+    );
     let v = rt
         .spawn(async { weft::spawn(async { 21 }).join().unwrap() * 2 })
         .join()
@@ -72,7 +80,10 @@ fn main() -> std::io::Result<()> {
     // 5. A panicking task: the panic comes back through its handle; the worker lives on.
     let previous_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {})); // keep the demo's output tidy
-    let err = rt.spawn(async { panic!("something went wrong") }).join().unwrap_err();
+    let err = rt
+        .spawn(async { panic!("something went wrong") })
+        .join()
+        .unwrap_err();
     std::panic::set_hook(previous_hook);
     println!("panic: {err}");
     println!(

@@ -217,3 +217,30 @@ fn shutdown_timeout_gives_up_on_a_stuck_worker() {
         );
     })
 }
+
+/// A runtime dropped from inside one of its own tasks does not wait for the worker it
+/// is running on (that would deadlock); the other workers stop and the task's own
+/// worker leaves when the poll returns.
+#[test]
+fn dropping_a_runtime_inside_its_own_task_does_not_deadlock() {
+    common::with_timeout(|| {
+        let rt = weft::Builder::new().worker_threads(2).build().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let slot = std::sync::Arc::new(std::sync::Mutex::new(None::<weft::Runtime>));
+        let s2 = slot.clone();
+        let h = rt.spawn(async move {
+            let rt = loop {
+                if let Some(rt) = s2.lock().unwrap().take() {
+                    break rt;
+                }
+                weft::task::yield_now().await;
+            };
+            drop(rt);
+            tx.send(()).unwrap();
+        });
+        *slot.lock().unwrap() = Some(rt);
+        rx.recv_timeout(std::time::Duration::from_secs(20))
+            .expect("task ran the drop");
+        drop(h);
+    });
+}

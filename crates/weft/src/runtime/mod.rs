@@ -14,7 +14,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::scheduler::stats::Stats;
-use crate::scheduler::worker::Core;
+use crate::scheduler::worker::{self, Core};
 use crate::scheduler::Shared;
 use crate::task::JoinHandle;
 
@@ -182,9 +182,13 @@ impl Runtime {
     fn shutdown(&mut self, timeout: Option<Duration>) {
         let shared = &self.handle.shared;
         shared.begin_shutdown();
+        // Dropped from inside one of its own tasks: that worker cannot be waited for;
+        // it leaves its loop when the current poll returns.
+        let on_own_worker = worker::with_current(|c| c.is_some_and(|c| c.belongs_to(shared)));
+        let others_left = usize::from(on_own_worker);
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut running = self.exits.running.lock().unwrap();
-        while *running > 0 {
+        while *running > others_left {
             match deadline {
                 None => running = self.exits.cv.wait(running).unwrap(),
                 Some(d) => {
@@ -197,10 +201,14 @@ impl Runtime {
             }
         }
         let all_done = *running == 0;
+        let stopped = *running <= others_left;
         drop(running);
-        if all_done {
+        if stopped {
+            let me = std::thread::current().id();
             for t in self.threads.drain(..) {
-                let _ = t.join();
+                if t.thread().id() != me {
+                    let _ = t.join();
+                }
             }
         } else {
             eprintln!("weft: shutdown timed out; leaving workers stuck in tasks behind");
