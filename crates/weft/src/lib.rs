@@ -45,7 +45,10 @@ pub mod task;
 #[cfg(all(test, loom))]
 mod loom_tests;
 
-pub use runtime::{spawn, Builder, Handle, Runtime, TryCurrentError};
-pub use scheduler::stats::{Stats, WorkerStats};
+pub use runtime::{
+    spawn, spawn_blocking, spawn_on, Builder, Handle, Pool, Runtime, TryCurrentError,
+};
+pub use scheduler::blocking::BlockingStats;
+pub use scheduler::stats::{PoolStats, Stats, WorkerStats};
 pub use task::{AbortHandle, JoinError, JoinHandle};
 pub use weft_macros::{main, test};

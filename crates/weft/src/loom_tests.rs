@@ -314,7 +314,7 @@ fn loom_parker() {
 #[test]
 fn loom_park_vs_remote_insert() {
     loom::model(|| {
-        let (shared, mut locals) = Shared::new(1);
+        let (shared, mut locals) = Shared::new(1, crate::Pool::Default, std::sync::Weak::new());
         let rec = Arc::new(Recorder::default());
         let core = Core::new(0, shared.clone(), locals.pop().unwrap());
         let s2 = shared.clone();
@@ -344,7 +344,7 @@ fn loom_park_vs_remote_insert() {
 #[test]
 fn loom_two_workers_one_insert() {
     loom::model(|| {
-        let (shared, mut locals) = Shared::new(2);
+        let (shared, mut locals) = Shared::new(2, crate::Pool::Default, std::sync::Weak::new());
         let rec = Arc::new(Recorder::default());
         let l1 = locals.pop().unwrap();
         let l0 = locals.pop().unwrap();

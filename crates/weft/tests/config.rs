@@ -51,6 +51,7 @@ fn thread_name_and_hooks() {
         let (a, b) = (starts.clone(), stops.clone());
         let rt = Builder::new()
             .worker_threads(3)
+            .interactive_threads(1)
             .thread_name("cfg-test-worker")
             .on_thread_start(move || {
                 a.fetch_add(1, Ordering::SeqCst);
@@ -69,17 +70,18 @@ fn thread_name_and_hooks() {
             name.starts_with("cfg-test-worker"),
             "worker thread is named {name:?}"
         );
+        // Three default workers and one interactive worker.
         wait_until("on_thread_start ran for every worker", || {
-            load(&starts) == 3
+            load(&starts) == 4
         });
         assert_eq!(load(&stops), 0);
         drop(rt);
         assert_eq!(
             load(&stops),
-            3,
+            4,
             "on_thread_stop did not run for every worker by the end of drop"
         );
-        assert_eq!(load(&starts), 3);
+        assert_eq!(load(&starts), 4);
     })
 }
 

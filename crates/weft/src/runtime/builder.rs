@@ -28,6 +28,9 @@ pub struct Builder {
     pub(crate) thread_name: String,
     pub(crate) on_thread_start: Option<Callback>,
     pub(crate) on_thread_stop: Option<Callback>,
+    pub(crate) interactive_threads: Option<usize>,
+    pub(crate) max_blocking_threads: usize,
+    pub(crate) blocking_keep_alive: std::time::Duration,
 }
 
 impl Default for Builder {
@@ -37,15 +40,40 @@ impl Default for Builder {
 }
 
 impl Builder {
-    /// A builder with the defaults: one worker per core (or `WEFT_WORKERS`), threads
-    /// named `weft-worker-N`.
+    /// A builder with the defaults: one worker per core (or `WEFT_WORKERS`), one
+    /// interactive worker (or `WEFT_INTERACTIVE`), up to 512 blocking threads, threads
+    /// named `weft-worker-N`, `weft-worker-interactive-N`, `weft-worker-blocking-N`.
     pub fn new() -> Builder {
         Builder {
             worker_threads: None,
             thread_name: "weft-worker".into(),
             on_thread_start: None,
             on_thread_stop: None,
+            interactive_threads: None,
+            max_blocking_threads: 512,
+            blocking_keep_alive: std::time::Duration::from_secs(10),
         }
+    }
+
+    /// Sets the size of the interactive pool (default 1, or `WEFT_INTERACTIVE`); zero
+    /// means none, and tasks spawned onto [`Pool::Interactive`](crate::Pool) then run on
+    /// the default pool.
+    pub fn interactive_threads(&mut self, n: usize) -> &mut Self {
+        self.interactive_threads = Some(n);
+        self
+    }
+
+    /// Caps the blocking pool (default 512). Zero makes [`build`](Self::build) fail.
+    pub fn max_blocking_threads(&mut self, n: usize) -> &mut Self {
+        self.max_blocking_threads = n;
+        self
+    }
+
+    /// How long an idle blocking-pool thread waits for work before it exits (default
+    /// 10 s).
+    pub fn thread_keep_alive(&mut self, d: std::time::Duration) -> &mut Self {
+        self.blocking_keep_alive = d;
+        self
     }
 
     /// Sets the number of worker threads. An explicit count wins over `WEFT_WORKERS`;
@@ -61,13 +89,14 @@ impl Builder {
         self
     }
 
-    /// Runs `f` on each worker thread when it starts.
+    /// Runs `f` on each worker thread (default and interactive pools) when it starts.
     pub fn on_thread_start<F: Fn() + Send + Sync + 'static>(&mut self, f: F) -> &mut Self {
         self.on_thread_start = Some(StdArc::new(f));
         self
     }
 
-    /// Runs `f` on each worker thread just before it exits.
+    /// Runs `f` on each worker thread (default and interactive pools) just before it
+    /// exits.
     pub fn on_thread_stop<F: Fn() + Send + Sync + 'static>(&mut self, f: F) -> &mut Self {
         self.on_thread_stop = Some(StdArc::new(f));
         self
@@ -94,10 +123,32 @@ impl Builder {
         Ok(n)
     }
 
+    /// The interactive pool size this builder will use.
+    pub(crate) fn resolved_interactive(&self) -> io::Result<usize> {
+        let n = match self.interactive_threads {
+            Some(n) => n,
+            None => env::count_or_zero("WEFT_INTERACTIVE").unwrap_or(1),
+        };
+        if n > MAX_WORKERS {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("weft: interactive_threads must be at most {MAX_WORKERS} (got {n})"),
+            ));
+        }
+        if self.max_blocking_threads == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "weft: max_blocking_threads must be at least 1 (got 0)",
+            ));
+        }
+        Ok(n)
+    }
+
     /// Starts the worker threads.
     ///
-    /// Errors: a worker count of zero or over 4096 (`InvalidInput`), or the system
-    /// refusing to start a thread.
+    /// Errors: a worker count of zero or over 4096, an interactive count over 4096, or
+    /// a blocking cap of zero (`InvalidInput`), or the system refusing to start a
+    /// thread.
     ///
     /// ```
     /// let err = weft::Builder::new().worker_threads(0).build().unwrap_err();

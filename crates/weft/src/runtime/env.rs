@@ -1,4 +1,5 @@
-//! Configuration from the environment: `WEFT_WORKERS`, `WEFT_STATS`, `WEFT_VERBOSE`.
+//! Configuration from the environment: `WEFT_WORKERS`, `WEFT_INTERACTIVE`, `WEFT_STATS`,
+//! `WEFT_VERBOSE`.
 //! A malformed value is reported on stderr and ignored.
 
 /// A positive count from `var`, or `None` (unset, or malformed and reported).
@@ -11,6 +12,15 @@ pub(crate) fn count(var: &str) -> Option<usize> {
             None
         }
     }
+}
+
+/// A count from `var` where zero is allowed (`None` if unset or malformed).
+pub(crate) fn count_or_zero(var: &str) -> Option<usize> {
+    let raw = std::env::var(var).ok()?;
+    if raw.trim() == "0" {
+        return Some(0);
+    }
+    count(var)
 }
 
 fn parse_count(raw: &str) -> Result<usize, String> {

@@ -4,6 +4,7 @@ use std::cell::RefCell;
 use std::fmt;
 use std::future::Future;
 
+use super::{Inner, Pool};
 use crate::scheduler::stats::Stats;
 use crate::scheduler::{worker, Shared};
 use crate::sync::Arc;
@@ -24,7 +25,7 @@ use crate::task::JoinHandle;
 /// ```
 #[derive(Clone)]
 pub struct Handle {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 /// Returned by [`Handle::try_current`] outside a runtime.
@@ -53,6 +54,12 @@ pub(crate) struct EnterGuard(());
 pub(crate) fn enter(handle: &Handle) -> EnterGuard {
     ENTERED.with(|e| e.borrow_mut().push(handle.clone()));
     EnterGuard(())
+}
+
+/// Makes `handle` the current runtime of this thread for the rest of its life (blocking
+/// pool threads).
+pub(crate) fn enter_for_thread(handle: Handle) {
+    ENTERED.with(|e| e.borrow_mut().push(handle));
 }
 
 impl Drop for EnterGuard {
@@ -91,15 +98,25 @@ impl Handle {
     /// assert!(weft::Handle::try_current().is_err());
     /// ```
     pub fn try_current() -> Result<Handle, TryCurrentError> {
-        if let Some(shared) = worker::with_current(|c| c.map(|c| c.shared().clone())) {
-            return Ok(Handle { shared });
+        if let Some(inner) = worker::with_current(|c| c.and_then(|c| c.shared().rt.upgrade())) {
+            return Ok(Handle { inner });
         }
         ENTERED
             .with(|e| e.borrow().last().cloned())
             .ok_or(TryCurrentError(()))
     }
 
-    /// Spawns a task onto this runtime.
+    /// The pool a plain `spawn` from this thread goes to: the caller's own pool on one of
+    /// this runtime's workers, the default pool anywhere else.
+    fn caller_pool(&self) -> &Arc<Shared> {
+        let own = worker::with_current(|c| {
+            c.and_then(|c| self.inner.pools.iter().position(|p| c.belongs_to(p)))
+        });
+        &self.inner.pools[own.unwrap_or(0)]
+    }
+
+    /// Spawns a task onto this runtime: onto the caller's pool when called on one of its
+    /// workers, onto the default pool otherwise.
     ///
     /// ```
     /// let rt = weft::Runtime::new().unwrap();
@@ -111,7 +128,38 @@ impl Handle {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.shared.spawn(future)
+        self.caller_pool().spawn(future)
+    }
+
+    /// Spawns a task onto a named pool. The insert wakes a worker of that pool, never
+    /// one of the caller's.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let h = rt.handle().spawn_on(weft::Pool::Interactive, async { 2 });
+    /// assert_eq!(h.join().unwrap(), 2);
+    /// ```
+    pub fn spawn_on<F>(&self, pool: Pool, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.inner.pool(pool).spawn(future)
+    }
+
+    /// Runs a blocking closure on the runtime's blocking pool; see [`spawn_blocking`].
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let h = rt.handle().spawn_blocking(|| 40 + 2);
+    /// assert_eq!(h.join().unwrap(), 42);
+    /// ```
+    pub fn spawn_blocking<F, R>(&self, f: F) -> JoinHandle<R>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.inner.blocking.spawn(f)
     }
 
     /// Runs `future` to completion on the current thread with this runtime as the
@@ -134,14 +182,14 @@ impl Handle {
     /// assert_eq!(rt.handle().stats().num_workers, 3);
     /// ```
     pub fn stats(&self) -> Stats {
-        self.shared.stats()
+        self.inner.stats()
     }
 }
 
 impl fmt::Debug for Handle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Handle")
-            .field("workers", &self.shared.num_workers())
+            .field("workers", &self.inner.pools[0].num_workers())
             .finish_non_exhaustive()
     }
 }
@@ -167,8 +215,62 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    if let Some(task) = worker::with_current(|core| core.map(|c| c.shared().clone())) {
-        return task.spawn(future);
+    if let Some(pool) = worker::with_current(|core| core.map(|c| c.shared().clone())) {
+        return pool.spawn(future);
     }
     Handle::current().spawn(future)
+}
+
+/// Spawns a task onto a pool of the current runtime. A task spawned into another pool
+/// than the caller's is inserted there and wakes a worker of that pool.
+///
+/// # Panics
+/// Outside a weft runtime.
+///
+/// ```
+/// let rt = weft::Builder::new().worker_threads(2).interactive_threads(1).build().unwrap();
+/// rt.block_on(async {
+///     let h = weft::spawn_on(weft::Pool::Interactive, async {
+///         std::thread::current().name().unwrap().to_string()
+///     });
+///     assert!(h.await.unwrap().contains("interactive"));
+/// });
+/// ```
+#[track_caller]
+pub fn spawn_on<F>(pool: Pool, future: F) -> JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    Handle::current().spawn_on(pool, future)
+}
+
+/// Runs a blocking closure on the current runtime's blocking pool and returns a handle
+/// to its result. The pool starts threads on demand, up to
+/// [`Builder::max_blocking_threads`](crate::Builder::max_blocking_threads), and retires
+/// them after an idle keep-alive. Use it for work that blocks a thread (file system,
+/// blocking libraries, long computations) so it does not hold up a worker.
+///
+/// # Panics
+/// Outside a weft runtime.
+///
+/// ```
+/// let rt = weft::Runtime::new().unwrap();
+/// let v = rt.block_on(async {
+///     weft::spawn_blocking(|| {
+///         std::thread::sleep(std::time::Duration::from_millis(10));
+///         5
+///     })
+///     .await
+///     .unwrap()
+/// });
+/// assert_eq!(v, 5);
+/// ```
+#[track_caller]
+pub fn spawn_blocking<F, R>(f: F) -> JoinHandle<R>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    Handle::current().spawn_blocking(f)
 }

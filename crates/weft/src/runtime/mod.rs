@@ -1,4 +1,4 @@
-//! The runtime: building workers, entering, spawning, shutting down.
+//! The runtime: pools of workers, entering, spawning, shutting down.
 
 mod builder;
 mod env;
@@ -6,17 +6,63 @@ mod handle;
 pub(crate) mod wait;
 
 pub use builder::Builder;
-pub use handle::{spawn, Handle, TryCurrentError};
+pub use handle::{spawn, spawn_blocking, spawn_on, Handle, TryCurrentError};
 
 use std::future::Future;
 use std::io;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use crate::scheduler::blocking::BlockingPool;
 use crate::scheduler::stats::Stats;
 use crate::scheduler::worker::{self, Core};
 use crate::scheduler::Shared;
+use crate::sync::Arc;
 use crate::task::JoinHandle;
+
+/// The pools of a runtime. A task runs on the workers of the pool it was spawned
+/// into; `spawn` keeps the caller's pool, `spawn_on` names one.
+///
+/// ```
+/// let rt = weft::Builder::new().worker_threads(2).interactive_threads(1).build().unwrap();
+/// let h = rt.handle().spawn_on(weft::Pool::Interactive, async { "latency-sensitive" });
+/// assert_eq!(h.join().unwrap(), "latency-sensitive");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Pool {
+    /// The main pool: one worker per core unless configured.
+    Default,
+    /// A small pool for latency-sensitive tasks, so they never queue behind a
+    /// saturated default pool. With zero interactive threads, tasks spawned here run
+    /// on the default pool.
+    Interactive,
+}
+
+/// What a runtime's handles share: its pools and its blocking pool.
+pub(crate) struct Inner {
+    /// `pools[0]` is the default pool; `pools[1]` the interactive one, if it has
+    /// threads.
+    pub(crate) pools: Vec<Arc<Shared>>,
+    pub(crate) blocking: Arc<BlockingPool>,
+}
+
+impl Inner {
+    /// The pool that serves `pool` (the default one stands in for an empty
+    /// interactive pool).
+    pub(crate) fn pool(&self, pool: Pool) -> &Arc<Shared> {
+        match pool {
+            Pool::Interactive if self.pools.len() > 1 => &self.pools[1],
+            _ => &self.pools[0],
+        }
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        Stats::new(
+            self.pools.iter().map(|p| p.stats()).collect(),
+            self.blocking.stats(),
+        )
+    }
+}
 
 /// A set of worker threads running async tasks, with work stealing between them.
 ///
@@ -59,55 +105,83 @@ impl Runtime {
         let print_stats = env::flag("WEFT_STATS");
         if verbose {
             eprintln!(
-                "weft: starting runtime: {workers} workers named {}-N, budget {} polls/tick, \
-                 local queue {} slots, global batch {}",
+                "weft: starting runtime: {workers} workers named {}-N, {} interactive, up to {} \
+                 blocking threads, budget {} polls/tick, local queue {} slots, global batch {}",
                 b.thread_name,
+                b.resolved_interactive().unwrap_or(0),
+                b.max_blocking_threads,
                 crate::scheduler::worker::BUDGET,
                 crate::scheduler::queue::CAPACITY,
                 crate::scheduler::worker::GLOBAL_BATCH,
             );
         }
-        let (shared, locals) = Shared::new(workers);
+        let interactive = b.resolved_interactive()?;
+        let mut locals = Vec::new();
+        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
+            let mut pools = Vec::new();
+            for (pool, n) in [(Pool::Default, workers), (Pool::Interactive, interactive)] {
+                if n > 0 {
+                    let (shared, l) = Shared::new(n, pool, weak.clone());
+                    locals.push((shared.clone(), l));
+                    pools.push(shared);
+                }
+            }
+            let enter_weak = weak.clone();
+            let blocking = Arc::new(BlockingPool::new(
+                b.max_blocking_threads,
+                b.blocking_keep_alive,
+                format!("{}-blocking", b.thread_name),
+                Box::new(move || {
+                    if let Some(inner) = enter_weak.upgrade() {
+                        handle::enter_for_thread(Handle { inner });
+                    }
+                }),
+            ));
+            Inner { pools, blocking }
+        });
         let exits = std::sync::Arc::new(Exits {
             running: Mutex::new(0),
             cv: Condvar::new(),
         });
         let mut rt = Runtime {
-            handle: Handle {
-                shared: shared.clone(),
-            },
+            handle: Handle { inner },
             exits: exits.clone(),
-            threads: Vec::with_capacity(workers),
+            threads: Vec::new(),
             print_stats,
         };
-        for (index, local) in locals.into_iter().enumerate() {
-            let shared = shared.clone();
-            let thread_exits = exits.clone();
-            let start = b.on_thread_start.clone();
-            let stop = b.on_thread_stop.clone();
-            *exits.running.lock().unwrap() += 1;
-            let spawned = std::thread::Builder::new()
-                .name(format!("{}-{index}", b.thread_name))
-                .spawn(move || {
-                    if let Some(f) = &start {
-                        f();
+        for (shared, pool_locals) in locals {
+            let prefix = match shared.pool {
+                Pool::Default => b.thread_name.clone(),
+                Pool::Interactive => format!("{}-interactive", b.thread_name),
+            };
+            for (index, local) in pool_locals.into_iter().enumerate() {
+                let shared = shared.clone();
+                let thread_exits = exits.clone();
+                let start = b.on_thread_start.clone();
+                let stop = b.on_thread_stop.clone();
+                *exits.running.lock().unwrap() += 1;
+                let spawned = std::thread::Builder::new()
+                    .name(format!("{prefix}-{index}"))
+                    .spawn(move || {
+                        if let Some(f) = &start {
+                            f();
+                        }
+                        let core = Core::new(index, shared, local);
+                        core.run();
+                        drop(core);
+                        if let Some(f) = &stop {
+                            f();
+                        }
+                        *thread_exits.running.lock().unwrap() -= 1;
+                        thread_exits.cv.notify_all();
+                    });
+                match spawned {
+                    Ok(t) => rt.threads.push(t),
+                    Err(e) => {
+                        *exits.running.lock().unwrap() -= 1;
+                        // `rt` drops here and stops the workers already started.
+                        return Err(e);
                     }
-                    let core = Core::new(index, shared, local);
-                    core.run();
-                    drop(core);
-                    if let Some(f) = &stop {
-                        f();
-                    }
-                    *thread_exits.running.lock().unwrap() -= 1;
-                    thread_exits.cv.notify_all();
-                });
-            match spawned {
-                Ok(t) => rt.threads.push(t),
-                Err(e) => {
-                    *exits.running.lock().unwrap() -= 1;
-                    // `rt` drops here and stops the workers already started; their
-                    // local queue ends for the missing workers were never handed out.
-                    return Err(e);
                 }
             }
         }
@@ -152,6 +226,36 @@ impl Runtime {
         &self.handle
     }
 
+    /// Spawns a task onto the given pool.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let h = rt.spawn_on(weft::Pool::Interactive, async { 1 });
+    /// assert_eq!(h.join().unwrap(), 1);
+    /// ```
+    pub fn spawn_on<F>(&self, pool: Pool, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn_on(pool, future)
+    }
+
+    /// Runs a blocking closure on the blocking pool; see [`spawn_blocking`].
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let h = rt.spawn_blocking(|| std::fs::metadata("/").is_ok());
+    /// assert!(h.join().unwrap());
+    /// ```
+    pub fn spawn_blocking<F, R>(&self, f: F) -> JoinHandle<R>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.handle.spawn_blocking(f)
+    }
+
     /// Scheduler statistics so far.
     ///
     /// ```
@@ -180,11 +284,15 @@ impl Runtime {
     }
 
     fn shutdown(&mut self, timeout: Option<Duration>) {
-        let shared = &self.handle.shared;
-        shared.begin_shutdown();
+        let inner = self.handle.inner.clone();
+        for p in &inner.pools {
+            p.begin_shutdown();
+        }
         // Dropped from inside one of its own tasks: that worker cannot be waited for;
         // it leaves its loop when the current poll returns.
-        let on_own_worker = worker::with_current(|c| c.is_some_and(|c| c.belongs_to(shared)));
+        let on_own_worker = worker::with_current(|c| {
+            c.is_some_and(|c| inner.pools.iter().any(|p| c.belongs_to(p)))
+        });
         let others_left = usize::from(on_own_worker);
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut running = self.exits.running.lock().unwrap();
@@ -214,21 +322,27 @@ impl Runtime {
             eprintln!("weft: shutdown timed out; leaving workers stuck in tasks behind");
             self.threads.clear();
         }
-        // Anything spawned or woken while the workers stopped.
-        shared.cancel_all();
-        debug_assert!(
-            !all_done || shared.owned.is_empty(),
-            "weft: a task survived shutdown"
-        );
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if !inner.blocking.shutdown(left) {
+            eprintln!("weft: shutdown timed out; leaving blocking threads behind");
+        }
+        for p in &inner.pools {
+            // Anything spawned or woken while the workers stopped.
+            p.cancel_all();
+            debug_assert!(
+                !all_done || p.owned.is_empty(),
+                "weft: a task survived shutdown"
+            );
+        }
         if self.print_stats {
-            eprint!("{}", shared.stats());
+            eprint!("{}", inner.stats());
         }
     }
 }
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        if !self.handle.shared.is_shutdown() {
+        if !self.handle.inner.pools[0].is_shutdown() {
             self.shutdown(None);
         }
     }
@@ -237,7 +351,7 @@ impl Drop for Runtime {
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
-            .field("workers", &self.handle.shared.num_workers())
+            .field("workers", &self.handle.inner.pools[0].num_workers())
             .finish_non_exhaustive()
     }
 }

@@ -4,6 +4,7 @@
 //! ends and parkers, the injection queue, the idle state and the owned-task list.
 //! Each worker's private half lives in [`worker::Core`] on its own thread.
 
+pub(crate) mod blocking;
 pub(crate) mod idle;
 pub(crate) mod inject;
 pub(crate) mod park;
@@ -14,9 +15,11 @@ pub(crate) mod worker;
 use std::future::Future;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::Weak;
 
 use crossbeam_utils::CachePadded;
 
+use crate::runtime::{Inner, Pool};
 use crate::sync::{fence, Arc};
 use crate::task::header::Header;
 use crate::task::owned::OwnedTasks;
@@ -25,7 +28,7 @@ use crate::task::{new_task, JoinHandle};
 use idle::Idle;
 use inject::Inject;
 use park::Parker;
-use stats::{Stats, WorkerCounters};
+use stats::{PoolStats, WorkerCounters};
 
 /// The part of a worker that other threads use.
 pub(crate) struct Remote {
@@ -42,12 +45,19 @@ pub(crate) struct Shared {
     pub(crate) owned: OwnedTasks,
     shutdown: AtomicBool,
     external_spawned: AtomicU64,
+    pub(crate) pool: Pool,
+    /// The runtime this pool belongs to (for `Handle::current` on a worker).
+    pub(crate) rt: Weak<Inner>,
 }
 
 impl Shared {
     /// Builds the shared state for `workers` workers and returns each worker's local
     /// queue end, to be moved to its thread.
-    pub(crate) fn new(workers: usize) -> (Arc<Shared>, Vec<queue::Local>) {
+    pub(crate) fn new(
+        workers: usize,
+        pool: Pool,
+        rt: Weak<Inner>,
+    ) -> (Arc<Shared>, Vec<queue::Local>) {
         let mut locals = Vec::with_capacity(workers);
         let remotes = (0..workers)
             .map(|_| {
@@ -67,6 +77,8 @@ impl Shared {
             owned: OwnedTasks::new(workers),
             shutdown: AtomicBool::new(false),
             external_spawned: AtomicU64::new(0),
+            pool,
+            rt,
         });
         (shared, locals)
     }
@@ -172,22 +184,18 @@ impl Shared {
         }
     }
 
-    pub(crate) fn stats(&self) -> Stats {
+    pub(crate) fn stats(&self) -> PoolStats {
         let workers: Vec<_> = self
             .remotes
             .iter()
             .map(|r| r.counters.snapshot(r.parker.wake_calls()))
             .collect();
         let spawned: u64 = self.remotes.iter().map(|r| r.counters.spawned.get()).sum();
-        Stats {
-            total_spawned: spawned + self.external_spawned.load(Relaxed),
-            total_polled: workers.iter().map(|w| w.tasks_polled).sum(),
-            total_stolen: workers.iter().map(|w| w.tasks_stolen).sum(),
-            total_parked: workers.iter().map(|w| w.times_parked).sum(),
-            total_wake_calls: workers.iter().map(|w| w.wake_calls).sum(),
-            num_workers: workers.len(),
+        PoolStats::new(
+            self.pool,
+            spawned + self.external_spawned.load(Relaxed),
             workers,
-        }
+        )
     }
 }
 

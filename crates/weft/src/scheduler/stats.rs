@@ -17,6 +17,7 @@ pub(crate) struct WorkerCounters {
     pub(crate) lifo_hits: Counter,
     pub(crate) global_batch_fetches: Counter,
     pub(crate) overflows: Counter,
+    pub(crate) spurious: Counter,
 }
 
 #[derive(Default)]
@@ -36,6 +37,10 @@ impl Counter {
 
 /// A snapshot of a runtime's scheduler statistics.
 ///
+/// The top-level totals and `workers` describe the default pool (the runtime's
+/// `worker_threads`); `pools` has the same figures for every pool, and `blocking` the
+/// elastic pool behind `spawn_blocking`.
+///
 /// ```
 /// let rt = weft::Runtime::new().unwrap();
 /// rt.block_on(async {
@@ -49,9 +54,9 @@ impl Counter {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Tasks ever spawned on this runtime.
+    /// Tasks ever spawned on the default pool.
     pub total_spawned: u64,
-    /// Polls of tasks across all workers.
+    /// Polls of tasks across the default pool's workers.
     pub total_polled: u64,
     /// Tasks moved between workers by work stealing.
     pub total_stolen: u64,
@@ -59,10 +64,85 @@ pub struct Stats {
     pub total_parked: u64,
     /// Futex wake calls made to wake sleeping workers.
     pub total_wake_calls: u64,
-    /// Number of worker threads.
+    /// Wake-ups after which the worker found no work before sleeping again.
+    pub total_spurious_wakeups: u64,
+    /// Number of worker threads in the default pool.
     pub num_workers: usize,
-    /// Per-worker counters, indexed by worker.
+    /// Per-worker counters of the default pool, indexed by worker.
     pub workers: Vec<WorkerStats>,
+    /// Every pool (default first, then interactive if it has threads).
+    pub pools: Vec<PoolStats>,
+    /// The blocking pool.
+    pub blocking: crate::scheduler::blocking::BlockingStats,
+}
+
+/// One pool's statistics.
+///
+/// ```
+/// let rt = weft::Builder::new().worker_threads(2).interactive_threads(1).build().unwrap();
+/// let pools = rt.stats().pools;
+/// assert_eq!(pools[0].pool, weft::Pool::Default);
+/// assert_eq!(pools[1].pool, weft::Pool::Interactive);
+/// assert_eq!(pools[1].num_workers, 1);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PoolStats {
+    /// Which pool.
+    pub pool: crate::Pool,
+    /// Tasks ever spawned on this pool.
+    pub total_spawned: u64,
+    /// Polls across this pool's workers.
+    pub total_polled: u64,
+    /// Tasks moved between this pool's workers by stealing.
+    pub total_stolen: u64,
+    /// Times a worker of this pool went to sleep.
+    pub total_parked: u64,
+    /// Futex wake calls made to this pool's workers.
+    pub total_wake_calls: u64,
+    /// Wake-ups after which the worker found no work before sleeping again.
+    pub total_spurious_wakeups: u64,
+    /// Worker threads in this pool.
+    pub num_workers: usize,
+    /// Per-worker counters.
+    pub workers: Vec<WorkerStats>,
+}
+
+impl PoolStats {
+    pub(crate) fn new(pool: crate::Pool, spawned: u64, workers: Vec<WorkerStats>) -> Self {
+        PoolStats {
+            pool,
+            total_spawned: spawned,
+            total_polled: workers.iter().map(|w| w.tasks_polled).sum(),
+            total_stolen: workers.iter().map(|w| w.tasks_stolen).sum(),
+            total_parked: workers.iter().map(|w| w.times_parked).sum(),
+            total_wake_calls: workers.iter().map(|w| w.wake_calls).sum(),
+            total_spurious_wakeups: workers.iter().map(|w| w.spurious_wakeups).sum(),
+            num_workers: workers.len(),
+            workers,
+        }
+    }
+}
+
+impl Stats {
+    pub(crate) fn new(
+        pools: Vec<PoolStats>,
+        blocking: crate::scheduler::blocking::BlockingStats,
+    ) -> Self {
+        let d = &pools[0];
+        Stats {
+            total_spawned: d.total_spawned,
+            total_polled: d.total_polled,
+            total_stolen: d.total_stolen,
+            total_parked: d.total_parked,
+            total_wake_calls: d.total_wake_calls,
+            total_spurious_wakeups: d.total_spurious_wakeups,
+            num_workers: d.num_workers,
+            workers: d.workers.clone(),
+            pools,
+            blocking,
+        }
+    }
 }
 
 /// One worker's counters.
@@ -91,6 +171,8 @@ pub struct WorkerStats {
     pub overflows: u64,
     /// Futex wake calls made to wake this worker.
     pub wake_calls: u64,
+    /// Wake-ups after which this worker found no work before sleeping again.
+    pub spurious_wakeups: u64,
 }
 
 impl WorkerCounters {
@@ -104,21 +186,38 @@ impl WorkerCounters {
             global_batch_fetches: self.global_batch_fetches.get(),
             overflows: self.overflows.get(),
             wake_calls,
+            spurious_wakeups: self.spurious.get(),
         }
     }
 }
 
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for p in &self.pools {
+            write!(f, "{p}")?;
+        }
+        let b = &self.blocking;
         writeln!(
             f,
-            "weft: {} workers, {} spawned, {} polled, {} stolen, {} parks, {} futex wakes",
+            "weft blocking pool: {} threads ({} idle), {} started, {} closures run or queued",
+            b.threads, b.idle_threads, b.threads_started, b.tasks
+        )
+    }
+}
+
+impl fmt::Display for PoolStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "weft {:?} pool: {} workers, {} spawned, {} polled, {} stolen, {} parks, {} futex wakes, {} spurious",
+            self.pool,
             self.num_workers,
             self.total_spawned,
             self.total_polled,
             self.total_stolen,
             self.total_parked,
-            self.total_wake_calls
+            self.total_wake_calls,
+            self.total_spurious_wakeups,
         )?;
         writeln!(
             f,
