@@ -41,6 +41,7 @@ mod runtime;
 mod scheduler;
 mod sync;
 pub mod task;
+pub mod time;
 
 #[cfg(all(test, loom))]
 mod loom_tests;

@@ -314,7 +314,12 @@ fn loom_parker() {
 #[test]
 fn loom_park_vs_remote_insert() {
     loom::model(|| {
-        let (shared, mut locals) = Shared::new(1, crate::Pool::Default, std::sync::Weak::new());
+        let (shared, mut locals) = Shared::new(
+            1,
+            crate::Pool::Default,
+            std::sync::Weak::new(),
+            Arc::new(crate::time::driver::Driver::new()),
+        );
         let rec = Arc::new(Recorder::default());
         let core = Core::new(0, shared.clone(), locals.pop().unwrap());
         let s2 = shared.clone();
@@ -344,7 +349,12 @@ fn loom_park_vs_remote_insert() {
 #[test]
 fn loom_two_workers_one_insert() {
     loom::model(|| {
-        let (shared, mut locals) = Shared::new(2, crate::Pool::Default, std::sync::Weak::new());
+        let (shared, mut locals) = Shared::new(
+            2,
+            crate::Pool::Default,
+            std::sync::Weak::new(),
+            Arc::new(crate::time::driver::Driver::new()),
+        );
         let rec = Arc::new(Recorder::default());
         let l1 = locals.pop().unwrap();
         let l0 = locals.pop().unwrap();
@@ -375,5 +385,89 @@ fn loom_two_workers_one_insert() {
         }
         assert_eq!(got.load(SeqCst), 1);
         assert!(shared.inject.is_empty());
+    });
+}
+
+/// A worker with a stale unpark token races a producer that claims it: the searching
+/// count must never go below zero (the SPIN model's `CHECK_SEARCHING_WRAP`; before the
+/// claimed worker counted itself, this wrapped to `usize::MAX` for a moment).
+#[test]
+fn loom_claim_with_stale_token_keeps_searching_count_sane() {
+    loom::model(|| {
+        let (shared, mut locals) = Shared::new(
+            1,
+            crate::Pool::Default,
+            std::sync::Weak::new(),
+            Arc::new(crate::time::driver::Driver::new()),
+        );
+        let rec = Arc::new(Recorder::default());
+        let core = Core::new(0, shared.clone(), locals.pop().unwrap());
+        // A stale token: the next park returns at once.
+        shared.remotes[0].parker.unpark();
+        let s2 = shared.clone();
+        let task = dummy_task(&rec);
+        let producer = thread::spawn(move || s2.schedule_remote(task));
+        let mut found = core.next_task_for_test();
+        while found.is_none() {
+            assert!(shared.idle.num_searching() <= 1, "searching count wrapped");
+            core.park_for_test();
+            found = core.next_task_for_test();
+        }
+        assert!(shared.idle.num_searching() <= 1, "searching count wrapped");
+        producer.join().unwrap();
+        drop(found);
+        core.finish_for_test();
+        assert_eq!(shared.idle.num_searching(), 0);
+    });
+}
+
+/// Spec 004's race on the real code: a pool of two workers, one of which is going to
+/// sleep, while a worker of another pool inserts into this pool and a worker of this
+/// pool queues a task locally. Both tasks are run; a stranded task (both workers
+/// asleep with work queued) is a loom deadlock.
+#[test]
+fn loom_cross_pool_and_own_pool_inserts_vs_sleep() {
+    loom::model(|| {
+        let (pool_a, mut locals) = Shared::new(
+            2,
+            crate::Pool::Default,
+            std::sync::Weak::new(),
+            Arc::new(crate::time::driver::Driver::new()),
+        );
+        let rec = Arc::new(Recorder::default());
+        let l1 = locals.pop().unwrap();
+        let l0 = locals.pop().unwrap();
+        let got = Arc::new(AtomicUsize::new(0));
+        let own_task = dummy_task(&rec);
+        let workers: Vec<_> = [(0, l0, None), (1, l1, Some(own_task))]
+            .into_iter()
+            .map(|(i, local, spawn)| {
+                let shared = pool_a.clone();
+                let got = got.clone();
+                thread::spawn(move || {
+                    let core = Core::new(i, shared.clone(), local);
+                    if let Some(t) = spawn {
+                        core.push_for_test(t);
+                    }
+                    while got.load(SeqCst) < 2 {
+                        if let Some(t) = core.next_task_for_test() {
+                            drop(t);
+                            if got.fetch_add(1, SeqCst) == 1 {
+                                shared.remotes[1 - i].parker.unpark();
+                            }
+                            continue;
+                        }
+                        core.park_until_for_test(&|| got.load(SeqCst) >= 2);
+                    }
+                    core.finish_for_test();
+                })
+            })
+            .collect();
+        // A worker of another pool inserting into pool A.
+        pool_a.schedule_remote(dummy_task(&rec));
+        for w in workers {
+            w.join().unwrap();
+        }
+        assert_eq!(got.load(SeqCst), 2);
     });
 }

@@ -19,6 +19,7 @@ use crate::scheduler::worker::{self, Core};
 use crate::scheduler::Shared;
 use crate::sync::Arc;
 use crate::task::JoinHandle;
+use crate::time::driver::Driver;
 
 /// The pools of a runtime. A task runs on the workers of the pool it was spawned
 /// into; `spawn` keeps the caller's pool, `spawn_on` names one.
@@ -44,6 +45,7 @@ pub(crate) struct Inner {
     /// threads.
     pub(crate) pools: Vec<Arc<Shared>>,
     pub(crate) blocking: Arc<BlockingPool>,
+    pub(crate) time: Arc<Driver>,
 }
 
 impl Inner {
@@ -60,6 +62,7 @@ impl Inner {
         Stats::new(
             self.pools.iter().map(|p| p.stats()).collect(),
             self.blocking.stats(),
+            (self.time.pending(), self.time.fired()),
         )
     }
 }
@@ -118,10 +121,11 @@ impl Runtime {
         let interactive = b.resolved_interactive()?;
         let mut locals = Vec::new();
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
+            let time = Arc::new(Driver::new());
             let mut pools = Vec::new();
             for (pool, n) in [(Pool::Default, workers), (Pool::Interactive, interactive)] {
                 if n > 0 {
-                    let (shared, l) = Shared::new(n, pool, weak.clone());
+                    let (shared, l) = Shared::new(n, pool, weak.clone(), time.clone());
                     locals.push((shared.clone(), l));
                     pools.push(shared);
                 }
@@ -137,7 +141,11 @@ impl Runtime {
                     }
                 }),
             ));
-            Inner { pools, blocking }
+            Inner {
+                pools,
+                blocking,
+                time,
+            }
         });
         let exits = std::sync::Arc::new(Exits {
             running: Mutex::new(0),

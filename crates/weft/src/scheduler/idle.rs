@@ -38,6 +38,9 @@ use crate::sync::{AtomicU64, AtomicUsize};
 
 pub(crate) struct Idle {
     num_searching: AtomicUsize,
+    /// The worker of this pool that sleeps holding the timer driver (`usize::MAX`:
+    /// none). Producers wake it last, so timers keep their sleeper.
+    driver_holder: AtomicUsize,
     /// One bit per worker: set while the worker is parked (or about to park).
     parked: Box<[AtomicU64]>,
     num_workers: usize,
@@ -47,6 +50,7 @@ impl Idle {
     pub(crate) fn new(num_workers: usize) -> Self {
         Idle {
             num_searching: AtomicUsize::new(0),
+            driver_holder: AtomicUsize::new(usize::MAX),
             parked: (0..num_workers.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
@@ -76,26 +80,37 @@ impl Idle {
     }
 
     /// Producer side, after the push and the SeqCst fence: picks a parked worker to
-    /// wake, unless a searcher will find the work. The claimed worker is counted as a
-    /// searcher from here on. Returns its index.
+    /// wake, unless a searcher will find the work. Returns its index. The claimed
+    /// worker counts itself as a searcher when it wakes ([`Idle::claimed`]): if the
+    /// producer counted it here, the worker could wake (a stale token) and stop
+    /// searching before the increment, taking the count below zero for a moment, and
+    /// inserts that read the wrapped count would skip their wake (found by the SPIN
+    /// model in `models/`).
     pub(crate) fn claim_parked(&self) -> Option<usize> {
         if self.num_searching.load(SeqCst) != 0 {
             return None;
         }
+        let holder = self.driver_holder.load(SeqCst);
         for (w, word) in self.parked.iter().enumerate() {
             let mut bits = word.load(SeqCst);
             while bits != 0 {
-                let bit = bits.trailing_zeros();
+                let mut pick = bits;
+                if holder / 64 == w && bits != 1 << (holder % 64) {
+                    pick &= !(1 << (holder % 64));
+                }
+                let bit = pick.trailing_zeros();
                 match word.compare_exchange(bits, bits & !(1 << bit), AcqRel, SeqCst) {
-                    Ok(_) => {
-                        self.num_searching.fetch_add(1, SeqCst);
-                        return Some(w * 64 + bit as usize);
-                    }
+                    Ok(_) => return Some(w * 64 + bit as usize),
                     Err(actual) => bits = actual,
                 }
             }
         }
         None
+    }
+
+    /// A worker found its parked bit cleared by a producer: it is a searcher now.
+    pub(crate) fn claimed(&self) {
+        self.num_searching.fetch_add(1, SeqCst);
     }
 
     /// Sleep side, step 1: publish "parked". The caller then fences and re-checks.
@@ -104,10 +119,16 @@ impl Idle {
     }
 
     /// Takes back the parked bit. Returns false if a producer claimed this worker
-    /// first: it then counts as a searcher, and an unpark is on its way.
+    /// first: an unpark is on its way, and the caller must count itself as a searcher
+    /// ([`Idle::claimed`]).
     pub(crate) fn unpublish_parked(&self, index: usize) -> bool {
         let bit = 1 << (index % 64);
         self.parked[index / 64].fetch_and(!bit, SeqCst) & bit != 0
+    }
+
+    pub(crate) fn set_driver_holder(&self, index: Option<usize>) {
+        self.driver_holder
+            .store(index.unwrap_or(usize::MAX), SeqCst);
     }
 
     pub(crate) fn is_parked(&self, index: usize) -> bool {

@@ -25,6 +25,7 @@ use crate::task::header::Header;
 use crate::task::owned::OwnedTasks;
 use crate::task::raw::{Notified, Schedule};
 use crate::task::{new_task, JoinHandle};
+use crate::time::driver::Driver;
 use idle::Idle;
 use inject::Inject;
 use park::Parker;
@@ -33,7 +34,7 @@ use stats::{PoolStats, WorkerCounters};
 /// The part of a worker that other threads use.
 pub(crate) struct Remote {
     pub(crate) steal: queue::Steal,
-    pub(crate) parker: Parker,
+    pub(crate) parker: Arc<Parker>,
     pub(crate) counters: WorkerCounters,
 }
 
@@ -48,6 +49,8 @@ pub(crate) struct Shared {
     pub(crate) pool: Pool,
     /// The runtime this pool belongs to (for `Handle::current` on a worker).
     pub(crate) rt: Weak<Inner>,
+    /// The runtime's timer driver, shared by all its pools.
+    pub(crate) time: Arc<Driver>,
 }
 
 impl Shared {
@@ -57,6 +60,7 @@ impl Shared {
         workers: usize,
         pool: Pool,
         rt: Weak<Inner>,
+        time: Arc<Driver>,
     ) -> (Arc<Shared>, Vec<queue::Local>) {
         let mut locals = Vec::with_capacity(workers);
         let remotes = (0..workers)
@@ -65,7 +69,7 @@ impl Shared {
                 locals.push(local);
                 CachePadded::new(Remote {
                     steal,
-                    parker: Parker::new(),
+                    parker: Arc::new(Parker::new()),
                     counters: WorkerCounters::default(),
                 })
             })
@@ -79,6 +83,7 @@ impl Shared {
             external_spawned: AtomicU64::new(0),
             pool,
             rt,
+            time,
         });
         (shared, locals)
     }

@@ -30,6 +30,11 @@ impl Parker {
     /// Sleeps until `unpark` (or returns at once if a token is waiting). May return
     /// spuriously; callers re-check their condition.
     pub(crate) fn park(&self) {
+        self.park_timeout(None);
+    }
+
+    /// Like [`park`](Self::park), but returns after `timeout` at the latest.
+    pub(crate) fn park_timeout(&self, timeout: Option<std::time::Duration>) {
         let word = self.futex.word();
         if word
             .compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed)
@@ -45,24 +50,23 @@ impl Parker {
             word.swap(EMPTY, Acquire);
             return;
         }
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
         loop {
-            self.futex.wait(PARKED, None);
+            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            self.futex.wait(PARKED, left);
             if word
                 .compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed)
                 .is_ok()
             {
                 return;
             }
-            #[cfg(loom)]
-            {
-                // loom's futex stand-in cannot sleep forever in a model; treat a
-                // spurious return as one (callers re-check anyway).
-                if word
-                    .compare_exchange(PARKED, EMPTY, Acquire, Relaxed)
-                    .is_ok()
-                {
-                    return;
-                }
+            // loom's futex stand-in cannot sleep forever in a model, so there a return
+            // counts as a timeout (callers re-check anyway).
+            let timed_out = cfg!(loom) || deadline.is_some_and(|d| std::time::Instant::now() >= d);
+            if timed_out {
+                // Leave PARKED; a NOTIFIED that raced in is consumed with it.
+                word.swap(EMPTY, Acquire);
+                return;
             }
         }
     }

@@ -74,6 +74,10 @@ pub struct Stats {
     pub pools: Vec<PoolStats>,
     /// The blocking pool.
     pub blocking: crate::scheduler::blocking::BlockingStats,
+    /// Timers registered and not yet fired or cancelled.
+    pub timers_pending: usize,
+    /// Timers fired since the runtime started.
+    pub timers_fired: u64,
 }
 
 /// One pool's statistics.
@@ -128,6 +132,7 @@ impl Stats {
     pub(crate) fn new(
         pools: Vec<PoolStats>,
         blocking: crate::scheduler::blocking::BlockingStats,
+        timers: (usize, u64),
     ) -> Self {
         let d = &pools[0];
         Stats {
@@ -141,6 +146,8 @@ impl Stats {
             workers: d.workers.clone(),
             pools,
             blocking,
+            timers_pending: timers.0,
+            timers_fired: timers.1,
         }
     }
 }
@@ -201,6 +208,11 @@ impl fmt::Display for Stats {
             f,
             "weft blocking pool: {} threads ({} idle), {} started, {} closures run or queued",
             b.threads, b.idle_threads, b.threads_started, b.tasks
+        )?;
+        writeln!(
+            f,
+            "weft timers: {} pending, {} fired",
+            self.timers_pending, self.timers_fired
         )
     }
 }

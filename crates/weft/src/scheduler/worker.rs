@@ -53,6 +53,8 @@ pub(crate) struct Core {
     tick_start: Cell<Instant>,
     rng: Cell<u64>,
     searching: Cell<bool>,
+    /// Woken by a producer and not yet found work (a spurious wake if it parks again).
+    woken: Cell<bool>,
     /// Set while parking: wakes on this thread then go to the injection queue, not to
     /// a LIFO slot the worker is about to stop looking at.
     transitioning_to_park: Cell<bool>,
@@ -95,6 +97,7 @@ impl Core {
                 0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407),
             ),
             searching: Cell::new(false),
+            woken: Cell::new(false),
             transitioning_to_park: Cell::new(false),
         }
     }
@@ -145,6 +148,7 @@ impl Core {
     }
 
     fn run_task(&self, task: Notified) {
+        self.woken.set(false);
         if self.searching.replace(false) {
             self.stop_searching();
         }
@@ -183,6 +187,9 @@ impl Core {
 
     fn next_task(&self) -> Option<Notified> {
         if self.tick.get().is_multiple_of(self.global_interval.get()) {
+            // About once per millisecond of task time: due timers, then the global
+            // queue (fairness).
+            self.shared.time.process();
             if let Some(t) = self.next_global() {
                 return Some(t);
             }
@@ -265,11 +272,17 @@ impl Core {
         self.next_global()
     }
 
-    /// The sleep transition (see [`super::idle`] for why this order is safe).
+    /// The sleep transition (see [`super::idle`] for why this order is safe). The first
+    /// worker to park holds the timer driver and sleeps until the next deadline.
     fn park(&self, done: &dyn Fn() -> bool) {
+        if self.woken.replace(false) {
+            self.counters().spurious.bump(1);
+        }
         self.transitioning_to_park.set(true);
         if self.searching.replace(false) {
-            self.shared.idle.stop_searching();
+            // With the last-searcher hand-off: work that producers left to this
+            // searcher must not wait behind a busy worker while this one sleeps.
+            self.stop_searching();
         }
         let idle = &self.shared.idle;
         idle.publish_parked(self.index);
@@ -281,17 +294,39 @@ impl Core {
         } else {
             self.counters().parked.bump(1);
             let parker = &self.shared.remotes[self.index].parker;
+            let time = &self.shared.time;
+            let holds_driver = time.try_acquire(parker);
+            if holds_driver {
+                idle.set_driver_holder(Some(self.index));
+            }
             loop {
-                parker.park();
+                let timeout = if holds_driver {
+                    // Fired timers wake their tasks through the normal path; with
+                    // `transitioning_to_park` set they go to the injection queue, whose
+                    // producer side claims a parked worker (maybe this one).
+                    time.process();
+                    time.holder_timeout()
+                } else {
+                    None
+                };
+                parker.park_timeout(timeout);
                 if !idle.is_parked(self.index) {
-                    // A producer claimed us and counted us as a searcher.
+                    // A producer claimed us: we search now.
+                    idle.claimed();
                     self.searching.set(true);
+                    self.woken.set(true);
                     break;
                 }
                 if done() || self.shared.is_shutdown() {
                     self.unpublish();
                     break;
                 }
+            }
+            if holds_driver {
+                idle.set_driver_holder(None);
+                time.release();
+                // Timers that came due while we slept are fired before running tasks.
+                time.process();
             }
             // Time asleep is not task time.
             self.tick_start.set(Instant::now());
@@ -302,6 +337,7 @@ impl Core {
     fn unpublish(&self) {
         if !self.shared.idle.unpublish_parked(self.index) {
             // Claimed meanwhile: we count as a searcher now.
+            self.shared.idle.claimed();
             self.searching.set(true);
         }
     }
@@ -379,12 +415,19 @@ impl Core {
         self.park(done);
     }
 
+    /// Queues a task as a spawn on this worker would (evicting through the ring, with
+    /// the producer-side wake).
+    pub(crate) fn push_for_test(&self, task: Notified) {
+        self.push_local(task);
+        self.shared.notify_parked();
+    }
+
     pub(crate) fn finish_for_test(&self) {
+        if self.shared.idle.is_parked(self.index) {
+            self.unpublish();
+        }
         if self.searching.replace(false) {
             self.stop_searching();
-        }
-        if self.shared.idle.is_parked(self.index) {
-            self.shared.idle.unpublish_parked(self.index);
         }
         self.drain();
     }

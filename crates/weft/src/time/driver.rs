@@ -1,0 +1,183 @@
+//! The timer driver: one wheel per runtime, behind a lock, plus the hand-off that lets
+//! exactly one sleeping worker wait for the next deadline.
+//!
+//! A worker about to park tries to become the *holder*. The holder fires what is due,
+//! publishes the deadline it will sleep until (under the wheel lock) and parks with
+//! that timeout; the other workers park without one, so an idle runtime with no timer
+//! due makes no wakeups at all. Registering a timer earlier than the holder's deadline
+//! unparks the holder so it can shorten its sleep: the registrar inserts under the
+//! same lock, so it either sees the published deadline or the holder sees the new
+//! entry. Busy workers fire due timers at their fairness checks (about every
+//! millisecond of task time), so timers also run when nobody parks.
+
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::Mutex;
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+use super::wheel::{TimerKey, Wheel};
+use crate::scheduler::park::Parker;
+use crate::sync::Arc;
+
+const NONE: u64 = u64::MAX;
+
+pub(crate) struct Driver {
+    start: Instant,
+    wheel: Mutex<Wheel>,
+    /// Earliest pending deadline (ms since `start`), `NONE` if none: a lock-free "is
+    /// anything due?" for busy workers.
+    next_deadline: AtomicU64,
+    /// The parker of the worker sleeping with the driver.
+    holder: Mutex<Option<Arc<Parker>>>,
+    holder_taken: AtomicUsize,
+    /// The deadline the holder sleeps until (`NONE`: no timeout).
+    holder_until: AtomicU64,
+    fired: AtomicU64,
+}
+
+impl Driver {
+    pub(crate) fn new() -> Driver {
+        Driver {
+            start: Instant::now(),
+            wheel: Mutex::new(Wheel::new()),
+            next_deadline: AtomicU64::new(NONE),
+            holder: Mutex::new(None),
+            holder_taken: AtomicUsize::new(0),
+            holder_until: AtomicU64::new(NONE),
+            fired: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Wheel> {
+        self.wheel.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    /// `t` in whole milliseconds since the start, rounded up so a timer never fires
+    /// early.
+    fn to_ms(&self, t: Instant) -> u64 {
+        let d = t.saturating_duration_since(self.start);
+        let ms = d.as_millis() as u64;
+        if d > Duration::from_millis(ms) {
+            ms + 1
+        } else {
+            ms
+        }
+    }
+
+    fn publish_next(&self, wheel: &Wheel) {
+        self.next_deadline
+            .store(wheel.next_expiration().unwrap_or(NONE), Release);
+    }
+
+    pub(crate) fn register(&self, deadline: Instant, waker: &Waker) -> TimerKey {
+        let ms = self.to_ms(deadline);
+        let key = {
+            let mut w = self.lock();
+            let key = w.insert(ms, waker.clone());
+            self.publish_next(&w);
+            key
+        };
+        self.kick(ms);
+        key
+    }
+
+    pub(crate) fn reset(&self, key: TimerKey, deadline: Instant, waker: &Waker) -> TimerKey {
+        let ms = self.to_ms(deadline);
+        let key = {
+            let mut w = self.lock();
+            let key = w.reset(key, ms, waker.clone());
+            self.publish_next(&w);
+            key
+        };
+        self.kick(ms);
+        key
+    }
+
+    /// Re-registers the waker; returns false if the timer already fired.
+    pub(crate) fn poll_registered(&self, key: TimerKey, waker: &Waker) -> bool {
+        self.lock().set_waker(key, waker)
+    }
+
+    pub(crate) fn cancel(&self, key: TimerKey) {
+        let mut w = self.lock();
+        if w.remove(key) {
+            self.publish_next(&w);
+        }
+    }
+
+    /// Unparks the holder if `ms` is earlier than what it sleeps until.
+    fn kick(&self, ms: u64) {
+        if ms < self.holder_until.load(Acquire) {
+            let holder = self
+                .holder
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            if let Some(p) = holder {
+                p.unpark();
+            }
+        }
+    }
+
+    /// Fires every due timer (waking its task). Cheap when nothing is due.
+    pub(crate) fn process(&self) -> usize {
+        let next = self.next_deadline.load(Acquire);
+        if next == NONE || next > self.now_ms() {
+            return 0;
+        }
+        let mut fired = Vec::new();
+        {
+            let mut w = self.lock();
+            w.advance(self.now_ms(), &mut fired);
+            self.publish_next(&w);
+        }
+        self.fired.fetch_add(fired.len() as u64, Relaxed);
+        let n = fired.len();
+        for w in fired {
+            w.wake();
+        }
+        n
+    }
+
+    /// A parking worker offers to hold the driver. Only one holds it at a time.
+    pub(crate) fn try_acquire(&self, parker: &Arc<Parker>) -> bool {
+        if self
+            .holder_taken
+            .compare_exchange(0, 1, AcqRel, Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        *self.holder.lock().unwrap_or_else(|e| e.into_inner()) = Some(parker.clone());
+        true
+    }
+
+    /// How long the holder may sleep: until the next deadline. Publishes that deadline
+    /// under the wheel lock (see the module doc for why).
+    pub(crate) fn holder_timeout(&self) -> Option<Duration> {
+        let w = self.lock();
+        let next = w.next_expiration().unwrap_or(NONE);
+        self.holder_until.store(next, Release);
+        drop(w);
+        (next != NONE).then(|| Duration::from_millis(next.saturating_sub(self.now_ms())))
+    }
+
+    pub(crate) fn release(&self) {
+        self.holder_until.store(NONE, Release);
+        *self.holder.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.holder_taken.store(0, Release);
+    }
+
+    pub(crate) fn pending(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub(crate) fn fired(&self) -> u64 {
+        self.fired.load(Relaxed)
+    }
+}

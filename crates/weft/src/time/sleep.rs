@@ -1,0 +1,152 @@
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use super::driver::Driver;
+use super::wheel::TimerKey;
+use crate::sync::Arc;
+
+/// Waits until `duration` has elapsed.
+///
+/// The sleep binds to the runtime current where it is created, or else where it is
+/// first polled.
+///
+/// # Panics
+/// When first polled, if it was neither created nor polled inside a weft runtime.
+///
+/// ```
+/// let rt = weft::Runtime::new().unwrap();
+/// rt.block_on(weft::time::sleep(std::time::Duration::from_millis(5)));
+/// ```
+#[track_caller]
+pub fn sleep(duration: Duration) -> Sleep {
+    let deadline = Instant::now()
+        .checked_add(duration)
+        .unwrap_or_else(far_future);
+    sleep_until(deadline)
+}
+
+/// Waits until `deadline`.
+///
+/// # Panics
+/// As [`sleep`].
+///
+/// ```
+/// use weft::time::Instant;
+/// let rt = weft::Runtime::new().unwrap();
+/// let deadline = Instant::now() + std::time::Duration::from_millis(5);
+/// rt.block_on(weft::time::sleep_until(deadline));
+/// assert!(Instant::now() >= deadline);
+/// ```
+#[track_caller]
+pub fn sleep_until(deadline: Instant) -> Sleep {
+    Sleep {
+        driver: super::try_current_driver(),
+        deadline,
+        key: None,
+        done: false,
+    }
+}
+
+/// About 30 years: "never" for practical purposes, without overflowing `Instant`.
+pub(crate) fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365 * 30)
+}
+
+/// The future returned by [`sleep`] and [`sleep_until`]. Dropping it cancels the timer
+/// in O(1).
+#[must_use = "futures do nothing unless awaited"]
+pub struct Sleep {
+    /// Bound at creation, or at the first poll.
+    driver: Option<Arc<Driver>>,
+    deadline: Instant,
+    key: Option<TimerKey>,
+    done: bool,
+}
+
+impl Sleep {
+    /// The instant this sleep completes at.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let _g = rt.block_on(async {
+    ///     let s = weft::time::sleep(std::time::Duration::from_secs(1));
+    ///     assert!(s.deadline() > weft::time::Instant::now());
+    /// });
+    /// ```
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Whether the deadline has passed.
+    pub fn is_elapsed(&self) -> bool {
+        self.done || Instant::now() >= self.deadline
+    }
+
+    /// Moves the deadline (earlier or later), re-arming a sleep that already completed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weft::time::Instant;
+    /// let rt = weft::Runtime::new().unwrap();
+    /// rt.block_on(async {
+    ///     let mut s = weft::time::sleep(Duration::from_secs(60));
+    ///     s.reset(Instant::now() + Duration::from_millis(5));
+    ///     (&mut s).await;
+    /// });
+    /// ```
+    pub fn reset(&mut self, deadline: Instant) {
+        self.deadline = deadline;
+        self.done = false;
+        // The entry is moved lazily at the next poll, which has the waker; a stale entry
+        // firing early only causes a spurious poll.
+        self.cancel();
+    }
+
+    fn cancel(&mut self) {
+        if let (Some(key), Some(d)) = (self.key.take(), &self.driver) {
+            d.cancel(key);
+        }
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.done {
+            return Poll::Ready(());
+        }
+        if Instant::now() >= self.deadline {
+            self.done = true;
+            self.cancel();
+            return Poll::Ready(());
+        }
+        let this = &mut *self;
+        let driver = this.driver.get_or_insert_with(super::current_driver);
+        this.key = Some(match this.key {
+            Some(key) if driver.poll_registered(key, cx.waker()) => key,
+            // Fired a hair before the deadline by `Instant`'s reckoning: re-arm.
+            Some(key) => driver.reset(key, this.deadline, cx.waker()),
+            None => driver.register(this.deadline, cx.waker()),
+        });
+        Poll::Pending
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}
+
+impl fmt::Debug for Sleep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sleep")
+            .field("deadline", &self.deadline)
+            .field("done", &self.done)
+            .finish()
+    }
+}
