@@ -145,14 +145,7 @@ fn a_sleep_created_in_a_runtime_can_be_polled_from_a_plain_thread() {
     with_timeout(|| {
         let rt = Builder::new().worker_threads(1).build().unwrap();
         // Created (and bound) inside the runtime, then polled elsewhere.
-        let sleep = {
-            let _ctx = rt.handle().clone();
-            rt.block_on(std::future::ready(())); // the runtime is alive
-            let h = rt.handle().clone();
-            std::thread::spawn(move || h.spawn_blocking(|| time::sleep(ms(20))).join().unwrap())
-                .join()
-                .unwrap()
-        };
+        let sleep = rt.spawn_blocking(|| time::sleep(ms(20))).join().unwrap();
         let start = Instant::now();
         std::thread::spawn(move || futures_block_on(sleep))
             .join()
