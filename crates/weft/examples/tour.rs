@@ -1,11 +1,12 @@
 //! A short tour of weft: spawn many tasks, join them, abort one, survive a panic,
-//! shield a critical section, and print the scheduler's statistics.
+//! shield a critical section, use timers, the interactive and blocking pools, and print
+//! the scheduler's statistics.
 //!
 //! Run with `cargo run --release --example tour`.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 fn main() -> std::io::Result<()> {
     let rt = weft::Runtime::new()?;
@@ -148,6 +149,68 @@ fn main() -> std::io::Result<()> {
         "a task received 10,000 messages sent from 4 threads in {:?}",
         start.elapsed()
     );
+
+    // 8. Timers: a timeout that fires, and an interval.
+    rt.block_on(async {
+        let slow = weft::time::sleep(Duration::from_secs(10));
+        let start = Instant::now();
+        let r = weft::time::timeout(Duration::from_millis(25), slow).await;
+        println!(
+            "timeout: a 10 s sleep under a 25 ms timeout gave {:?} after {:?}",
+            r.map_err(|e| e.to_string()),
+            start.elapsed()
+        );
+        let mut every = weft::time::interval(Duration::from_millis(10));
+        let start = Instant::now();
+        let mut ticks = Vec::new();
+        for _ in 0..4 {
+            every.tick().await;
+            ticks.push(start.elapsed().as_millis());
+        }
+        println!("interval: 4 ticks of 10 ms at {ticks:?} ms");
+    });
+
+    // 9. The interactive pool stays responsive while the default pool is saturated.
+    let stop = Arc::new(AtomicBool::new(false));
+    let hogs: Vec<_> = (0..rt.stats().num_workers * 2)
+        .map(|_| {
+            let stop = stop.clone();
+            rt.spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::black_box((0..10_000u64).sum::<u64>());
+                    weft::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(20));
+    let mut latencies = Vec::new();
+    for _ in 0..200 {
+        let sent = Instant::now();
+        let first_poll = rt
+            .spawn_on(weft::Pool::Interactive, async move { sent.elapsed() })
+            .join()
+            .unwrap();
+        latencies.push(first_poll);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in hogs {
+        h.join().unwrap();
+    }
+    latencies.sort();
+    println!(
+        "interactive pool under a saturated default pool: spawn-to-first-poll median {:?}, p99 {:?}",
+        latencies[latencies.len() / 2],
+        latencies[latencies.len() * 99 / 100]
+    );
+
+    // 10. Blocking work goes to the elastic blocking pool, off the workers.
+    let h = rt.spawn_blocking(|| {
+        std::thread::sleep(Duration::from_millis(5));
+        std::thread::current().name().unwrap_or("?").to_string()
+    });
+    println!("spawn_blocking ran on thread {:?}", h.join().unwrap());
 
     println!("\n{}", rt.stats());
     Ok(())

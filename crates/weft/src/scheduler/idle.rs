@@ -10,7 +10,8 @@
 //!   peers' local queues), and only then sleeps.
 //! * **Insert:** a producer pushes the task, issues a SeqCst fence, then reads the
 //!   searching count and the bitmap; unless a worker is searching it claims one parked
-//!   worker (clears its bit) and unparks it.
+//!   worker (clears its bit) and unparks it. The claimed worker counts itself as a
+//!   searcher when it sees its bit gone.
 //!
 //! This is the store-buffering pattern: with both fences, at least one side sees the
 //! other's write. Either the producer sees the parked bit (and wakes that worker), or
@@ -22,7 +23,15 @@
 //!
 //! Each insert claims at most one bit, so a burst of N inserts wakes at most N workers,
 //! and a woken worker wakes another only through the last-searcher rule when it still
-//! sees work.
+//! sees work. A worker that sleeps holding the timer driver is claimed last.
+//!
+//! Pools: each pool has its own `Idle`, queues and bitmap, and an insert only ever
+//! looks at the target pool's, so a wake is pool-local and a busy pool cannot hide a
+//! sleeping one.
+//!
+//! `models/handshake.pml` checks this protocol with SPIN (the sound version passes,
+//! the counter shortcut below is reported as a lost wakeup); the loom models in
+//! `loom_tests.rs` run the real code through the same races.
 //!
 //! # The unsound shortcut
 //!
