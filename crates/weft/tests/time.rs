@@ -299,3 +299,36 @@ fn sleep_outside_a_runtime_panics_with_a_clear_message_when_polled() {
         .unwrap();
     assert!(msg.contains("no weft runtime"), "{msg}");
 }
+
+/// While one worker is stuck in a long poll, the other drives the timers: the holder
+/// is woken last for new work, and a holder that leaves hands the driver on.
+#[test]
+fn timers_fire_on_time_while_a_worker_is_stuck() {
+    with_timeout(|| {
+        let rt = Builder::new()
+            .worker_threads(2)
+            .interactive_threads(0)
+            .build()
+            .unwrap();
+        for round in 0..3 {
+            std::thread::sleep(ms(20)); // both workers asleep, one holding the driver
+            let (started_tx, started_rx) = std::sync::mpsc::channel();
+            let hog = rt.spawn(async move {
+                started_tx.send(()).unwrap();
+                std::thread::sleep(ms(300)); // a badly behaved task blocks its worker
+            });
+            started_rx.recv().unwrap();
+            let late = rt
+                .spawn(async {
+                    let start = Instant::now();
+                    time::sleep(ms(30)).await;
+                    start.elapsed()
+                })
+                .join()
+                .unwrap();
+            assert!(late >= ms(30));
+            assert!(late < ms(200), "round {round}: a 30 ms sleep took {late:?}");
+            hog.join().unwrap();
+        }
+    });
+}

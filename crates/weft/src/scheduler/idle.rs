@@ -140,6 +140,17 @@ impl Idle {
             .store(index.unwrap_or(usize::MAX), SeqCst);
     }
 
+    /// Some parked worker other than `me`, without claiming it.
+    pub(crate) fn any_parked_except(&self, me: usize) -> Option<usize> {
+        self.parked.iter().enumerate().find_map(|(w, word)| {
+            let mut bits = word.load(SeqCst);
+            if me / 64 == w {
+                bits &= !(1 << (me % 64));
+            }
+            (bits != 0).then(|| w * 64 + bits.trailing_zeros() as usize)
+        })
+    }
+
     pub(crate) fn is_parked(&self, index: usize) -> bool {
         self.parked[index / 64].load(SeqCst) & (1 << (index % 64)) != 0
     }

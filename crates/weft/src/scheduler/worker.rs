@@ -295,11 +295,12 @@ impl Core {
             self.counters().parked.bump(1);
             let parker = &self.shared.remotes[self.index].parker;
             let time = &self.shared.time;
-            let holds_driver = time.try_acquire(parker);
-            if holds_driver {
-                idle.set_driver_holder(Some(self.index));
-            }
+            let mut holds_driver = false;
             loop {
+                if !holds_driver && time.try_acquire(parker) {
+                    holds_driver = true;
+                    idle.set_driver_holder(Some(self.index));
+                }
                 let timeout = if holds_driver {
                     // Fired timers wake their tasks through the normal path; with
                     // `transitioning_to_park` set they go to the injection queue, whose
@@ -327,6 +328,13 @@ impl Core {
                 time.release();
                 // Timers that came due while we slept are fired before running tasks.
                 time.process();
+                if time.has_pending() {
+                    // Hand the driver on: nudge a sleeping peer (without claiming it),
+                    // which takes the driver and sleeps until the next deadline.
+                    if let Some(peer) = idle.any_parked_except(self.index) {
+                        self.shared.remotes[peer].parker.unpark();
+                    }
+                }
             }
             // Time asleep is not task time.
             self.tick_start.set(Instant::now());

@@ -173,6 +173,11 @@ impl Driver {
         self.holder_taken.store(0, Release);
     }
 
+    /// Whether any timer is pending (lock-free).
+    pub(crate) fn has_pending(&self) -> bool {
+        self.next_deadline.load(Acquire) != NONE
+    }
+
     pub(crate) fn pending(&self) -> usize {
         self.lock().len()
     }
