@@ -88,26 +88,34 @@ impl Driver {
 
     pub(crate) fn reset(&self, key: TimerKey, deadline: Instant, waker: &Waker) -> TimerKey {
         let ms = self.to_ms(deadline);
-        let key = {
+        let (key, old) = {
             let mut w = self.lock();
-            let key = w.reset(key, ms, waker.clone());
+            let r = w.reset(key, ms, waker.clone());
             self.publish_next(&w);
-            key
+            r
         };
+        // Wakers are dropped outside the lock: a drop may run code that uses timers.
+        drop(old);
         self.kick(ms);
         key
     }
 
     /// Re-registers the waker; returns false if the timer already fired.
     pub(crate) fn poll_registered(&self, key: TimerKey, waker: &Waker) -> bool {
-        self.lock().set_waker(key, waker)
+        let r = self.lock().set_waker(key, waker);
+        r.is_ok()
     }
 
     pub(crate) fn cancel(&self, key: TimerKey) {
-        let mut w = self.lock();
-        if w.remove(key) {
-            self.publish_next(&w);
-        }
+        let old = {
+            let mut w = self.lock();
+            let old = w.remove(key);
+            if old.is_some() {
+                self.publish_next(&w);
+            }
+            old
+        };
+        drop(old);
     }
 
     /// Unparks the holder if `ms` is earlier than what it sleeps until.

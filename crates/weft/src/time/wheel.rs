@@ -127,52 +127,55 @@ impl Wheel {
         }
     }
 
-    /// Cancels; returns true if the entry was still pending (not fired). O(1), because
-    /// the entry records its list and both neighbours.
-    pub(crate) fn remove(&mut self, key: TimerKey) -> bool {
-        match self.lookup(key) {
-            Some(index) => {
-                self.unlink(index);
-                drop(self.release(index));
-                true
-            }
-            None => false,
-        }
+    /// Cancels; returns the entry's waker if it was still pending (not fired), for the
+    /// caller to drop after releasing its lock (dropping a waker can run arbitrary code,
+    /// even code that cancels another timer). O(1), because the entry records its list
+    /// and both neighbours.
+    pub(crate) fn remove(&mut self, key: TimerKey) -> Option<Waker> {
+        let index = self.lookup(key)?;
+        self.unlink(index);
+        self.release(index)
     }
 
     /// Moves a pending entry to a new deadline (O(1)) and keeps its key, so that a
     /// re-armed timer (a sleep reset by its owner) does not churn the slab. If the entry
     /// already fired or the key is stale, inserts anew. Returns the (possibly new) key.
-    pub(crate) fn reset(&mut self, key: TimerKey, deadline: u64, waker: Waker) -> TimerKey {
+    /// The replaced waker is returned for the caller to drop outside its lock.
+    pub(crate) fn reset(
+        &mut self,
+        key: TimerKey,
+        deadline: u64,
+        waker: Waker,
+    ) -> (TimerKey, Option<Waker>) {
         match self.lookup(key) {
             Some(index) => {
                 self.unlink(index);
                 let deadline = self.clamp(deadline);
                 let entry = &mut self.entries[index as usize];
                 entry.deadline = deadline;
-                entry.waker = Some(waker);
+                let old = entry.waker.replace(waker);
                 self.link(index);
-                key
+                (key, old)
             }
-            None => self.insert(deadline, waker),
+            None => (self.insert(deadline, waker), None),
         }
     }
 
     /// Replaces the waker of a pending entry (no-op and false if fired/stale). A future
     /// is polled far more often than its task moves, so the clone is skipped when the
-    /// stored waker already wakes the same task.
-    pub(crate) fn set_waker(&mut self, key: TimerKey, waker: &Waker) -> bool {
-        let Some(index) = self.lookup(key) else {
-            return false;
-        };
+    /// stored waker already wakes the same task. `Err(())` if fired or stale; otherwise
+    /// the replaced waker, for the caller to drop outside its lock.
+    pub(crate) fn set_waker(&mut self, key: TimerKey, waker: &Waker) -> Result<Option<Waker>, ()> {
+        let index = self.lookup(key).ok_or(())?;
         let stored = self.entries[index as usize]
             .waker
             .as_mut()
             .expect("a pending entry has a waker");
-        if !stored.will_wake(waker) {
-            *stored = waker.clone();
+        if stored.will_wake(waker) {
+            Ok(None)
+        } else {
+            Ok(Some(std::mem::replace(stored, waker.clone())))
         }
-        true
     }
 
     /// True if the entry is still pending (registered and not yet fired).
@@ -571,8 +574,11 @@ mod tests {
             .collect();
         for (i, (_, key)) in timers.iter().enumerate() {
             if i % 2 == 0 {
-                assert!(wheel.remove(*key));
-                assert!(!wheel.remove(*key), "second remove of the same key");
+                assert!(wheel.remove(*key).is_some());
+                assert!(
+                    wheel.remove(*key).is_none(),
+                    "second remove of the same key"
+                );
             }
         }
         assert_eq!(wheel.len(), 500);
@@ -596,7 +602,7 @@ mod tests {
             keys.swap(i, rng.below(i as u64 + 1) as usize);
         }
         for key in keys {
-            assert!(wheel.remove(key));
+            assert!(wheel.remove(key).is_some());
         }
         assert_eq!(wheel.len(), 0);
         assert_eq!(wheel.next_expiration(), None);
@@ -609,13 +615,13 @@ mod tests {
         let (count, waker) = counter();
         let key = wheel.insert(100_000, waker.clone());
 
-        let key = wheel.reset(key, 50, waker.clone());
+        let key = wheel.reset(key, 50, waker.clone()).0;
         assert_eq!(wheel.len(), 1);
         assert_eq!(wheel.next_expiration(), Some(50));
         assert_eq!(step(&mut wheel, 49), 0);
         assert!(wheel.is_pending(key));
 
-        let same = wheel.reset(key, 5_000, waker.clone());
+        let same = wheel.reset(key, 5_000, waker.clone()).0;
         assert_eq!(same, key, "a pending reset keeps its key");
         assert_eq!(step(&mut wheel, 50), 0);
         assert_eq!(step(&mut wheel, 4_999), 0);
@@ -624,12 +630,12 @@ mod tests {
         assert_eq!(count.get(), 1);
 
         // After firing, reset registers a fresh timer under a fresh key.
-        let fresh = wheel.reset(key, 6_000, waker.clone());
+        let fresh = wheel.reset(key, 6_000, waker.clone()).0;
         assert_ne!(fresh, key);
         assert!(!wheel.is_pending(key));
         assert!(wheel.is_pending(fresh));
         // Resetting into the past makes it due at once.
-        let fresh = wheel.reset(fresh, 10, waker);
+        let fresh = wheel.reset(fresh, 10, waker).0;
         assert_eq!(wheel.next_expiration(), Some(5_000));
         assert_eq!(step(&mut wheel, 5_000), 1);
         assert!(!wheel.is_pending(fresh));
@@ -643,7 +649,7 @@ mod tests {
         let fired = wheel.insert(1, waker.clone());
         assert_eq!(step(&mut wheel, 1), 1);
         let removed = wheel.insert(100, waker.clone());
-        assert!(wheel.remove(removed));
+        assert!(wheel.remove(removed).is_some());
         // Both slots are reused by the next insertions.
         let (count, new_waker) = counter();
         let a = wheel.insert(200, new_waker.clone());
@@ -655,13 +661,13 @@ mod tests {
         for stale in [fired, removed] {
             assert_ne!(stale, a);
             assert!(!wheel.is_pending(stale));
-            assert!(!wheel.remove(stale));
-            assert!(!wheel.set_waker(stale, &waker));
+            assert!(wheel.remove(stale).is_none());
+            assert!(wheel.set_waker(stale, &waker).is_err());
         }
         assert!(wheel.is_pending(a));
         assert_eq!(wheel.len(), 2);
         // A stale reset must not disturb the slot's new owner.
-        let c = wheel.reset(removed, 400, waker);
+        let c = wheel.reset(removed, 400, waker).0;
         assert_ne!(c, a);
         assert!(wheel.is_pending(a) && wheel.is_pending(c));
         assert_eq!(step(&mut wheel, 300), 2);
@@ -798,11 +804,11 @@ mod tests {
         let (first, first_waker) = counter();
         let (second, second_waker) = counter();
         let key = wheel.insert(10, first_waker.clone());
-        assert!(wheel.set_waker(key, &first_waker));
-        assert!(wheel.set_waker(key, &second_waker));
+        assert!(wheel.set_waker(key, &first_waker).is_ok());
+        assert!(wheel.set_waker(key, &second_waker).is_ok());
         assert_eq!(step(&mut wheel, 10), 1);
         assert_eq!((first.get(), second.get()), (0, 1));
-        assert!(!wheel.set_waker(key, &first_waker));
+        assert!(wheel.set_waker(key, &first_waker).is_err());
     }
 
     #[test]
@@ -812,7 +818,7 @@ mod tests {
         for i in 0..1_000 {
             let a = wheel.insert(i + 5, waker.clone());
             let b = wheel.insert(i + 70, waker.clone());
-            assert!(wheel.remove(a));
+            assert!(wheel.remove(a).is_some());
             step(&mut wheel, i + 100);
             assert!(!wheel.is_pending(b));
         }
@@ -843,7 +849,7 @@ mod tests {
                 4 => {
                     if let Some(key) = pick(&mut rng, &model) {
                         let (_, count, _) = model.remove(&(key.index, key.generation)).unwrap();
-                        assert!(wheel.remove(key));
+                        assert!(wheel.remove(key).is_some());
                         dead.push((key, count, 0));
                     }
                 }
@@ -852,14 +858,14 @@ mod tests {
                         let deadline = wheel.elapsed() + rng.spread(24);
                         let entry = model.get_mut(&(key.index, key.generation)).unwrap();
                         let waker = Waker::from(entry.1.clone());
-                        assert_eq!(wheel.reset(key, deadline, waker), key);
+                        assert_eq!(wheel.reset(key, deadline, waker).0, key);
                         entry.0 = deadline;
                     }
                 }
                 6 => {
                     if let Some(key) = pick(&mut rng, &model) {
                         let (fresh, waker) = counter();
-                        assert!(wheel.set_waker(key, &waker));
+                        assert!(wheel.set_waker(key, &waker).is_ok());
                         let entry = model.get_mut(&(key.index, key.generation)).unwrap();
                         let before = entry.1.get();
                         let old = std::mem::replace(&mut entry.1, fresh);
