@@ -104,7 +104,7 @@ bool busy[N];                   /* the worker is inside task.run() */
  * Producer, from a worker's spawn, and from the last-searcher rule. `w` is a local of
  * the caller, NONE between calls.
  */
-inline notify_parked(w)
+inline notify_parked(w, last)
 {
     /* fence(SeqCst): nothing to do in a sequentially consistent model */
 #ifdef UNSOUND
@@ -113,22 +113,30 @@ inline notify_parked(w)
     :: else ->
 #endif
     /* Idle::claim_parked */
-    if
-    :: searching != 0 -> skip   /* claim_parked: a searcher will find the task */
+    do
+    :: searching != 0 -> break  /* claim_parked: a searcher will find the task */
     :: else ->
+        INC(searching);         /* count the worker to be woken first */
         if                      /* CAS: clear one bit that is set now, or find none */
         :: atomic { parked[0] -> parked[0] = false; w = 0 }
         :: atomic { parked[1] -> parked[1] = false; w = 1 }
-        :: else                 /* nobody parked: nothing to do */
+        :: else                 /* nobody parked */
         fi;
         if
         :: w != NONE ->
-            /* Parker::unpark (w is reset only to keep the state space small). The
-             * claimed worker counts itself as a searcher when it wakes. */
-            atomic { token[w] = true; w = NONE }
-        :: else
+            /* Parker::unpark (w is reset only to keep the state space small) */
+            atomic { token[w] = true; w = NONE };
+            break
+        :: else ->
+            /* nobody to wake: stop searching; the last searcher retries if a worker
+             * published its bit meanwhile */
+            atomic { last = (searching == 1); DEC(searching) };
+            if
+            :: atomic { last && (parked[0] || parked[1]) -> last = false }  /* retry */
+            :: else -> last = false; break
+            fi
         fi
-    fi
+    od
 #ifdef UNSOUND
     fi
 #endif
@@ -145,7 +153,7 @@ inline stop_searching(last, w)
     :: atomic { last -> last = false };
         /* fence(SeqCst), then local.is_empty() / has_work_for() */
         if
-        :: queue > 0 -> notify_parked(w)
+        :: queue > 0 -> notify_parked(w, last)
         :: else
         fi
     :: else
@@ -194,7 +202,7 @@ run_task:
 #endif
     if
     :: atomic { spawn_left > 0 -> spawn_left--; queue++; inflight++ };
-        notify_parked(w);
+        notify_parked(w, last);
         inflight--
     :: else
     fi;
@@ -218,7 +226,7 @@ park:
         atomic {
             if
             :: parked[me] -> parked[me] = false
-            :: else -> srch = true; INC(searching)   /* Idle::claimed */
+            :: else -> srch = true   /* claimed: counted by the producer */
             fi
         };
         goto top
@@ -229,7 +237,7 @@ park:
 end_sleep:                      /* 5. Parker::park: blocks until a token is there */
     atomic { token[me] -> token[me] = false; asleep[me] = false }; /* token consumed */
     if
-    :: !parked[me] -> srch = true; INC(searching)   /* claimed: Idle::claimed */
+    :: !parked[me] -> srch = true               /* claimed: counted by the producer */
     :: else -> asleep[me] = true; goto end_sleep /* stale or spurious: park again */
     fi;
     running++;                  /* awake again */
@@ -242,11 +250,12 @@ active proctype Producer()
 {
     byte i;
     byte w = NONE;
+    bool last;
 
     do
     :: i < PRODUCER_TASKS ->                    /* next insert */
         atomic { queue++; inflight++ };         /* Inject::push */
-        notify_parked(w);
+        notify_parked(w, last);
         inflight--;                             /* notify_parked returned */
         i++
     :: else -> break

@@ -66,6 +66,7 @@ pub fn suite() -> Suite {
             case::<ChainedSpawn>(),
             case::<SpawnAwait>(),
         ],
+        notes: Vec::new(),
     }
 }
 
@@ -107,11 +108,7 @@ impl<'a> Prepared<'a> {
 }
 
 fn case<C: AsyncCase>() -> Case {
-    Case {
-        name: C::NAME,
-        unit: C::UNIT,
-        measure: measure::<C>,
-    }
+    Case::timed(C::NAME, C::UNIT, measure::<C>)
 }
 
 /// Measures case `C` on contender `index` (see [`CONTENDERS`]).

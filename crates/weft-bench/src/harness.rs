@@ -10,16 +10,24 @@
 //! it down again, so only one runtime is ever alive. Reported numbers are the
 //! median over the rounds.
 //!
+//! A measurement yields one value per [`Metric`] of its case (most cases have
+//! one: nanoseconds per unit); each metric is one row of the table. A value
+//! may be NaN where a contender has no such figure (e.g. weft's futex wake
+//! count has no tokio counterpart); it prints as `-`. A metric may carry a
+//! [`Target`] for weft's median, which is checked and printed after the table.
+//!
 //! A watchdog thread aborts the process with exit code 3 when a single
 //! measurement runs longer than `--timeout` (a hung runtime), after printing
 //! which case and contender hung and writing whatever was finished to the
-//! JSON file.
+//! JSON file. It sleeps until the deadline rather than polling, so it costs
+//! no CPU time while a measurement runs (the `wake` suite measures the
+//! process's CPU time).
 
 use std::fmt::Write as _;
 use std::io::{self, Write as _};
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -39,17 +47,131 @@ pub struct Options {
     pub cases: Vec<String>,
     /// Longest one measurement (one contender, one round) may take.
     pub timeout: Duration,
+    /// How long the idle cases (`wake`) let a runtime sit idle.
+    pub idle: Duration,
 }
+
+/// How the values of a metric are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// Nanoseconds (printed with a time unit); lower is better.
+    Ns,
+    /// A plain count or quotient.
+    Count,
+    /// A percentage.
+    Percent,
+    /// Events per second; higher is better, so it gets no ratio.
+    Rate,
+}
+
+impl Unit {
+    fn name(self) -> &'static str {
+        match self {
+            Unit::Ns => "ns",
+            Unit::Count => "count",
+            Unit::Percent => "percent",
+            Unit::Rate => "per_second",
+        }
+    }
+
+    fn format(self, x: f64) -> String {
+        match self {
+            Unit::Ns => format_ns(x),
+            Unit::Count if x.abs() >= 100.0 => format!("{x:.0}"),
+            Unit::Count => format!("{x:.2}"),
+            Unit::Percent => format!("{x:.1} %"),
+            Unit::Rate if x >= 1e6 => format!("{:.2} M/s", x / 1e6),
+            Unit::Rate if x >= 1e3 => format!("{:.1} k/s", x / 1e3),
+            Unit::Rate => format!("{x:.0} /s"),
+        }
+    }
+}
+
+/// A bound that weft's median of a metric should respect.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Target {
+    /// `<= x`.
+    AtMost(f64),
+    /// `< x`.
+    Below(f64),
+}
+
+impl Target {
+    fn met(self, x: f64) -> bool {
+        match self {
+            Target::AtMost(b) => x <= b,
+            Target::Below(b) => x < b,
+        }
+    }
+
+    fn describe(self, unit: Unit) -> String {
+        match self {
+            Target::AtMost(b) => format!("<= {}", unit.format(b)),
+            Target::Below(b) => format!("< {}", unit.format(b)),
+        }
+    }
+}
+
+/// One figure a case reports (one row of the table).
+#[derive(Debug, Clone)]
+pub struct Metric {
+    /// Short name shown next to the case name; empty for a case's only
+    /// metric.
+    pub name: &'static str,
+    /// What one value covers, e.g. `"iter"` or `"burst"`.
+    pub per: &'static str,
+    /// How values are printed.
+    pub unit: Unit,
+    /// What weft's median should achieve, if anything.
+    pub target: Option<Target>,
+}
+
+impl Metric {
+    /// A metric without a target.
+    pub const fn new(name: &'static str, per: &'static str, unit: Unit) -> Metric {
+        Metric {
+            name,
+            per,
+            unit,
+            target: None,
+        }
+    }
+
+    /// The same metric with a target for weft.
+    pub const fn target(mut self, target: Target) -> Metric {
+        self.target = Some(target);
+        self
+    }
+}
+
+/// Measures contender `index` once with `opts` and returns one value per
+/// metric of its case (NaN where the contender has no such figure).
+pub type Measure = Box<dyn Fn(usize, &Options) -> Vec<f64>>;
 
 /// One benchmark case.
 pub struct Case {
     /// Name used in the table, JSON and `--case`.
-    pub name: &'static str,
-    /// What one reported time covers, e.g. `"iter"` or `"spawn+await"`.
-    pub unit: &'static str,
-    /// Measures contender `index` once on a fresh runtime with `workers`
-    /// workers and returns the mean nanoseconds per unit.
-    pub measure: fn(index: usize, workers: usize) -> f64,
+    pub name: String,
+    /// The figures one measurement yields, in order.
+    pub metrics: Vec<Metric>,
+    /// A fixed number of rounds that overrides `--rounds` (e.g. 1 for
+    /// cases that take seconds and have little noise).
+    pub rounds: Option<usize>,
+    /// Builds a fresh runtime for the contender, warms it up, measures.
+    pub measure: Measure,
+}
+
+impl Case {
+    /// A case with a single metric: mean nanoseconds per `unit`, as returned
+    /// by `measure(index, workers)`.
+    pub fn timed(name: &str, unit: &'static str, measure: fn(usize, usize) -> f64) -> Case {
+        Case {
+            name: name.to_string(),
+            metrics: vec![Metric::new("", unit, Unit::Ns)],
+            rounds: None,
+            measure: Box::new(move |index, opts| vec![measure(index, opts.workers)]),
+        }
+    }
 }
 
 /// The cases of one subcommand and who competes in them.
@@ -60,12 +182,14 @@ pub struct Suite {
     pub contenders: &'static [&'static str],
     /// All cases, in the order they run.
     pub cases: Vec<Case>,
+    /// Lines printed under the table header (what the figures mean).
+    pub notes: Vec<String>,
 }
 
 impl Suite {
     /// Names of all cases, comma separated (for error messages and help).
     pub fn case_names(&self) -> String {
-        let names: Vec<&str> = self.cases.iter().map(|c| c.name).collect();
+        let names: Vec<&str> = self.cases.iter().map(|c| c.name.as_str()).collect();
         names.join(", ")
     }
 }
@@ -82,27 +206,34 @@ pub enum Error {
 /// The samples of one contender in one case.
 #[derive(Debug, Clone, Default)]
 struct Series {
-    /// Nanoseconds per unit, one per completed round.
-    samples: Vec<f64>,
+    /// `samples[m]`: the values of metric `m`, one per completed round.
+    samples: Vec<Vec<f64>>,
     /// Set when a measurement panicked; no further rounds are run for it.
     failure: Option<String>,
 }
 
 impl Series {
-    fn median(&self) -> Option<f64> {
+    fn median(&self, metric: usize) -> Option<f64> {
         if self.failure.is_some() {
-            None
-        } else {
-            median(&self.samples)
+            return None;
         }
+        let xs: Vec<f64> = self
+            .samples
+            .get(metric)?
+            .iter()
+            .copied()
+            .filter(|x| !x.is_nan())
+            .collect();
+        median(&xs)
     }
 }
 
 /// Results of one case.
 #[derive(Debug, Clone)]
 struct CaseResult {
-    name: &'static str,
-    unit: &'static str,
+    name: String,
+    metrics: Vec<Metric>,
+    rounds: usize,
     series: Vec<Series>,
 }
 
@@ -156,34 +287,53 @@ pub fn run(suite: &Suite, opts: &Options) -> Result<(), Error> {
     if opts.rounds < 11 {
         println!("note: fewer than 11 rounds; medians are less robust");
     }
+    for note in &suite.notes {
+        println!("note: {note}");
+    }
     println!();
     table.print_header();
 
     let n = suite.contenders.len();
     let mut any_failed = false;
     for (ci, case) in selected.iter().enumerate() {
-        eprintln!("[{}/{}] {} ...", ci + 1, selected.len(), case.name);
+        let rounds = case.rounds.unwrap_or(opts.rounds);
+        eprintln!(
+            "[{}/{}] {} ({rounds} round{}) ...",
+            ci + 1,
+            selected.len(),
+            case.name,
+            if rounds == 1 { "" } else { "s" }
+        );
         let started = Instant::now();
         let mut series = vec![Series::default(); n];
-        for round in 0..opts.rounds {
+        for round in 0..rounds {
             for k in 0..n {
                 let who = (ci + round + k) % n;
                 if series[who].failure.is_some() {
                     continue;
                 }
                 watchdog.arm(format!(
-                    "case {} on {} (round {}/{})",
+                    "case {} on {} (round {}/{rounds})",
                     case.name,
                     suite.contenders[who],
                     round + 1,
-                    opts.rounds
                 ));
-                let workers = opts.workers;
-                let outcome =
-                    panic::catch_unwind(AssertUnwindSafe(|| (case.measure)(who, workers)));
+                let outcome = panic::catch_unwind(AssertUnwindSafe(|| (case.measure)(who, opts)));
                 watchdog.disarm();
                 match outcome {
-                    Ok(ns) => series[who].samples.push(ns),
+                    Ok(values) if values.len() == case.metrics.len() => {
+                        let s = &mut series[who].samples;
+                        s.resize(values.len(), Vec::new());
+                        for (m, v) in values.into_iter().enumerate() {
+                            s[m].push(v);
+                        }
+                    }
+                    Ok(values) => panic!(
+                        "case {} returned {} values for {} metrics",
+                        case.name,
+                        values.len(),
+                        case.metrics.len()
+                    ),
                     Err(payload) => {
                         let msg = panic_message(&*payload);
                         eprintln!(
@@ -206,14 +356,16 @@ pub fn run(suite: &Suite, opts: &Options) -> Result<(), Error> {
             started.elapsed().as_secs_f64()
         );
         let result = CaseResult {
-            name: case.name,
-            unit: case.unit,
+            name: case.name.clone(),
+            metrics: case.metrics.clone(),
+            rounds,
             series,
         };
-        table.print_row(&result);
+        table.print_rows(&result);
         lock(&report).cases.push(result);
     }
     watchdog.stop();
+    print_targets(suite.contenders[0], &lock(&report).cases);
 
     if let Some(path) = &opts.json {
         let json = to_json(&lock(&report));
@@ -227,10 +379,48 @@ pub fn run(suite: &Suite, opts: &Options) -> Result<(), Error> {
     Ok(())
 }
 
+/// Prints, for every metric with a target, whether weft's median meets it.
+fn print_targets(subject: &str, cases: &[CaseResult]) {
+    let mut lines = Vec::new();
+    for c in cases {
+        for (m, metric) in c.metrics.iter().enumerate() {
+            let Some(target) = metric.target else {
+                continue;
+            };
+            let label = row_label(&c.name, metric.name);
+            let bound = target.describe(metric.unit);
+            lines.push(match c.series[0].median(m) {
+                Some(x) => format!(
+                    "  {label} per {}: {subject} {} (target {bound}): {}",
+                    metric.per,
+                    metric.unit.format(x),
+                    if target.met(x) { "met" } else { "MISSED" }
+                ),
+                None => format!("  {label}: no result (target {bound})"),
+            });
+        }
+    }
+    if !lines.is_empty() {
+        println!("\ntargets for {subject} (its median):");
+        for l in lines {
+            println!("{l}");
+        }
+        let _ = io::stdout().flush();
+    }
+}
+
+fn row_label(case: &str, metric: &str) -> String {
+    if metric.is_empty() {
+        case.to_string()
+    } else {
+        format!("{case} {metric}")
+    }
+}
+
 /// The cases named in `wanted` (all if empty), in suite order.
 fn select<'a>(suite: &'a Suite, wanted: &[String]) -> Result<Vec<&'a Case>, Error> {
     for name in wanted {
-        if !suite.cases.iter().any(|c| c.name == name) {
+        if !suite.cases.iter().any(|c| &c.name == name) {
             return Err(Error::Usage(format!(
                 "unknown case '{name}' for '{}'; known cases: {}",
                 suite.command,
@@ -241,7 +431,7 @@ fn select<'a>(suite: &'a Suite, wanted: &[String]) -> Result<Vec<&'a Case>, Erro
     Ok(suite
         .cases
         .iter()
-        .filter(|c| wanted.is_empty() || wanted.iter().any(|w| w == c.name))
+        .filter(|c| wanted.is_empty() || wanted.iter().any(|w| w == &c.name))
         .collect())
 }
 
@@ -274,6 +464,18 @@ pub fn median(xs: &[f64]) -> Option<f64> {
     })
 }
 
+/// The `p`-th percentile (0 < p <= 100) of `xs` by the nearest-rank method:
+/// the smallest value that at least `p` % of the values do not exceed.
+pub fn percentile(xs: &[f64], p: f64) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    Some(v[rank.clamp(1, v.len()) - 1])
+}
+
 /// `a / b` when both exist.
 fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     match (a, b) {
@@ -297,10 +499,12 @@ pub fn format_ns(ns: f64) -> String {
 
 // --------------------------------------------------------------- table ----
 
-/// Fixed-width text table, printed one row per finished case.
+/// Fixed-width text table, printed one row per metric of each finished case.
 struct Table {
     contenders: &'static [&'static str],
     case_width: usize,
+    /// Width of the metric column; 0 when no case has named metrics.
+    metric_width: usize,
     unit_width: usize,
     time_widths: Vec<usize>,
     ratio_headers: Vec<String>,
@@ -309,7 +513,18 @@ struct Table {
 impl Table {
     fn new(suite: &Suite, cases: &[&Case]) -> Table {
         let case_width = cases.iter().map(|c| c.name.len()).max().unwrap_or(0).max(4);
-        let unit_width = cases.iter().map(|c| c.unit.len()).max().unwrap_or(0).max(4);
+        let metrics = || cases.iter().flat_map(|c| c.metrics.iter());
+        let metric_width = metrics().map(|m| m.name.chars().count()).max().unwrap_or(0);
+        let metric_width = if metric_width == 0 {
+            0
+        } else {
+            metric_width.max(6)
+        };
+        let unit_width = metrics()
+            .map(|m| m.per.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(4);
         let time_widths = suite.contenders.iter().map(|c| c.len().max(10)).collect();
         let ratio_headers = suite.contenders[1..]
             .iter()
@@ -318,20 +533,24 @@ impl Table {
         Table {
             contenders: suite.contenders,
             case_width,
+            metric_width,
             unit_width,
             time_widths,
             ratio_headers,
         }
     }
 
+    fn lead(&self, case: &str, metric: &str, per: &str) -> String {
+        let mut line = format!("{case:<cw$}", cw = self.case_width);
+        if self.metric_width > 0 {
+            let _ = write!(line, "  {metric:<mw$}", mw = self.metric_width);
+        }
+        let _ = write!(line, "  {per:<uw$}", uw = self.unit_width);
+        line
+    }
+
     fn print_header(&self) {
-        let mut line = format!(
-            "{:<cw$}  {:<uw$}",
-            "case",
-            "per",
-            cw = self.case_width,
-            uw = self.unit_width
-        );
+        let mut line = self.lead("case", "metric", "per");
         for (name, w) in self.contenders.iter().zip(&self.time_widths) {
             let _ = write!(line, "  {name:>w$}");
         }
@@ -343,28 +562,28 @@ impl Table {
         let _ = io::stdout().flush();
     }
 
-    fn print_row(&self, r: &CaseResult) {
-        let mut line = format!(
-            "{:<cw$}  {:<uw$}",
-            r.name,
-            r.unit,
-            cw = self.case_width,
-            uw = self.unit_width
-        );
-        for (s, w) in r.series.iter().zip(&self.time_widths) {
-            let cell = match (&s.failure, s.median()) {
-                (Some(_), _) => "FAILED".to_string(),
-                (None, Some(m)) => format_ns(m),
-                (None, None) => "-".to_string(),
-            };
-            let _ = write!(line, "  {cell:>w$}");
+    fn print_rows(&self, r: &CaseResult) {
+        for (m, metric) in r.metrics.iter().enumerate() {
+            let mut line = self.lead(&r.name, metric.name, metric.per);
+            for (s, w) in r.series.iter().zip(&self.time_widths) {
+                let cell = match (&s.failure, s.median(m)) {
+                    (Some(_), _) => "FAILED".to_string(),
+                    (None, Some(x)) => metric.unit.format(x),
+                    (None, None) => "-".to_string(),
+                };
+                let _ = write!(line, "  {cell:>w$}");
+            }
+            let subject = r.series[0].median(m);
+            for (s, h) in r.series[1..].iter().zip(&self.ratio_headers) {
+                let cell = match metric.unit {
+                    Unit::Rate => None,
+                    _ => ratio(subject, s.median(m)),
+                }
+                .map_or("-".to_string(), |x| format!("{x:.2}"));
+                let _ = write!(line, "  {cell:>w$}", w = h.len().max(6));
+            }
+            println!("{line}");
         }
-        let subject = r.series[0].median();
-        for (s, h) in r.series[1..].iter().zip(&self.ratio_headers) {
-            let cell = ratio(subject, s.median()).map_or("-".to_string(), |x| format!("{x:.2}"));
-            let _ = write!(line, "  {cell:>w$}", w = h.len().max(6));
-        }
-        println!("{line}");
         let _ = io::stdout().flush();
     }
 }
@@ -398,6 +617,64 @@ fn json_num(x: Option<f64>) -> String {
     }
 }
 
+/// `{"a": x, "b": y}` over the contenders, one per line at `indent`.
+fn json_map(o: &mut String, indent: &str, entries: &[(String, String)]) {
+    let _ = writeln!(o, "{{");
+    for (j, (k, v)) in entries.iter().enumerate() {
+        let comma = if j + 1 < entries.len() { "," } else { "" };
+        let _ = writeln!(o, "{indent}  {}: {v}{comma}", json_str(k));
+    }
+    let _ = write!(o, "{indent}}}");
+}
+
+/// The medians, ratios and samples of metric `m` of `c`, as object members
+/// named `{prefix}median{suffix}` etc., at `indent`.
+fn json_metric(o: &mut String, r: &Report, c: &CaseResult, m: usize, indent: &str, suffix: &str) {
+    let subject = c.series[0].median(m);
+    let medians: Vec<_> = r
+        .contenders
+        .iter()
+        .zip(&c.series)
+        .map(|(name, s)| (name.to_string(), json_num(s.median(m))))
+        .collect();
+    let ratios: Vec<_> = r.contenders[1..]
+        .iter()
+        .zip(&c.series[1..])
+        .map(|(name, s)| {
+            let x = match c.metrics[m].unit {
+                Unit::Rate => None,
+                _ => ratio(subject, s.median(m)),
+            };
+            (format!("{}/{}", r.contenders[0], name), json_num(x))
+        })
+        .collect();
+    let samples: Vec<_> = r
+        .contenders
+        .iter()
+        .zip(&c.series)
+        .map(|(name, s)| {
+            let xs: Vec<String> = s
+                .samples
+                .get(m)
+                .map_or(&[][..], |v| &v[..])
+                .iter()
+                .map(|x| json_num(Some(*x)))
+                .collect();
+            (name.to_string(), format!("[{}]", xs.join(", ")))
+        })
+        .collect();
+    let _ = write!(o, "{indent}\"median{suffix}\": ");
+    json_map(o, indent, &medians);
+    let _ = write!(o, ",\n{indent}\"ratios\": ");
+    json_map(o, indent, &ratios);
+    let _ = write!(o, ",\n{indent}\"samples{suffix}\": ");
+    json_map(o, indent, &samples);
+}
+
+/// The report. Each case's top-level `per`, `median_ns`, `ratios` and
+/// `samples_ns` describe its first metric (always nanoseconds, as in the
+/// `async` suite's reports); cases with more than one metric also list all
+/// of them under `metrics`.
 fn to_json(r: &Report) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "{{");
@@ -416,48 +693,48 @@ fn to_json(r: &Report) -> String {
     let _ = writeln!(o, "  \"cases\": [");
     for (i, c) in r.cases.iter().enumerate() {
         let _ = writeln!(o, "    {{");
-        let _ = writeln!(o, "      \"name\": {},", json_str(c.name));
-        let _ = writeln!(o, "      \"per\": {},", json_str(c.unit));
-        let subject = c.series[0].median();
-        let _ = writeln!(o, "      \"median_ns\": {{");
-        for (j, (name, s)) in r.contenders.iter().zip(&c.series).enumerate() {
-            let comma = if j + 1 < c.series.len() { "," } else { "" };
-            let _ = writeln!(
-                o,
-                "        {}: {}{comma}",
-                json_str(name),
-                json_num(s.median())
-            );
+        let _ = writeln!(o, "      \"name\": {},", json_str(&c.name));
+        if c.rounds != r.rounds {
+            let _ = writeln!(o, "      \"rounds\": {},", c.rounds);
         }
-        let _ = writeln!(o, "      }},");
-        let _ = writeln!(o, "      \"ratios\": {{");
-        for (j, (name, s)) in r.contenders[1..].iter().zip(&c.series[1..]).enumerate() {
-            let comma = if j + 2 < c.series.len() { "," } else { "" };
-            let key = format!("{}/{}", r.contenders[0], name);
-            let _ = writeln!(
-                o,
-                "        {}: {}{comma}",
-                json_str(&key),
-                json_num(ratio(subject, s.median()))
-            );
+        let _ = writeln!(o, "      \"per\": {},", json_str(c.metrics[0].per));
+        json_metric(&mut o, r, c, 0, "      ", "_ns");
+        let _ = writeln!(o, ",");
+        if c.metrics.len() > 1 {
+            let _ = writeln!(o, "      \"metrics\": [");
+            for (m, metric) in c.metrics.iter().enumerate() {
+                let _ = writeln!(o, "        {{");
+                let _ = writeln!(o, "          \"metric\": {},", json_str(metric.name));
+                let _ = writeln!(o, "          \"per\": {},", json_str(metric.per));
+                let _ = writeln!(o, "          \"unit\": {},", json_str(metric.unit.name()));
+                if let Some(t) = metric.target {
+                    let met = c.series[0].median(m).map(|x| t.met(x));
+                    let _ = writeln!(
+                        o,
+                        "          \"target\": {{\"bound\": {}, \"met\": {}}},",
+                        json_str(&t.describe(metric.unit)),
+                        met.map_or("null".to_string(), |b| b.to_string())
+                    );
+                }
+                json_metric(&mut o, r, c, m, "          ", "");
+                let comma = if m + 1 < c.metrics.len() { "," } else { "" };
+                let _ = writeln!(o, "\n        }}{comma}");
+            }
+            let _ = writeln!(o, "      ],");
         }
-        let _ = writeln!(o, "      }},");
-        let _ = writeln!(o, "      \"samples_ns\": {{");
-        for (j, (name, s)) in r.contenders.iter().zip(&c.series).enumerate() {
-            let comma = if j + 1 < c.series.len() { "," } else { "" };
-            let xs: Vec<String> = s.samples.iter().map(|x| json_num(Some(*x))).collect();
-            let _ = writeln!(o, "        {}: [{}]{comma}", json_str(name), xs.join(", "));
-        }
-        let _ = writeln!(o, "      }},");
-        let _ = writeln!(o, "      \"failures\": {{");
-        for (j, (name, s)) in r.contenders.iter().zip(&c.series).enumerate() {
-            let comma = if j + 1 < c.series.len() { "," } else { "" };
-            let f = s.failure.as_deref().map_or("null".to_string(), json_str);
-            let _ = writeln!(o, "        {}: {f}{comma}", json_str(name));
-        }
-        let _ = writeln!(o, "      }}");
+        let failures: Vec<_> = r
+            .contenders
+            .iter()
+            .zip(&c.series)
+            .map(|(name, s)| {
+                let f = s.failure.as_deref().map_or("null".to_string(), json_str);
+                (name.to_string(), f)
+            })
+            .collect();
+        let _ = write!(o, "      \"failures\": ");
+        json_map(&mut o, "      ", &failures);
         let comma = if i + 1 < r.cases.len() { "," } else { "" };
-        let _ = writeln!(o, "    }}{comma}");
+        let _ = writeln!(o, "\n    }}{comma}");
     }
     let _ = writeln!(o, "  ]");
     let _ = writeln!(o, "}}");
@@ -472,38 +749,59 @@ struct Armed {
     label: String,
 }
 
+/// What the watchdog thread waits on.
+#[derive(Default)]
+struct WatchState {
+    armed: Option<Armed>,
+    done: bool,
+}
+
 /// Kills the process when one measurement exceeds its time limit.
 struct Watchdog {
-    armed: Arc<Mutex<Option<Armed>>>,
-    done: Arc<std::sync::atomic::AtomicBool>,
+    state: Arc<(Mutex<WatchState>, Condvar)>,
     timeout: Duration,
     thread: Option<thread::JoinHandle<()>>,
 }
 
 impl Watchdog {
     fn start(timeout: Duration, report: Arc<Mutex<Report>>, json: Option<PathBuf>) -> Watchdog {
-        let armed: Arc<Mutex<Option<Armed>>> = Arc::new(Mutex::new(None));
-        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let state: Arc<(Mutex<WatchState>, Condvar)> = Arc::default();
         let thread = {
-            let armed = armed.clone();
-            let done = done.clone();
+            let state = state.clone();
             thread::Builder::new()
                 .name("weft-bench-watchdog".into())
                 .spawn(move || {
-                    while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                        thread::sleep(Duration::from_millis(50));
-                        let label = match &*lock(&armed) {
-                            Some(a) if Instant::now() >= a.deadline => a.label.clone(),
-                            _ => continue,
+                    let (m, cv) = &*state;
+                    let mut s = lock(m);
+                    // Sleeps until disarmed, re-armed or the deadline: no
+                    // wake-ups while a measurement runs within its limit.
+                    while !s.done {
+                        let label = match &s.armed {
+                            None => {
+                                s = cv.wait(s).unwrap_or_else(PoisonError::into_inner);
+                                continue;
+                            }
+                            Some(a) => {
+                                let now = Instant::now();
+                                if now < a.deadline {
+                                    let wait = a.deadline - now;
+                                    s = cv
+                                        .wait_timeout(s, wait)
+                                        .unwrap_or_else(PoisonError::into_inner)
+                                        .0;
+                                    continue;
+                                }
+                                a.label.clone()
+                            }
                         };
+                        drop(s);
                         Self::fire(&label, timeout, &report, json.as_ref());
                     }
                 })
                 .expect("cannot start the watchdog thread")
         };
         Watchdog {
-            armed,
-            done,
+            state,
             timeout,
             thread: Some(thread),
         }
@@ -524,19 +822,27 @@ impl Watchdog {
         std::process::exit(EXIT_TIMEOUT);
     }
 
+    fn set(&self, armed: Option<Armed>) {
+        let (m, cv) = &*self.state;
+        lock(m).armed = armed;
+        cv.notify_one();
+    }
+
     fn arm(&self, label: String) {
-        *lock(&self.armed) = Some(Armed {
+        self.set(Some(Armed {
             deadline: Instant::now() + self.timeout,
             label,
-        });
+        }));
     }
 
     fn disarm(&self) {
-        *lock(&self.armed) = None;
+        self.set(None);
     }
 
     fn stop(mut self) {
-        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (m, cv) = &*self.state;
+        lock(m).done = true;
+        cv.notify_one();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -555,6 +861,16 @@ mod tests {
     }
 
     #[test]
+    fn percentiles() {
+        let xs: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&xs, 50.0), Some(50.0));
+        assert_eq!(percentile(&xs, 99.0), Some(99.0));
+        assert_eq!(percentile(&xs, 100.0), Some(100.0));
+        assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
+        assert_eq!(percentile(&[], 99.0), None);
+    }
+
+    #[test]
     fn json_escapes() {
         assert_eq!(json_str("a\"b\\c\n"), "\"a\\\"b\\\\c\\n\"");
     }
@@ -564,5 +880,25 @@ mod tests {
         assert_eq!(format_ns(12.34), "12.3 ns");
         assert_eq!(format_ns(1_500.0), "1.50 µs");
         assert_eq!(format_ns(2_500_000.0), "2.50 ms");
+        assert_eq!(Unit::Percent.format(4.25), "4.2 %");
+        assert_eq!(Unit::Rate.format(2_500_000.0), "2.50 M/s");
+        assert_eq!(Unit::Count.format(0.5), "0.50");
+    }
+
+    #[test]
+    fn medians_skip_nan() {
+        let s = Series {
+            samples: vec![vec![f64::NAN, 1.0, 3.0], vec![f64::NAN]],
+            failure: None,
+        };
+        assert_eq!(s.median(0), Some(2.0));
+        assert_eq!(s.median(1), None);
+    }
+
+    #[test]
+    fn targets() {
+        assert!(Target::AtMost(1.0).met(1.0));
+        assert!(!Target::Below(10.0).met(10.0));
+        assert!(Target::Below(10.0).met(9.9));
     }
 }

@@ -2,14 +2,22 @@
 //! one process and one run, with one runtime alive at a time.
 //!
 //! ```text
-//! cargo run --release -p weft-bench -- async [--workers N] [--rounds R] [--json FILE] [--case NAME]
+//! cargo run --release -p weft-bench -- <COMMAND> [--workers N] [--rounds R] [--json FILE] [--case NAME]
 //! ```
 //!
+//! Commands: `async` (task scheduling), `wake` (wake-ups and idle cost),
+//! `pools` (cross-pool latency), `timers` (sleeps, timeouts, accuracy).
 //! Each subcommand is a [`harness::Suite`]; add one by adding an entry to
 //! [`COMMANDS`].
 
 mod cases_async;
+mod cases_pools;
+mod cases_timers;
+mod cases_wake;
+mod cputime;
 mod harness;
+mod load;
+mod rng;
 mod runtimes;
 
 use std::path::PathBuf;
@@ -22,28 +30,86 @@ use harness::{Error, Options, Suite};
 struct Command {
     name: &'static str,
     about: &'static str,
+    /// What `<COMMAND> --help` prints above the options.
+    help: &'static str,
     suite: fn() -> Suite,
 }
 
 /// All subcommands, in the order `--help` lists them.
-const COMMANDS: &[Command] = &[Command {
-    name: "async",
-    about: "async tasks: weft vs tokio (multi-thread) vs async-executor",
-    suite: cases_async::suite,
-}];
+const COMMANDS: &[Command] = &[
+    Command {
+        name: "async",
+        about: "async tasks: weft vs tokio (multi-thread) vs async-executor",
+        help: "Spawning, waking, yielding and joining tasks, modelled on tokio's\n\
+               benches/rt_multi_threaded.rs; one row per case, mean time per unit.",
+        suite: cases_async::suite,
+    },
+    Command {
+        name: "wake",
+        about: "wake economy and idle cost: weft vs tokio",
+        help: "burst_N (N = 1, 2, 8, 64, 1024): N spawns from a plain thread into a runtime\n\
+               whose workers all sleep. Per burst: wall time; process CPU time (getrusage,\n\
+               user + sys, until 20 ms after the burst, minus a 20 ms idle window before\n\
+               it); for weft, futex wake calls per spawned task (target <= 1) and spurious\n\
+               wake-ups as a share of them (target < 10 %).\n\
+               idle, idle_timer (an hour-long sleep pending), idle_interactive (weft with\n\
+               1 interactive worker): CPU time per second of idle (target for weft\n\
+               < 1 ms/s) and weft's wake calls and parks in the window (target 0);\n\
+               one measurement per runtime (1 round), --idle-secs long.\n\
+               weft runs without its interactive pool except in idle_interactive.",
+        suite: cases_wake::suite,
+    },
+    Command {
+        name: "pools",
+        about: "cross-pool latency under load: weft interactive pool vs a second tokio runtime",
+        help: "busy_10us, busy_1ms: with the main pool saturated by 2 x workers busy tasks\n\
+               (each spins 10 us or 1 ms, then yields, until stopped), the median and p99\n\
+               time from a spawn (plain thread) to the task's first poll; 2,000 probes per\n\
+               round with random 0..200 us gaps. weft: spawn_on(Interactive) with one\n\
+               interactive worker; tokio: spawn into a second 1-worker runtime;\n\
+               weft-default (reference): plain spawn into weft's busy default pool.",
+        suite: cases_pools::suite,
+    },
+    Command {
+        name: "timers",
+        about: "timers: weft vs tokio (time driver enabled)",
+        help: "sleeps_100k: 100,000 tasks sleeping uniform 0..100 ms (same seed); total\n\
+               time, throughput, mean lateness. timeout_cancel: 1,000,000 x create a\n\
+               10 s timeout around a pending future, poll it once, drop it; per cycle.\n\
+               accuracy: 500 sequential 10 ms sleeps while `workers` tasks keep every\n\
+               worker busy; median and p99 lateness. weft runs without its interactive pool.",
+        suite: cases_timers::suite,
+    },
+];
 
 const DEFAULT_WORKERS: usize = 2;
 const DEFAULT_ROUNDS: usize = 11;
 const DEFAULT_TIMEOUT_S: u64 = 120;
+const DEFAULT_IDLE_S: f64 = 2.0;
 
-fn usage() -> String {
-    let mut s = String::from(
-        "weft-bench: side-by-side benchmarks, weft against its peers\n\n\
-         USAGE:\n    cargo run --release -p weft-bench -- <COMMAND> [OPTIONS]\n\n\
-         COMMANDS:\n",
-    );
-    for c in COMMANDS {
-        s.push_str(&format!("    {:<10}{}\n", c.name, c.about));
+/// The global help, or with `command` that command's.
+fn usage(command: Option<&Command>) -> String {
+    let mut s = String::from("weft-bench: side-by-side benchmarks, weft against its peers\n\n");
+    match command {
+        None => {
+            s.push_str(
+                "USAGE:\n    cargo run --release -p weft-bench -- <COMMAND> [OPTIONS]\n\n\
+                 COMMANDS:\n",
+            );
+            for c in COMMANDS {
+                s.push_str(&format!("    {:<10}{}\n", c.name, c.about));
+            }
+            s.push_str("\nRun 'weft-bench <COMMAND> --help' for what a command measures.\n");
+        }
+        Some(c) => {
+            s.push_str(&format!(
+                "USAGE:\n    cargo run --release -p weft-bench -- {} [OPTIONS]\n\n{}\n\n{}\n\nCASES: {}\n",
+                c.name,
+                c.about,
+                c.help,
+                (c.suite)().case_names()
+            ));
+        }
     }
     s.push_str(&format!(
         "\nOPTIONS:\n\
@@ -52,6 +118,7 @@ fn usage() -> String {
          \x20   --json FILE      also write the results as JSON to FILE\n\
          \x20   --case NAME      run only case NAME (repeatable, or a comma-separated list)\n\
          \x20   --timeout SECS   abort if one measurement takes longer (default {DEFAULT_TIMEOUT_S})\n\
+         \x20   --idle-secs S    how long the idle cases of 'wake' sit idle (default {DEFAULT_IDLE_S})\n\
          \x20   --list           list the cases of COMMAND and exit\n\
          \x20   -h, --help       print this help and exit\n\n\
          Every round builds each runtime fresh, warms it up with one untimed\n\
@@ -64,14 +131,17 @@ fn usage() -> String {
 
 /// What the command line asks for.
 enum Request {
-    Help,
+    Help(Option<&'static Command>),
     List(&'static Command),
     Run(&'static Command, Options),
 }
 
 fn parse(args: &[String]) -> Result<Request, String> {
     if args.iter().any(|a| a == "-h" || a == "--help") {
-        return Ok(Request::Help);
+        let command = args
+            .first()
+            .and_then(|a| COMMANDS.iter().find(|c| c.name == a));
+        return Ok(Request::Help(command));
     }
     let Some((name, rest)) = args.split_first() else {
         return Err("missing COMMAND".into());
@@ -87,6 +157,7 @@ fn parse(args: &[String]) -> Result<Request, String> {
         json: None,
         cases: Vec::new(),
         timeout: Duration::from_secs(DEFAULT_TIMEOUT_S),
+        idle: Duration::from_secs_f64(DEFAULT_IDLE_S),
     };
     let mut list = false;
     let mut it = rest.iter();
@@ -107,6 +178,13 @@ fn parse(args: &[String]) -> Result<Request, String> {
             "--rounds" => opts.rounds = positive(flag, &value("a round count")?)?,
             "--timeout" => {
                 opts.timeout = Duration::from_secs(positive(flag, &value("seconds")?)? as u64)
+            }
+            "--idle-secs" => {
+                let v = value("seconds")?;
+                opts.idle = match v.parse::<f64>() {
+                    Ok(x) if x > 0.0 && x <= 3600.0 => Duration::from_secs_f64(x),
+                    _ => return Err(format!("{flag} expects seconds in (0, 3600], got '{v}'")),
+                };
             }
             "--json" => opts.json = Some(PathBuf::from(value("a file name")?)),
             "--case" => {
@@ -142,8 +220,8 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match parse(&args) {
         Err(msg) => usage_error(&msg),
-        Ok(Request::Help) => {
-            print!("{}", usage());
+        Ok(Request::Help(command)) => {
+            print!("{}", usage(command));
             ExitCode::SUCCESS
         }
         Ok(Request::List(command)) => {
@@ -196,6 +274,27 @@ mod tests {
         ] {
             assert!(parse(&args(bad)).is_err(), "accepted '{bad}'");
         }
-        assert!(matches!(parse(&args("async --help")), Ok(Request::Help)));
+        assert!(matches!(parse(&args("--help")), Ok(Request::Help(None))));
+        assert!(matches!(
+            parse(&args("wake --help")),
+            Ok(Request::Help(Some(Command { name: "wake", .. })))
+        ));
+        assert!(parse(&args("wake --idle-secs 0")).is_err());
+    }
+
+    #[test]
+    fn every_command_has_cases_and_parses_idle() {
+        for c in COMMANDS {
+            let suite = (c.suite)();
+            assert_eq!(suite.command, c.name);
+            assert!(!suite.cases.is_empty());
+            for case in &suite.cases {
+                assert!(!case.metrics.is_empty(), "{} has no metric", case.name);
+            }
+        }
+        let Ok(Request::Run(_, o)) = parse(&args("wake --idle-secs=0.5")) else {
+            panic!("expected a run request");
+        };
+        assert_eq!(o.idle, Duration::from_millis(500));
     }
 }

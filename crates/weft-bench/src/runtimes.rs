@@ -20,6 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::thread;
+use std::time::Duration;
 
 use async_executor::Executor;
 use futures_channel::oneshot;
@@ -55,6 +56,19 @@ pub trait Rt: Sized + 'static {
     /// Builds a fresh runtime with exactly `workers` worker threads.
     fn build(workers: usize) -> io::Result<Self>;
 
+    /// Builds a runtime whose only worker threads are the `workers` that
+    /// run spawned tasks (weft: no interactive pool), for cases that count
+    /// threads, CPU time or wake-ups.
+    fn build_one_pool(workers: usize) -> io::Result<Self> {
+        Self::build(workers)
+    }
+
+    /// The runtime's sleep/wake counters summed over its pools, where it
+    /// keeps them (weft); `None` otherwise.
+    fn pool_counters(&self) -> Option<PoolCounters> {
+        None
+    }
+
     /// The spawner to move into tasks so they can spawn more tasks.
     fn local(&self) -> Self::Local;
 
@@ -79,6 +93,46 @@ pub trait Rt: Sized + 'static {
     fn shutdown(self) {
         drop(self);
     }
+}
+
+/// Sleep/wake counters of a runtime, summed over its pools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolCounters {
+    /// Futex wake calls made to wake sleeping workers.
+    pub wake_calls: u64,
+    /// Wake-ups after which the worker found no work and slept again.
+    pub spurious_wakeups: u64,
+    /// Times a worker went to sleep.
+    pub parks: u64,
+}
+
+impl PoolCounters {
+    /// The counts accumulated since `earlier`.
+    pub fn since(self, earlier: PoolCounters) -> PoolCounters {
+        PoolCounters {
+            wake_calls: self.wake_calls - earlier.wake_calls,
+            spurious_wakeups: self.spurious_wakeups - earlier.spurious_wakeups,
+            parks: self.parks - earlier.parks,
+        }
+    }
+}
+
+/// Timers, for runtimes that have them (weft, tokio).
+pub trait TimeRt: Rt {
+    /// The runtime's `sleep`.
+    fn sleep(duration: Duration) -> impl Future<Output = ()> + Send + 'static;
+
+    /// The runtime's `timeout`: `None` if `future` did not finish in time.
+    fn timeout<F: Future + Send>(
+        duration: Duration,
+        future: F,
+    ) -> impl Future<Output = Option<F::Output>> + Send;
+
+    /// Runs `future` exempt from the runtime's cooperative budget (tokio's
+    /// `unconstrained`; weft has no budget). A tokio timer polled with its
+    /// task's budget spent returns `Pending` without registering, which
+    /// would let a tight loop of timer polls skip the work it measures.
+    fn unconstrained<F: Future + Send>(future: F) -> impl Future<Output = F::Output> + Send;
 }
 
 /// Turns a `Result`-returning join handle (weft, tokio) into one that yields
@@ -127,6 +181,24 @@ impl Spawn for WeftAmbient {
     }
 }
 
+impl Weft {
+    /// A runtime with `workers` default-pool workers and `interactive`
+    /// interactive-pool workers.
+    pub fn with_pools(workers: usize, interactive: usize) -> io::Result<Self> {
+        weft::Builder::new()
+            .worker_threads(workers)
+            .interactive_threads(interactive)
+            .thread_name("weft-bench-worker")
+            .build()
+            .map(Weft)
+    }
+
+    /// The runtime itself.
+    pub fn runtime(&self) -> &weft::Runtime {
+        &self.0
+    }
+}
+
 impl Rt for Weft {
     const NAME: &'static str = "weft";
     type Local = WeftAmbient;
@@ -137,6 +209,19 @@ impl Rt for Weft {
             .thread_name("weft-bench-worker")
             .build()
             .map(Weft)
+    }
+
+    fn build_one_pool(workers: usize) -> io::Result<Self> {
+        Weft::with_pools(workers, 0)
+    }
+
+    fn pool_counters(&self) -> Option<PoolCounters> {
+        let pools = self.0.stats().pools;
+        Some(PoolCounters {
+            wake_calls: pools.iter().map(|p| p.total_wake_calls).sum(),
+            spurious_wakeups: pools.iter().map(|p| p.total_spurious_wakeups).sum(),
+            parks: pools.iter().map(|p| p.total_parked).sum(),
+        })
     }
 
     fn local(&self) -> WeftAmbient {
@@ -167,13 +252,32 @@ impl Rt for Weft {
     }
 }
 
+impl TimeRt for Weft {
+    fn sleep(duration: Duration) -> impl Future<Output = ()> + Send + 'static {
+        weft::time::sleep(duration)
+    }
+
+    fn timeout<F: Future + Send>(
+        duration: Duration,
+        future: F,
+    ) -> impl Future<Output = Option<F::Output>> + Send {
+        let t = weft::time::timeout(duration, future);
+        async move { t.await.ok() }
+    }
+
+    fn unconstrained<F: Future + Send>(future: F) -> impl Future<Output = F::Output> + Send {
+        future
+    }
+}
+
 // --------------------------------------------------------------- tokio ----
 
 /// tokio's multi-thread runtime, built as in tokio's own
 /// `benches/rt_multi_threaded.rs` (`new_multi_thread().enable_all()`). With
-/// the tokio features this crate enables (no `net`/`time`), `enable_all`
-/// adds no I/O or timer driver, so idle workers park on a condvar — like
-/// weft's, which has no I/O driver either.
+/// the tokio features this crate enables (`time` but no `net`), `enable_all`
+/// adds the timer driver and no I/O driver — like weft, which always has a
+/// timer driver and has no I/O driver. Idle workers park on a condvar, one
+/// of them inside the timer driver.
 pub struct Tokio(tokio::runtime::Runtime);
 
 /// Spawns with the ambient `tokio::spawn`.
@@ -237,6 +341,24 @@ impl Rt for Tokio {
 
     fn yield_now() -> impl Future<Output = ()> + Send + 'static {
         tokio::task::yield_now()
+    }
+}
+
+impl TimeRt for Tokio {
+    fn sleep(duration: Duration) -> impl Future<Output = ()> + Send + 'static {
+        tokio::time::sleep(duration)
+    }
+
+    fn timeout<F: Future + Send>(
+        duration: Duration,
+        future: F,
+    ) -> impl Future<Output = Option<F::Output>> + Send {
+        let t = tokio::time::timeout(duration, future);
+        async move { t.await.ok() }
+    }
+
+    fn unconstrained<F: Future + Send>(future: F) -> impl Future<Output = F::Output> + Send {
+        tokio::task::unconstrained(future)
     }
 }
 

@@ -37,6 +37,8 @@
 // Lets the attribute macros name `::weft` inside this crate's own tests.
 extern crate self as weft;
 
+pub(crate) mod forkjoin;
+pub mod par;
 mod runtime;
 mod scheduler;
 mod sync;
@@ -46,6 +48,7 @@ pub mod time;
 #[cfg(all(test, loom))]
 mod loom_tests;
 
+pub use forkjoin::{join, scope, Scope};
 pub use runtime::{
     spawn, spawn_blocking, spawn_on, Builder, Handle, Pool, Runtime, TryCurrentError,
 };

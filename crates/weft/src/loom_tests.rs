@@ -471,3 +471,74 @@ fn loom_cross_pool_and_own_pool_inserts_vs_sleep() {
         assert_eq!(got.load(SeqCst), 2);
     });
 }
+
+mod forkjoin_models {
+    use super::*;
+    use crate::forkjoin::deque::{self, Steal};
+    use crate::forkjoin::latch::OnceLatch;
+
+    fn item(i: usize) -> *mut u8 {
+        i as *mut u8
+    }
+
+    /// Owner pushes past the initial capacity (growth) and pops while a thief steals:
+    /// every item comes out exactly once.
+    #[test]
+    fn loom_deque_push_pop_steal_with_growth() {
+        loom::model(|| {
+            let (w, s) = deque::new::<u8>();
+            let thief = thread::spawn(move || {
+                let mut got = Vec::new();
+                for _ in 0..2 {
+                    if let Steal::Success(p) = s.steal() {
+                        got.push(p as usize);
+                    }
+                }
+                got
+            });
+            for i in 1..=3 {
+                w.push(item(i));
+            }
+            let mut got = Vec::new();
+            while let Some(p) = w.pop() {
+                got.push(p as usize);
+            }
+            got.extend(thief.join().unwrap());
+            got.sort();
+            assert_eq!(got, vec![1, 2, 3]);
+        });
+    }
+
+    /// The last item, raced for by the owner's pop and a thief: exactly one wins.
+    #[test]
+    fn loom_deque_last_item_race() {
+        loom::model(|| {
+            let (w, s) = deque::new::<u8>();
+            w.push(item(7));
+            let thief = thread::spawn(move || matches!(s.steal(), Steal::Success(_)));
+            let owner = w.pop().is_some();
+            let stolen = thief.join().unwrap();
+            assert!(owner ^ stolen, "owner {owner}, thief {stolen}");
+        });
+    }
+
+    /// Setting the latch races the waiter going through SLEEPY and SLEEPING: the waiter
+    /// always returns (a lost wake is a loom deadlock), and the setter's parker
+    /// reference keeps the parker alive.
+    #[test]
+    fn loom_latch_set_vs_sleep() {
+        loom::model(|| {
+            let parker = Arc::new(Parker::new());
+            let latch = Arc::new(OnceLatch::new(&parker));
+            let l2 = latch.clone();
+            let setter = thread::spawn(move || {
+                // SAFETY: the latch is alive (held by this Arc) and its waiter has not
+                // returned before the set.
+                unsafe { OnceLatch::set(&*l2) };
+            });
+            latch.wait(&parker, || false);
+            assert!(latch.probe());
+            setter.join().unwrap();
+        });
+    }
+}

@@ -162,7 +162,7 @@ impl Runtime {
                 Pool::Default => b.thread_name.clone(),
                 Pool::Interactive => format!("{}-interactive", b.thread_name),
             };
-            for (index, local) in pool_locals.into_iter().enumerate() {
+            for (index, parts) in pool_locals.into_iter().enumerate() {
                 let shared = shared.clone();
                 let thread_exits = exits.clone();
                 let start = b.on_thread_start.clone();
@@ -174,7 +174,7 @@ impl Runtime {
                         if let Some(f) = &start {
                             f();
                         }
-                        let core = Core::new(index, shared, local);
+                        let core = Core::new(index, shared, parts);
                         core.run();
                         drop(core);
                         if let Some(f) = &stop {
@@ -335,6 +335,8 @@ impl Runtime {
             eprintln!("weft: shutdown timed out; leaving blocking threads behind");
         }
         for p in &inner.pools {
+            // Fork-join callers still blocked on injected jobs get them run here.
+            p.run_injected_jobs_and_close();
             // Anything spawned or woken while the workers stopped.
             p.cancel_all();
             debug_assert!(

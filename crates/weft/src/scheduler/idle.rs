@@ -10,8 +10,7 @@
 //!   peers' local queues), and only then sleeps.
 //! * **Insert:** a producer pushes the task, issues a SeqCst fence, then reads the
 //!   searching count and the bitmap; unless a worker is searching it claims one parked
-//!   worker (clears its bit) and unparks it. The claimed worker counts itself as a
-//!   searcher when it sees its bit gone.
+//!   worker (counting it as a searcher first, then clearing its bit) and unparks it.
 //!
 //! This is the store-buffering pattern: with both fences, at least one side sees the
 //! other's write. Either the producer sees the parked bit (and wakes that worker), or
@@ -89,16 +88,32 @@ impl Idle {
     }
 
     /// Producer side, after the push and the SeqCst fence: picks a parked worker to
-    /// wake, unless a searcher will find the work. Returns its index. The claimed
-    /// worker counts itself as a searcher when it wakes ([`Idle::claimed`]): if the
-    /// producer counted it here, the worker could wake (a stale token) and stop
-    /// searching before the increment, taking the count below zero for a moment, and
-    /// inserts that read the wrapped count would skip their wake (found by the SPIN
-    /// model in `models/`).
+    /// wake, unless a searcher will find the work.
+    ///
+    /// The worker to be woken is counted as a searcher *before* its bit is claimed, so
+    /// it cannot stop searching before it was counted (the count would wrap below zero;
+    /// found by the SPIN model in `models/`), and inserts right behind this one see a
+    /// searcher and do not wake a second worker for work the first will find. If no
+    /// bit can be claimed, the producer was a searcher for a moment and stops like one:
+    /// the last searcher looks again, and retries if a worker published its bit
+    /// meanwhile (an insert that skipped its wake because of this producer's count may
+    /// be invisible to that worker's re-check).
     pub(crate) fn claim_parked(&self) -> Option<usize> {
-        if self.num_searching.load(SeqCst) != 0 {
-            return None;
+        loop {
+            if self.num_searching.load(SeqCst) != 0 {
+                return None;
+            }
+            self.num_searching.fetch_add(1, SeqCst);
+            if let Some(i) = self.claim_bit() {
+                return Some(i);
+            }
+            if !self.stop_searching() || !self.any_parked() {
+                return None;
+            }
         }
+    }
+
+    fn claim_bit(&self) -> Option<usize> {
         let holder = self.driver_holder.load(SeqCst);
         for (w, word) in self.parked.iter().enumerate() {
             let mut bits = word.load(SeqCst);
@@ -117,9 +132,8 @@ impl Idle {
         None
     }
 
-    /// A worker found its parked bit cleared by a producer: it is a searcher now.
-    pub(crate) fn claimed(&self) {
-        self.num_searching.fetch_add(1, SeqCst);
+    fn any_parked(&self) -> bool {
+        self.parked.iter().any(|w| w.load(SeqCst) != 0)
     }
 
     /// Sleep side, step 1: publish "parked". The caller then fences and re-checks.
@@ -128,8 +142,7 @@ impl Idle {
     }
 
     /// Takes back the parked bit. Returns false if a producer claimed this worker
-    /// first: an unpark is on its way, and the caller must count itself as a searcher
-    /// ([`Idle::claimed`]).
+    /// first: an unpark is on its way, and the worker already counts as a searcher.
     pub(crate) fn unpublish_parked(&self, index: usize) -> bool {
         let bit = 1 << (index % 64);
         self.parked[index / 64].fetch_and(!bit, SeqCst) & bit != 0

@@ -14,13 +14,17 @@ pub(crate) mod worker;
 
 use std::future::Future;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Weak;
 
 use crossbeam_utils::CachePadded;
 
 use crate::runtime::{Inner, Pool};
-use crate::sync::{fence, Arc};
+use std::collections::VecDeque;
+
+use crate::forkjoin::deque;
+use crate::forkjoin::job::{Job, JobRef};
+use crate::sync::{fence, Arc, Mutex};
 use crate::task::header::Header;
 use crate::task::owned::OwnedTasks;
 use crate::task::raw::{Notified, Schedule};
@@ -34,6 +38,8 @@ use stats::{PoolStats, WorkerCounters};
 /// The part of a worker that other threads use.
 pub(crate) struct Remote {
     pub(crate) steal: queue::Steal,
+    /// The thieves' end of the worker's fork-join deque.
+    pub(crate) jobs: deque::Stealer<Job>,
     pub(crate) parker: Arc<Parker>,
     pub(crate) counters: WorkerCounters,
 }
@@ -51,6 +57,21 @@ pub(crate) struct Shared {
     pub(crate) rt: Weak<Inner>,
     /// The runtime's timer driver, shared by all its pools.
     pub(crate) time: Arc<Driver>,
+    /// Fork-join jobs injected from threads outside the pool (`join`, `scope`).
+    injected: Mutex<InjectedJobs>,
+    injected_len: AtomicUsize,
+}
+
+struct InjectedJobs {
+    queue: VecDeque<JobRef>,
+    /// Set by the final drain at shutdown; later injections run on the caller.
+    closed: bool,
+}
+
+/// A worker's private ends, handed to its thread.
+pub(crate) struct WorkerParts {
+    pub(crate) local: queue::Local,
+    pub(crate) jobs: deque::Worker<Job>,
 }
 
 impl Shared {
@@ -61,14 +82,16 @@ impl Shared {
         pool: Pool,
         rt: Weak<Inner>,
         time: Arc<Driver>,
-    ) -> (Arc<Shared>, Vec<queue::Local>) {
+    ) -> (Arc<Shared>, Vec<WorkerParts>) {
         let mut locals = Vec::with_capacity(workers);
         let remotes = (0..workers)
             .map(|_| {
                 let (local, steal) = queue::local();
-                locals.push(local);
+                let (jobs, job_stealer) = deque::new();
+                locals.push(WorkerParts { local, jobs });
                 CachePadded::new(Remote {
                     steal,
+                    jobs: job_stealer,
                     parker: Arc::new(Parker::new()),
                     counters: WorkerCounters::default(),
                 })
@@ -84,6 +107,11 @@ impl Shared {
             pool,
             rt,
             time,
+            injected: Mutex::new(InjectedJobs {
+                queue: VecDeque::new(),
+                closed: false,
+            }),
+            injected_len: AtomicUsize::new(0),
         });
         (shared, locals)
     }
@@ -156,13 +184,52 @@ impl Shared {
     /// Work that a worker other than `me` could take right now: the injection queue,
     /// or a peer's stealable queue while nobody is searching to take it.
     pub(crate) fn has_work_for(&self, me: usize) -> bool {
-        if !self.inject.is_empty() {
+        if !self.inject.is_empty() || self.injected_len.load(SeqCst) != 0 {
             return true;
         }
         self.remotes
             .iter()
             .enumerate()
-            .any(|(i, r)| i != me && !r.steal.is_empty())
+            .any(|(i, r)| i != me && (!r.steal.is_empty() || !r.jobs.is_empty()))
+    }
+
+    /// Queues a fork-join job from outside the pool and wakes a worker for it. Returns
+    /// false once the pool has stopped running jobs.
+    pub(crate) fn inject_job(&self, job: JobRef) -> bool {
+        {
+            let mut q = self.injected.lock();
+            if q.closed {
+                return false;
+            }
+            q.queue.push_back(job);
+            self.injected_len.store(q.queue.len(), SeqCst);
+        }
+        self.notify_parked();
+        true
+    }
+
+    pub(crate) fn pop_injected_job(&self) -> Option<JobRef> {
+        if self.injected_len.load(SeqCst) == 0 {
+            return None;
+        }
+        let mut q = self.injected.lock();
+        let j = q.queue.pop_front();
+        self.injected_len.store(q.queue.len(), SeqCst);
+        j
+    }
+
+    /// Shutdown: refuses further injected jobs and runs the queued ones here (their
+    /// callers are blocked waiting for them).
+    pub(crate) fn run_injected_jobs_and_close(&self) {
+        let jobs: Vec<_> = {
+            let mut q = self.injected.lock();
+            q.closed = true;
+            self.injected_len.store(0, SeqCst);
+            q.queue.drain(..).collect()
+        };
+        for j in jobs {
+            crate::forkjoin::execute(j);
+        }
     }
 
     /// Starts shutdown: refuses new tasks, cancels every task no worker is running and

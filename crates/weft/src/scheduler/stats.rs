@@ -18,6 +18,8 @@ pub(crate) struct WorkerCounters {
     pub(crate) global_batch_fetches: Counter,
     pub(crate) overflows: Counter,
     pub(crate) spurious: Counter,
+    pub(crate) jobs_run: Counter,
+    pub(crate) jobs_stolen: Counter,
 }
 
 #[derive(Default)]
@@ -180,6 +182,11 @@ pub struct WorkerStats {
     pub wake_calls: u64,
     /// Wake-ups after which this worker found no work before sleeping again.
     pub spurious_wakeups: u64,
+    /// Fork-join jobs this worker ran that another thread had forked (stolen or
+    /// injected).
+    pub jobs_run: u64,
+    /// Fork-join jobs this worker stole from another worker's deque.
+    pub jobs_stolen: u64,
 }
 
 impl WorkerCounters {
@@ -194,6 +201,8 @@ impl WorkerCounters {
             overflows: self.overflows.get(),
             wake_calls,
             spurious_wakeups: self.spurious.get(),
+            jobs_run: self.jobs_run.get(),
+            jobs_stolen: self.jobs_stolen.get(),
         }
     }
 }

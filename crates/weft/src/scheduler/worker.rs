@@ -15,10 +15,20 @@ use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use super::queue::Local;
-use super::{cancel_queued, Shared};
+use super::{cancel_queued, Shared, WorkerParts};
+use crate::forkjoin::deque::{self, Steal};
+use crate::forkjoin::job::{Frame, Job, JobRef};
 use crate::sync::{fence, Arc};
 use crate::task::raw::Notified;
 use std::sync::atomic::Ordering::SeqCst;
+
+/// Fork-join heartbeat: joins between clock reads, and the period after which the
+/// oldest private frame may be shown to hungry workers.
+const HEARTBEAT_JOINS: u32 = 64;
+const HEARTBEAT: Duration = Duration::from_micros(100);
+
+/// Polls between looks at the timer wheel while timers are pending (a clock read).
+const TIMER_CHECK_POLLS: u32 = 16;
 
 /// Consecutive polls from the LIFO slot before its task is moved to the back of the
 /// queue, so a pair of tasks waking each other cannot starve the rest.
@@ -39,6 +49,14 @@ pub(crate) struct Core {
     index: usize,
     shared: Arc<Shared>,
     local: Local,
+    /// The owner's end of this worker's fork-join deque.
+    jobs: deque::Worker<Job>,
+    /// Newest and oldest private fork-join frames (see `forkjoin`).
+    private_newest: Cell<*const Frame>,
+    private_oldest: Cell<*const Frame>,
+    /// Joins until the next heartbeat check.
+    joins_until_check: Cell<u32>,
+    last_heartbeat: Cell<Instant>,
     lifo: Cell<Option<Notified>>,
     lifo_polls: Cell<u32>,
     /// Tasks that yielded: they run again once the local and global queues are empty,
@@ -79,11 +97,16 @@ pub(crate) fn with_current<R>(f: impl FnOnce(Option<&Core>) -> R) -> R {
 }
 
 impl Core {
-    pub(crate) fn new(index: usize, shared: Arc<Shared>, local: Local) -> Core {
+    pub(crate) fn new(index: usize, shared: Arc<Shared>, parts: WorkerParts) -> Core {
         Core {
             index,
             shared,
-            local,
+            local: parts.local,
+            jobs: parts.jobs,
+            private_newest: Cell::new(std::ptr::null()),
+            private_oldest: Cell::new(std::ptr::null()),
+            joins_until_check: Cell::new(HEARTBEAT_JOINS),
+            last_heartbeat: Cell::new(Instant::now()),
             lifo: Cell::new(None),
             lifo_polls: Cell::new(0),
             deferred: Cell::new(Vec::new()),
@@ -127,6 +150,10 @@ impl Core {
     pub(crate) fn run(&self) {
         CURRENT.with(|c| c.set(self));
         self.run_until(&|| false);
+        // Jobs injected before the pool closed still have callers waiting for them.
+        while let Some(job) = self.shared.pop_injected_job() {
+            self.run_job(job);
+        }
         self.drain();
         CURRENT.with(|c| c.set(std::ptr::null()));
     }
@@ -137,13 +164,187 @@ impl Core {
             if done() || self.shared.is_shutdown() {
                 break;
             }
-            match self.next_task().or_else(|| self.steal_work()) {
-                Some(task) => self.run_task(task),
-                None => self.park(done),
+            if let Some(task) = self.next_task() {
+                self.run_task(task);
+            } else if let Some(job) = self.pop_job() {
+                // Left on our deque by scope spawns of jobs that ran here.
+                self.run_job(job);
+            } else if let Some(job) = self.shared.pop_injected_job() {
+                self.run_job(job);
+            } else {
+                match self.steal_work() {
+                    Some(Work::Task(task)) => self.run_task(task),
+                    Some(Work::Job(job)) => self.run_job(job),
+                    None => self.park(done),
+                }
             }
         }
         if self.searching.replace(false) {
             self.stop_searching();
+        }
+    }
+
+    /// Runs a fork-join job forked by another thread.
+    fn run_job(&self, job: JobRef) {
+        self.woken.set(false);
+        if self.searching.replace(false) {
+            self.stop_searching();
+        }
+        self.counters().jobs_run.bump(1);
+        crate::forkjoin::execute(job);
+    }
+
+    /// Pushes a job onto this worker's deque, where thieves can take it, and wakes a
+    /// sleeper if the deque was empty.
+    pub(crate) fn push_job(&self, job: JobRef) {
+        if self.jobs.push(job.as_ptr()) {
+            self.shared.notify_parked();
+        }
+    }
+
+    /// Links a `join`'s second half as the newest private frame, then runs the
+    /// heartbeat check when it is due (see `forkjoin`).
+    pub(crate) fn push_frame(&self, frame: &Frame) {
+        let newest = self.private_newest.get();
+        frame.prev.set(newest);
+        let outermost = newest.is_null();
+        if outermost {
+            self.private_oldest.set(frame);
+        } else {
+            // SAFETY: private frames are live: each is unlinked by its own join before
+            // its stack frame ends, newest first.
+            unsafe { (*newest).next.set(frame) };
+        }
+        self.private_newest.set(frame);
+        if outermost {
+            self.last_heartbeat.set(Instant::now());
+            self.joins_until_check.set(HEARTBEAT_JOINS);
+            if self.someone_hungry() {
+                self.promote_oldest();
+            }
+        } else {
+            let n = self.joins_until_check.get() - 1;
+            if n == 0 {
+                self.heartbeat();
+            } else {
+                self.joins_until_check.set(n);
+            }
+        }
+    }
+
+    #[cold]
+    fn heartbeat(&self) {
+        self.joins_until_check.set(HEARTBEAT_JOINS);
+        let now = Instant::now();
+        if now.duration_since(self.last_heartbeat.get()) >= HEARTBEAT {
+            self.last_heartbeat.set(now);
+            if self.someone_hungry() {
+                self.promote_oldest();
+            }
+        }
+    }
+
+    fn someone_hungry(&self) -> bool {
+        self.shared.idle.num_searching() > 0
+            || self.shared.idle.any_parked_except(self.index).is_some()
+    }
+
+    /// Moves the oldest private frame to the deque and wakes a worker for it.
+    #[cold]
+    fn promote_oldest(&self) {
+        let oldest = self.private_oldest.get();
+        if oldest.is_null() {
+            return;
+        }
+        // SAFETY: private frames are live (see `push_frame`).
+        let frame = unsafe { &*oldest };
+        let next = frame.next.get();
+        self.private_oldest.set(next);
+        if next.is_null() {
+            self.private_newest.set(std::ptr::null());
+        } else {
+            // SAFETY: as above.
+            unsafe { (*next).prev.set(std::ptr::null()) };
+        }
+        frame.promoted.set(true);
+        self.jobs.push(frame.job_ref().as_ptr());
+        self.shared.notify_parked();
+    }
+
+    /// Unlinks `frame` at the end of its `join`. Returns true if the caller may run the
+    /// job itself: it was still private, or it was promoted and popped back before any
+    /// thief took it.
+    pub(crate) fn pop_frame(&self, frame: &Frame) -> bool {
+        if !frame.promoted.get() {
+            debug_assert_eq!(self.private_newest.get(), frame as *const Frame);
+            let prev = frame.prev.get();
+            self.private_newest.set(prev);
+            if prev.is_null() {
+                self.private_oldest.set(std::ptr::null());
+            } else {
+                // SAFETY: private frames are live (see `push_frame`).
+                unsafe { (*prev).next.set(std::ptr::null()) };
+            }
+            return true;
+        }
+        // Promoted frames leave the private list, oldest first; everything newer was
+        // unlinked by nested joins, and everything older was promoted before it.
+        debug_assert!(self.private_newest.get().is_null());
+        match self.pop_job() {
+            Some(j) if j == frame.job_ref() => true,
+            Some(other) => {
+                // Our deque holds our promoted frames in order, so this cannot happen;
+                // a job of ours is still ours to run.
+                crate::forkjoin::execute(other);
+                self.pop_job() == Some(frame.job_ref())
+            }
+            None => false,
+        }
+    }
+
+    /// The deque position now; see [`Core::pop_job_above`].
+    pub(crate) fn jobs_mark(&self) -> isize {
+        self.jobs.bottom()
+    }
+
+    /// Pops a job only if it was pushed after `mark` was taken.
+    pub(crate) fn pop_job_above(&self, mark: isize) -> Option<JobRef> {
+        if self.jobs.bottom() <= mark {
+            return None;
+        }
+        self.pop_job()
+    }
+
+    pub(crate) fn pop_job(&self) -> Option<JobRef> {
+        // SAFETY: this deque only holds pointers pushed by `push_job`.
+        self.jobs.pop().map(|p| unsafe { JobRef::from_ptr(p) })
+    }
+
+    /// While waiting for a stolen job: steal one of its descendants from the thief and
+    /// run it (leapfrogging). Returns whether it ran something.
+    pub(crate) fn help_thief(&self, thief: usize) -> bool {
+        match self.steal_job_from(thief) {
+            Some(job) => {
+                self.counters().jobs_run.bump(1);
+                crate::forkjoin::execute(job);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn steal_job_from(&self, victim: usize) -> Option<JobRef> {
+        let stealer = &self.shared.remotes[victim].jobs;
+        loop {
+            match stealer.steal() {
+                Steal::Success(p) => {
+                    self.counters().jobs_stolen.bump(1);
+                    // SAFETY: deques only hold pointers pushed by `push_job`.
+                    return Some(unsafe { JobRef::from_ptr(p) });
+                }
+                Steal::Empty => return None,
+                Steal::Retry => std::hint::spin_loop(),
+            }
         }
     }
 
@@ -186,10 +387,13 @@ impl Core {
     }
 
     fn next_task(&self) -> Option<Notified> {
-        if self.tick.get().is_multiple_of(self.global_interval.get()) {
-            // About once per millisecond of task time: due timers, then the global
-            // queue (fairness).
+        let tick = self.tick.get();
+        if tick.is_multiple_of(TIMER_CHECK_POLLS) && self.shared.time.has_pending() {
+            // A busy worker fires due timers itself; nobody may be parked to do it.
             self.shared.time.process();
+        }
+        if tick.is_multiple_of(self.global_interval.get()) {
+            // About once per millisecond of task time: the global queue (fairness).
             if let Some(t) = self.next_global() {
                 return Some(t);
             }
@@ -249,7 +453,9 @@ impl Core {
         first
     }
 
-    fn steal_work(&self) -> Option<Notified> {
+    /// Searches peers, from a random one: each peer's fork-join deque (its oldest job),
+    /// then half of its task queue; finally the injection queue.
+    fn steal_work(&self) -> Option<Work> {
         if !self.searching.get() {
             if !self.shared.idle.try_become_searcher() {
                 return None;
@@ -263,13 +469,16 @@ impl Core {
             if victim == self.index {
                 continue;
             }
+            if let Some(job) = self.steal_job_from(victim) {
+                return Some(Work::Job(job));
+            }
             if let Some((task, count)) = self.shared.remotes[victim].steal.steal_into(&self.local) {
                 self.counters().stolen.bump(count as u64);
                 self.counters().steals.bump(1);
-                return Some(task);
+                return Some(Work::Task(task));
             }
         }
-        self.next_global()
+        self.next_global().map(Work::Task)
     }
 
     /// The sleep transition (see [`super::idle`] for why this order is safe). The first
@@ -312,8 +521,7 @@ impl Core {
                 };
                 parker.park_timeout(timeout);
                 if !idle.is_parked(self.index) {
-                    // A producer claimed us: we search now.
-                    idle.claimed();
+                    // A producer claimed us and counted us as a searcher.
                     self.searching.set(true);
                     self.woken.set(true);
                     break;
@@ -344,8 +552,7 @@ impl Core {
 
     fn unpublish(&self) {
         if !self.shared.idle.unpublish_parked(self.index) {
-            // Claimed meanwhile: we count as a searcher now.
-            self.shared.idle.claimed();
+            // Claimed meanwhile: the producer counted us as a searcher.
             self.searching.set(true);
         }
     }
@@ -407,7 +614,12 @@ impl Core {
 #[cfg(all(test, loom))]
 impl Core {
     pub(crate) fn next_task_for_test(&self) -> Option<Notified> {
-        self.next_task().or_else(|| self.steal_work()).inspect(|_| {
+        let stolen = || match self.steal_work() {
+            Some(Work::Task(t)) => Some(t),
+            Some(Work::Job(_)) => unreachable!("no jobs in this model"),
+            None => None,
+        };
+        self.next_task().or_else(stolen).inspect(|_| {
             if self.searching.replace(false) {
                 self.stop_searching();
             }
@@ -439,6 +651,12 @@ impl Core {
         }
         self.drain();
     }
+}
+
+/// What a search found.
+enum Work {
+    Task(Notified),
+    Job(JobRef),
 }
 
 fn interval_for(avg_task_ns: f64) -> u32 {

@@ -7,8 +7,8 @@
 //! due makes no wakeups at all. Registering a timer earlier than the holder's deadline
 //! unparks the holder so it can shorten its sleep: the registrar inserts under the
 //! same lock, so it either sees the published deadline or the holder sees the new
-//! entry. Busy workers fire due timers at their fairness checks (about every
-//! millisecond of task time), so timers also run when nobody parks.
+//! entry. Busy workers fire due timers every 16 polls while any timer is pending, so
+//! timers also run when nobody parks.
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicU64, AtomicUsize};

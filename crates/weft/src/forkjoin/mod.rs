@@ -1,0 +1,264 @@
+//! Fork-join on the runtime's workers (spec 002): `join`, `scope`, and the machinery
+//! that parallel iterators ([`crate::par`]) are built on.
+//!
+//! `join(a, b)` on a worker makes `b` a stack-allocated job and links it into the
+//! worker's *private* frame list (two plain stores), runs `a`, and unlinks `b` to run it
+//! inline: with nothing stolen, a join costs no allocation and no atomic operation at
+//! all. Other workers cannot see private frames; a *heartbeat* makes work visible:
+//!
+//! * the outermost join of a computation, and then every 64th join once 100 µs have
+//!   passed since the last heartbeat, checks whether any worker of the pool is hungry
+//!   (searching or parked);
+//! * if one is, the oldest private frame (the largest piece of the recursion) is
+//!   promoted: pushed onto the worker's Chase-Lev deque, where thieves take the oldest
+//!   job first, and one parked worker is woken through the pool's sleep handshake.
+//!
+//! At its `join` the owner pops a promoted job back from the deque if no thief took it.
+//! If `b` was stolen, the worker waits on the job's latch and meanwhile *only* steals
+//! from the thief that took `b` (leapfrogging): those jobs are `b`'s own descendants,
+//! so helping with them cannot make the waiting frame run unrelated code that needs a
+//! lock it holds (rayon's deadlock with a mutex held across a join). A worker blocked in
+//! `join` therefore does not run async tasks or other workers' jobs.
+//!
+//! This is the heartbeat scheduling of Spice and chili on top of spec 002's deque and
+//! latch: promotion costs are paid at most once per heartbeat, not per join.
+//!
+//! Called from a thread that is not a worker, `join` and `scope` run on the current
+//! runtime's default pool (or a lazily started global runtime when none is current,
+//! sized by `WEFT_WORKERS`) and block until done. If that pool is shutting down they
+//! run sequentially on the caller.
+
+pub(crate) mod deque;
+pub(crate) mod job;
+pub(crate) mod latch;
+mod scope;
+
+pub use scope::{scope, Scope};
+
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
+
+use crate::scheduler::park::Parker;
+use crate::scheduler::worker::{self, Core};
+use crate::scheduler::Shared;
+use crate::sync::Arc;
+use job::{JobRef, StackJob};
+
+/// Where a closure of `join_context` runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FnContext {
+    migrated: bool,
+}
+
+impl FnContext {
+    /// True when the closure runs on another thread than the one that called join (a
+    /// thief took it).
+    pub(crate) fn migrated(&self) -> bool {
+        self.migrated
+    }
+}
+
+/// Runs `a` and `b`, potentially in parallel, and returns both results.
+///
+/// On a weft worker (inside a task, a fiber, or another join) this is the fast path
+/// described in the module docs; from any other thread the pair runs on the current
+/// runtime's default pool, or on a global runtime started on first use.
+///
+/// Both closures always finish before `join` returns. If either panics, the panic is
+/// resumed after both finished; if both panic, `a`'s payload wins.
+///
+/// ```
+/// fn fib(n: u64) -> u64 {
+///     if n < 2 {
+///         return n;
+///     }
+///     let (a, b) = weft::join(|| fib(n - 1), || fib(n - 2));
+///     a + b
+/// }
+/// assert_eq!(fib(20), 6765);
+/// ```
+pub fn join<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce() -> RA + Send,
+    B: FnOnce() -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    join_context(|_| a(), |_| b())
+}
+
+/// [`join`] whose closures learn whether they were stolen.
+pub(crate) fn join_context<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce(FnContext) -> RA + Send,
+    B: FnOnce(FnContext) -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    let here = worker::with_current(|c| c.map(|c| c as *const Core));
+    match here {
+        // SAFETY: the core lives as long as its worker thread, which is this thread.
+        Some(core) => join_on(unsafe { &*core }, a, b),
+        None => in_worker(|core| match core {
+            Some(core) => join_on(core, a, b),
+            None => join_sequential(a, b),
+        }),
+    }
+}
+
+/// The number of workers `join` would spread work over from here.
+pub(crate) fn current_num_threads() -> usize {
+    match worker::with_current(|c| c.map(|c| c.shared().num_workers())) {
+        Some(n) => n,
+        None => target_pool().num_workers(),
+    }
+}
+
+fn join_sequential<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce(FnContext) -> RA,
+    B: FnOnce(FnContext) -> RB,
+{
+    let ctx = FnContext { migrated: false };
+    let ra = catch_unwind(AssertUnwindSafe(|| a(ctx)));
+    let rb = catch_unwind(AssertUnwindSafe(|| b(ctx)));
+    finish(ra, rb)
+}
+
+fn finish<RA, RB>(ra: std::thread::Result<RA>, rb: std::thread::Result<RB>) -> (RA, RB) {
+    match (ra, rb) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(p), _) | (_, Err(p)) => resume_unwind(p),
+    }
+}
+
+fn join_on<A, B, RA, RB>(core: &Core, a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce(FnContext) -> RA + Send,
+    B: FnOnce(FnContext) -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    let parker = &core.shared().remotes[core.index()].parker;
+    let job_b = StackJob::new(b, parker);
+    // `b` starts as a private frame of this worker; the heartbeat may promote it to the
+    // deque while `a` runs. It stays in this stack frame until it was either taken back
+    // or executed by a thief and its latch observed set.
+    core.push_frame(&job_b.frame);
+    // If `a` panics, the guard still finishes `b` (it borrows this frame) before the
+    // panic continues; no `catch_unwind` on the fast path.
+    let guard = FinishOnUnwind { core, job: &job_b };
+    let ra = a(FnContext { migrated: false });
+    std::mem::forget(guard);
+    let rb = finish_b(core, &job_b);
+    (ra, rb)
+}
+
+/// Takes `b` back and runs it here, or waits for the thief that took it.
+fn finish_b<F, R>(core: &Core, job_b: &StackJob<F, R>) -> R
+where
+    F: FnOnce(FnContext) -> R + Send,
+    R: Send,
+{
+    if core.pop_frame(&job_b.frame) {
+        // Never promoted, or promoted and popped back before a thief took it.
+        return job_b.run_inline(FnContext { migrated: false });
+    }
+    // Stolen: wait, helping the thief with `b`'s own descendants.
+    let parker = &core.shared().remotes[core.index()].parker;
+    job_b.latch.wait(parker, || {
+        let thief = job_b.thief.load(std::sync::atomic::Ordering::Relaxed);
+        thief != usize::MAX && core.help_thief(thief)
+    });
+    job_b.take_result()
+}
+
+/// Finishes `b` when `a` unwinds; `b`'s own panic, if any, is dropped (`a`'s wins).
+struct FinishOnUnwind<'c, F, R>
+where
+    F: FnOnce(FnContext) -> R + Send,
+    R: Send,
+{
+    core: &'c Core,
+    job: &'c StackJob<F, R>,
+}
+
+impl<F, R> Drop for FinishOnUnwind<'_, F, R>
+where
+    F: FnOnce(FnContext) -> R + Send,
+    R: Send,
+{
+    fn drop(&mut self) {
+        let (core, job) = (self.core, self.job);
+        drop(catch_unwind(AssertUnwindSafe(|| finish_b(core, job))));
+    }
+}
+
+/// Runs `op` on a worker: here if this thread is one, else on the target pool (or
+/// right here when that pool no longer runs jobs).
+pub(crate) fn on_worker<R, OP>(op: OP) -> R
+where
+    OP: FnOnce() -> R + Send,
+    R: Send,
+{
+    if worker::with_current(|c| c.is_some()) {
+        op()
+    } else {
+        in_worker(|_| op())
+    }
+}
+
+/// The pool that work from a non-worker thread goes to.
+fn target_pool() -> Arc<Shared> {
+    if let Ok(h) = crate::Handle::try_current() {
+        return h.inner.pools[0].clone();
+    }
+    static GLOBAL: OnceLock<crate::Runtime> = OnceLock::new();
+    GLOBAL
+        .get_or_init(|| {
+            crate::Builder::new()
+                .thread_name("weft-global")
+                .build()
+                .expect("weft: could not start the global runtime for fork-join")
+        })
+        .handle()
+        .inner
+        .pools[0]
+        .clone()
+}
+
+/// Runs `op` on a worker of the target pool and blocks this thread until it is done
+/// (with `None` if that pool no longer runs jobs).
+fn in_worker<R, OP>(op: OP) -> R
+where
+    OP: FnOnce(Option<&Core>) -> R + Send,
+    R: Send,
+{
+    thread_local! {
+        static PARKER: Arc<Parker> = Arc::new(Parker::new());
+    }
+    let pool = target_pool();
+    let parker = PARKER.with(|p| p.clone());
+    let job = StackJob::new(
+        |_| {
+            let core = worker::with_current(|c| c.map(|c| c as *const Core));
+            // SAFETY: a job runs on a worker thread whose core outlives it.
+            op(core.map(|c| unsafe { &*c }))
+        },
+        &parker,
+    );
+    // SAFETY: we wait for the latch below before `job` leaves this frame.
+    let job_ref = unsafe { job.as_job_ref() };
+    if !pool.inject_job(job_ref) {
+        return job.run_inline(FnContext { migrated: false });
+    }
+    job.latch.wait(&parker, || false);
+    job.take_result()
+}
+
+/// Executes a job taken from a queue or deque.
+pub(crate) fn execute(job: JobRef) {
+    // SAFETY: every job in a queue is executed exactly once, by whoever took it out,
+    // and its creator keeps it alive until it completes.
+    unsafe { job.execute() }
+}

@@ -1,0 +1,185 @@
+//! `scope`: spawn jobs that borrow from the caller's stack; the scope returns when
+//! every one of them has finished.
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+
+use super::job::HeapJob;
+use super::latch::OnceLatch;
+use crate::scheduler::park::Parker;
+use crate::scheduler::worker::{self, Core};
+use crate::sync::Arc;
+
+/// A fork-join scope; see [`scope`].
+pub struct Scope<'scope> {
+    /// Jobs spawned and not yet finished, plus one for the scope body itself.
+    pending: AtomicUsize,
+    /// Set when `pending` reaches zero.
+    done: OnceLatch,
+    /// The first panic of a spawned job (boxed payload), resumed by `scope`.
+    panic: AtomicPtr<Box<dyn Any + Send>>,
+    /// The pool's workers, to push jobs onto the current worker's deque.
+    _marker: PhantomData<&'scope mut &'scope ()>,
+}
+
+/// Creates a scope in which `f` can spawn jobs that borrow from the enclosing stack
+/// frame; returns `f`'s result once every spawned job (and the jobs they spawned) has
+/// finished. Jobs run on weft's workers; on a thread outside any runtime the scope runs
+/// on the default pool of the current runtime, or of a global runtime started on first
+/// use.
+///
+/// A panic in `f` or in any spawned job is resumed from `scope` after all jobs have
+/// finished (`f`'s panic first, otherwise the first job's).
+///
+/// ```
+/// let mut left = vec![1, 2, 3];
+/// let mut right = vec![4, 5, 6];
+/// let total = std::sync::atomic::AtomicUsize::new(0);
+/// weft::scope(|s| {
+///     s.spawn(|_| left.iter_mut().for_each(|x| *x *= 10));
+///     s.spawn(|_| right.iter_mut().for_each(|x| *x *= 10));
+///     s.spawn(|s| {
+///         // Jobs may spawn more jobs into the same scope.
+///         s.spawn(|_| { total.fetch_add(1, std::sync::atomic::Ordering::SeqCst); });
+///     });
+/// });
+/// assert_eq!(left, [10, 20, 30]);
+/// assert_eq!(right, [40, 50, 60]);
+/// assert_eq!(total.into_inner(), 1);
+/// ```
+pub fn scope<'scope, OP, R>(op: OP) -> R
+where
+    OP: FnOnce(&Scope<'scope>) -> R + Send,
+    R: Send,
+{
+    super::on_worker(|| run_scope(op))
+}
+
+fn run_scope<'scope, OP, R>(op: OP) -> R
+where
+    OP: FnOnce(&Scope<'scope>) -> R,
+{
+    let core = worker::with_current(|c| c.map(|c| c as *const Core));
+    // SAFETY: join_context runs us on a worker (or sequentially on the caller when the
+    // pool is closed, where there is no core and jobs then run inline).
+    let core: Option<&Core> = core.map(|c| unsafe { &*c });
+    let parker: Arc<Parker> = match core {
+        Some(c) => c.shared().remotes[c.index()].parker.clone(),
+        None => Arc::new(Parker::new()),
+    };
+    // Jobs this scope pushes sit above this mark on the worker's deque.
+    let mark = core.map(|c| c.jobs_mark());
+    let scope = Scope {
+        pending: AtomicUsize::new(1),
+        done: OnceLatch::new(&parker),
+        panic: AtomicPtr::new(std::ptr::null_mut()),
+        _marker: PhantomData,
+    };
+    let result = catch_unwind(AssertUnwindSafe(|| op(&scope)));
+    scope.job_done();
+    // Help with the scope's own jobs (they are on this worker's deque, newest first)
+    // until they all finished; jobs below the mark belong to enclosing joins.
+    scope.done.wait(&parker, || {
+        match core.and_then(|c| c.pop_job_above(mark?)) {
+            Some(job) => {
+                super::execute(job);
+                true
+            }
+            None => false,
+        }
+    });
+    let panic = scope.panic.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    let result = match result {
+        Ok(r) => r,
+        Err(p) => resume_unwind(p),
+    };
+    if !panic.is_null() {
+        // SAFETY: stored by `record_panic` from `Box::into_raw`, taken once.
+        let p = unsafe { Box::from_raw(panic) };
+        resume_unwind(*p);
+    }
+    result
+}
+
+impl<'scope> Scope<'scope> {
+    /// Spawns a job into the scope. It may borrow anything that outlives the scope, and
+    /// gets the scope back to spawn more.
+    ///
+    /// ```
+    /// let data = [1, 2, 3, 4];
+    /// let sum = std::sync::atomic::AtomicI32::new(0);
+    /// weft::scope(|s| {
+    ///     for x in &data {
+    ///         let sum = &sum;
+    ///         s.spawn(move |_| { sum.fetch_add(*x, std::sync::atomic::Ordering::SeqCst); });
+    ///     }
+    /// });
+    /// assert_eq!(sum.into_inner(), 10);
+    /// ```
+    pub fn spawn<F>(&self, f: F)
+    where
+        F: FnOnce(&Scope<'scope>) + Send + 'scope,
+    {
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        let scope_ptr = ScopePtr(self as *const Scope<'scope>);
+        let job = HeapJob::into_job_ref(move || {
+            let scope_ptr = scope_ptr;
+            // SAFETY: the scope waits for `pending` to reach zero before it returns, and
+            // this job holds one count until `job_done` below.
+            let scope = unsafe { &*scope_ptr.0 };
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(scope))) {
+                scope.record_panic(p);
+            }
+            scope.job_done();
+        });
+        // SAFETY: the job is fresh; it lives on the heap until executed.
+        let job = unsafe { erase_lifetime(job) };
+        match worker::with_current(|c| c.map(|c| c as *const Core)) {
+            // SAFETY: the core outlives this call on its own thread.
+            Some(core) => unsafe { &*core }.push_job(job),
+            // No worker (the pool was closed): run it now.
+            None => super::execute(job),
+        }
+    }
+
+    fn record_panic(&self, p: Box<dyn Any + Send>) {
+        let boxed = Box::into_raw(Box::new(p));
+        if self
+            .panic
+            .compare_exchange(
+                std::ptr::null_mut(),
+                boxed,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            // SAFETY: not published; we still own it.
+            drop(unsafe { Box::from_raw(boxed) });
+        }
+    }
+
+    fn job_done(&self) {
+        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // SAFETY: the scope (and its latch) is alive: `run_scope` waits for this
+            // latch before returning, and nothing touches `self` after the set.
+            unsafe { OnceLatch::set(&self.done) };
+        }
+    }
+}
+
+struct ScopePtr<'scope>(*const Scope<'scope>);
+
+// SAFETY: the scope is shared with its jobs on other workers; all its fields used by
+// them are atomic (or the latch's documented protocol).
+unsafe impl Send for ScopePtr<'_> {}
+
+/// Scope jobs borrow from the scope's frame; the scope outlives them by waiting.
+///
+/// # Safety
+/// The job must complete before anything it borrows goes away.
+unsafe fn erase_lifetime(job: super::job::JobRef) -> super::job::JobRef {
+    job
+}

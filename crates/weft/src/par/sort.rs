@@ -1,0 +1,655 @@
+//! The parallel sorts behind [`ParallelSliceMut`](super::ParallelSliceMut).
+//!
+//! **Stable: parallel merge sort.** A buffer as long as the slice is allocated. The
+//! recursion `sort_into` sorts both halves with `join`, each half leaving its result in
+//! the array the merge reads from, then merges the two runs into the other array, so
+//! that the data alternates between the slice and the buffer from one level to the next
+//! and the top level ends in the slice. Pieces of at most `MERGESORT_LEAF` elements are
+//! sorted in place with `slice::sort_by` (stable). A merge larger than `MERGE_SEQUENTIAL`
+//! is itself split: the middle element of the longer run is located in the shorter run
+//! by binary search, which cuts both runs into a part that goes before and a part that
+//! goes after, and the two smaller merges run with `join`.
+//!
+//! **Unstable: parallel quicksort.** Partition sequentially around a pivot (median of
+//! three, or of three medians of three for larger pieces), then sort both sides with
+//! `join`. Pieces of at most `QUICKSORT_LEAF` elements, and pieces reached after too
+//! many levels (so that adversarial inputs stay `O(n log n)`), go to
+//! `slice::sort_unstable_by`. The partition only swaps, in safe code.
+//!
+//! **Panics in the comparison.** While merging, every element has exactly one live copy,
+//! in the slice or in the buffer; the other copies are stale bits that are never dropped
+//! or read as values (the buffer is a `Vec` of length 0, so it never drops anything).
+//! When a comparison panics, the code on the unwinding path moves every live element
+//! of the interrupted step to where its caller expects it, and `join` runs both halves
+//! to completion before it propagates a panic, so when the panic reaches the caller of
+//! `par_sort` the slice holds every element exactly once, in some order.
+
+use std::cmp::Ordering;
+use std::mem::{self, MaybeUninit};
+use std::panic::{self, AssertUnwindSafe};
+use std::ptr;
+
+use crate::forkjoin::join;
+
+/// Pieces of at most this many elements are sorted sequentially by the merge sort.
+const MERGESORT_LEAF: usize = 4096;
+/// Merges of at most this many elements in all run sequentially.
+const MERGE_SEQUENTIAL: usize = 8192;
+/// Pieces of at most this many elements are sorted sequentially by the quicksort.
+const QUICKSORT_LEAF: usize = 4096;
+
+/// Stable parallel sort of `v` by `compare`.
+pub(super) fn par_mergesort<T, F>(v: &mut [T], compare: &F)
+where
+    T: Send,
+    F: Fn(&T, &T) -> Ordering + Sync,
+{
+    mergesort_with(v, compare, MERGESORT_LEAF, MERGE_SEQUENTIAL);
+}
+
+/// Unstable parallel sort of `v` by `compare`.
+pub(super) fn par_quicksort<T, F>(v: &mut [T], compare: &F)
+where
+    T: Send,
+    F: Fn(&T, &T) -> Ordering + Sync,
+{
+    quicksort_with(v, compare, QUICKSORT_LEAF);
+}
+
+/// The cut-off sizes of the merge sort, passed down the recursion.
+#[derive(Clone, Copy)]
+struct MergeParams {
+    leaf: usize,
+    sequential_merge: usize,
+}
+
+fn mergesort_with<T, F>(v: &mut [T], compare: &F, leaf: usize, sequential_merge: usize)
+where
+    T: Send,
+    F: Fn(&T, &T) -> Ordering + Sync,
+{
+    let params = MergeParams {
+        leaf: leaf.max(1),
+        // At least 2, so that a parallel merge always cuts both sides into non-empty
+        // parts (see `par_merge`).
+        sequential_merge: sequential_merge.max(2),
+    };
+    let len = v.len();
+    if len <= params.leaf || mem::size_of::<T>() == 0 {
+        v.sort_by(compare);
+        return;
+    }
+    // The buffer never has a non-zero length, so it never drops an element; it only
+    // provides `len` slots of scratch space and frees them at the end.
+    let mut buf: Vec<T> = Vec::with_capacity(len);
+    let scratch = &mut buf.spare_capacity_mut()[..len];
+    // SAFETY: `MaybeUninit<T>` has the layout of `T`. Viewing the initialized slice as
+    // possibly uninitialized only lets the sort move elements out through it; the
+    // contract of `sort_into` (result in `v`, since `into_buf` is false) guarantees that
+    // when it returns or unwinds every slot of `v` holds an element again, each of the
+    // original elements exactly once.
+    let slots = unsafe { &mut *(v as *mut [T] as *mut [MaybeUninit<T>]) };
+    // SAFETY: every slot of `slots` is initialized (it was a `&mut [T]`), the elements
+    // are lent to the sort for the duration of the call, and `scratch` is as long as
+    // `slots` and a separate allocation.
+    unsafe { sort_into(slots, scratch, false, compare, params) };
+}
+
+/// Sorts the elements in `v`, leaving the result in `buf` if `into_buf`, else in `v`.
+///
+/// # Safety
+///
+/// - `v.len() == buf.len()`.
+/// - Every slot of `v` holds an initialized `T`; the caller hands these elements over
+///   to this call and treats the slots of both `v` and `buf` as holding no live value
+///   until the call ends. The prior contents of `buf` are ignored (overwritten without
+///   being dropped).
+///
+/// When the call returns, and also when it unwinds, the destination (`buf` if
+/// `into_buf`, else `v`) holds every one of the elements exactly once (sorted, on
+/// return), and the slots of the other array hold no live value.
+unsafe fn sort_into<T, F>(
+    v: &mut [MaybeUninit<T>],
+    buf: &mut [MaybeUninit<T>],
+    into_buf: bool,
+    compare: &F,
+    params: MergeParams,
+) where
+    T: Send,
+    F: Fn(&T, &T) -> Ordering + Sync,
+{
+    let len = v.len();
+    debug_assert_eq!(len, buf.len());
+
+    if len <= params.leaf {
+        // SAFETY: every slot of `v` is initialized (contract); the reference ends before
+        // `v` is used again.
+        let init = unsafe { assume_init_slice_mut(v) };
+        let sorted = panic::catch_unwind(AssertUnwindSafe(|| init.sort_by(compare)));
+        // Whether or not the sort panicked, `v` holds every element once (the standard
+        // sort guarantees a permutation when the comparison panics).
+        if into_buf {
+            // SAFETY: `v`'s slots are initialized and owned by this call, `buf` is as
+            // long and disjoint; after the move the live values are in `buf` only.
+            unsafe { move_slots(v, buf) };
+        }
+        if let Err(payload) = sorted {
+            panic::resume_unwind(payload);
+        }
+        return;
+    }
+
+    let mid = len / 2;
+    // The halves leave their results in `src`, the array this level merges from: the
+    // opposite of where this level's own result goes.
+    let halves = panic::catch_unwind(AssertUnwindSafe(|| {
+        let (v_left, v_right) = v.split_at_mut(mid);
+        let (buf_left, buf_right) = buf.split_at_mut(mid);
+        join(
+            // SAFETY: each half passes on the contract for its own disjoint halves of
+            // `v` and `buf`, which have equal lengths.
+            || unsafe { sort_into(v_left, buf_left, !into_buf, compare, params) },
+            // SAFETY: as above.
+            || unsafe { sort_into(v_right, buf_right, !into_buf, compare, params) },
+        )
+    }));
+    let (src, dest) = if into_buf { (v, buf) } else { (buf, v) };
+    if let Err(payload) = halves {
+        // `join` let both halves finish, and each left all its elements in its part of
+        // `src` (their contract holds on unwinding too). Move them to the destination.
+        // SAFETY: every slot of `src` is initialized and owned by this call; `dest` is
+        // as long and disjoint.
+        unsafe { move_slots(src, dest) };
+        panic::resume_unwind(payload);
+    }
+    let (src_left, src_right) = src.split_at_mut(mid);
+    // SAFETY: both runs are initialized and owned by this call, and `dest` has exactly
+    // their combined length and is disjoint from them.
+    unsafe { par_merge(src_left, src_right, dest, compare, params) };
+}
+
+/// Merges the sorted runs `left` and `right` into `dest`, stably (on equal elements,
+/// those of `left` come first).
+///
+/// # Safety
+///
+/// - `dest.len() == left.len() + right.len()`, and `dest` does not overlap either run.
+/// - Every slot of `left` and `right` holds an initialized `T` handed over to this call;
+///   the prior contents of `dest` are ignored (overwritten without being dropped).
+///
+/// When the call returns, and also when it unwinds, `dest` holds every element of both
+/// runs exactly once and the slots of `left` and `right` hold no live value.
+unsafe fn par_merge<T, F>(
+    left: &mut [MaybeUninit<T>],
+    right: &mut [MaybeUninit<T>],
+    dest: &mut [MaybeUninit<T>],
+    compare: &F,
+    params: MergeParams,
+) where
+    T: Send,
+    F: Fn(&T, &T) -> Ordering + Sync,
+{
+    debug_assert_eq!(dest.len(), left.len() + right.len());
+    if left.is_empty() || right.is_empty() || dest.len() <= params.sequential_merge {
+        // SAFETY: the contract is the same.
+        unsafe { merge_sequential(left, right, dest, compare) };
+        return;
+    }
+
+    // Cut both runs so that everything in the first parts goes before everything in
+    // the second parts, keeping equal elements of `left` before those of `right`.
+    let cut = panic::catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: both runs are initialized (contract); the references end with this
+        // closure, before the runs are used again.
+        let (l, r) = unsafe { (assume_init_slice(left), assume_init_slice(right)) };
+        if l.len() >= r.len() {
+            // Pivot: the middle of `left`. Elements of `right` strictly less than it go
+            // first; equal ones go after it, as stability requires.
+            let lm = l.len() / 2;
+            let pivot = &l[lm];
+            let rm = r.partition_point(|x| compare(x, pivot) == Ordering::Less);
+            (lm, rm)
+        } else {
+            // Pivot: the middle of `right`. Elements of `left` less than or equal to it
+            // go first.
+            let rm = r.len() / 2;
+            let pivot = &r[rm];
+            let lm = l.partition_point(|x| compare(pivot, x) != Ordering::Less);
+            (lm, rm)
+        }
+    }));
+    let (lm, rm) = match cut {
+        Ok(cut) => cut,
+        Err(payload) => {
+            // Nothing was moved yet: move both runs into `dest` as they are.
+            let (dest_left, dest_right) = dest.split_at_mut(left.len());
+            // SAFETY: the runs are initialized and owned by this call; `dest_left` and
+            // `dest_right` have their lengths and are disjoint from them.
+            unsafe {
+                move_slots(left, dest_left);
+                move_slots(right, dest_right);
+            }
+            panic::resume_unwind(payload);
+        }
+    };
+    // Both parts are non-empty and smaller than the whole: the first holds the pivot's
+    // predecessors in the longer run (at least one, as the longer run has at least two
+    // elements when more than `sequential_merge >= 2` elements are merged), the second
+    // holds the pivot.
+    let (left_first, left_second) = left.split_at_mut(lm);
+    let (right_first, right_second) = right.split_at_mut(rm);
+    let (dest_first, dest_second) = dest.split_at_mut(lm + rm);
+    join(
+        // SAFETY: the parts split the runs and `dest` into disjoint pieces with
+        // matching lengths; each merge passes the contract on for its own pieces.
+        || unsafe { par_merge(left_first, right_first, dest_first, compare, params) },
+        // SAFETY: as above.
+        || unsafe { par_merge(left_second, right_second, dest_second, compare, params) },
+    );
+}
+
+/// The sequential merge behind [`par_merge`], with the same contract.
+///
+/// # Safety
+///
+/// As for [`par_merge`].
+unsafe fn merge_sequential<T, F>(
+    left: &mut [MaybeUninit<T>],
+    right: &mut [MaybeUninit<T>],
+    dest: &mut [MaybeUninit<T>],
+    compare: &F,
+) where
+    F: Fn(&T, &T) -> Ordering,
+{
+    /// The merge's state. On drop (at the end, or while unwinding from a panicking
+    /// comparison) it moves what is left of both runs behind the merged prefix.
+    ///
+    /// Invariant: `left[..left_len]` and `right[..right_len]` are the elements not yet
+    /// moved (initialized, owned by the merge), and `out` points at the first of
+    /// exactly `left_len + right_len` slots of `dest` still to be written.
+    struct MergeState<T> {
+        left: *const T,
+        left_len: usize,
+        right: *const T,
+        right_len: usize,
+        out: *mut T,
+    }
+
+    impl<T> Drop for MergeState<T> {
+        fn drop(&mut self) {
+            // SAFETY: by the invariant, the remaining elements are initialized and
+            // owned, and `out` has room for all of them; `dest` does not overlap the
+            // runs. After the copies the only live copies are in `dest`.
+            unsafe {
+                ptr::copy_nonoverlapping(self.left, self.out, self.left_len);
+                ptr::copy_nonoverlapping(self.right, self.out.add(self.left_len), self.right_len);
+            }
+        }
+    }
+
+    debug_assert_eq!(dest.len(), left.len() + right.len());
+    let mut state = MergeState {
+        left: left.as_ptr().cast::<T>(),
+        left_len: left.len(),
+        right: right.as_ptr().cast::<T>(),
+        right_len: right.len(),
+        out: dest.as_mut_ptr().cast::<T>(),
+    };
+    while state.left_len > 0 && state.right_len > 0 {
+        // SAFETY: both runs are non-empty, so `left` and `right` point at initialized,
+        // not yet moved elements (invariant).
+        let take_right = unsafe { compare(&*state.right, &*state.left) == Ordering::Less };
+        // SAFETY: the element taken is initialized and owned; `out` has room for it
+        // (invariant); advancing the pointers by one keeps them within (or one past)
+        // their slices, and re-establishes the invariant.
+        unsafe {
+            if take_right {
+                ptr::copy_nonoverlapping(state.right, state.out, 1);
+                state.right = state.right.add(1);
+                state.right_len -= 1;
+            } else {
+                ptr::copy_nonoverlapping(state.left, state.out, 1);
+                state.left = state.left.add(1);
+                state.left_len -= 1;
+            }
+            state.out = state.out.add(1);
+        }
+    }
+    // Dropping `state` moves the rest of the run that is not yet exhausted.
+}
+
+/// Moves every element of `src` into `dest`.
+///
+/// # Safety
+///
+/// `src` and `dest` have the same length and do not overlap, every slot of `src` holds
+/// an initialized `T` owned by the caller, and the prior contents of `dest` are not
+/// live values. Afterwards the elements live in `dest`; `src`'s slots are stale.
+unsafe fn move_slots<T>(src: &[MaybeUninit<T>], dest: &mut [MaybeUninit<T>]) {
+    debug_assert_eq!(src.len(), dest.len());
+    // SAFETY: as stated in the contract; `MaybeUninit<T>` may be copied bitwise.
+    unsafe { ptr::copy_nonoverlapping(src.as_ptr(), dest.as_mut_ptr(), src.len()) };
+}
+
+/// Views initialized slots as values.
+///
+/// # Safety
+///
+/// Every slot of `s` holds an initialized `T`.
+unsafe fn assume_init_slice<T>(s: &[MaybeUninit<T>]) -> &[T] {
+    // SAFETY: same layout, and initialized by the contract.
+    unsafe { &*(s as *const [MaybeUninit<T>] as *const [T]) }
+}
+
+/// Views initialized slots as mutable values.
+///
+/// # Safety
+///
+/// Every slot of `s` holds an initialized `T`. (Writing a `T` through the result keeps
+/// the slots initialized.)
+unsafe fn assume_init_slice_mut<T>(s: &mut [MaybeUninit<T>]) -> &mut [T] {
+    // SAFETY: same layout, and initialized by the contract.
+    unsafe { &mut *(s as *mut [MaybeUninit<T>] as *mut [T]) }
+}
+
+// ---- quicksort ----
+
+fn quicksort_with<T, F>(v: &mut [T], compare: &F, leaf: usize)
+where
+    T: Send,
+    F: Fn(&T, &T) -> Ordering + Sync,
+{
+    // Twice the depth of a perfectly balanced recursion: beyond that the pivots have
+    // been bad too often, and the piece goes to the sequential sort (which is
+    // O(n log n) in the worst case).
+    let depth_limit = 2 * (usize::BITS - v.len().leading_zeros());
+    // Pieces below 8 elements have no room for a median-of-three pivot.
+    quicksort(v, compare, depth_limit, leaf.max(8));
+}
+
+fn quicksort<T, F>(v: &mut [T], compare: &F, depth_left: u32, leaf: usize)
+where
+    T: Send,
+    F: Fn(&T, &T) -> Ordering + Sync,
+{
+    if v.len() <= leaf || depth_left == 0 {
+        v.sort_unstable_by(compare);
+        return;
+    }
+    let pivot = choose_pivot(v, compare);
+    v.swap(0, pivot);
+    let mid = partition(v, compare);
+    let (left, rest) = v.split_at_mut(mid);
+    let right = &mut rest[1..];
+    join(
+        || quicksort(left, compare, depth_left - 1, leaf),
+        || quicksort(right, compare, depth_left - 1, leaf),
+    );
+}
+
+/// The index of a pivot: the median of three samples, or for larger slices the median
+/// of three medians of three (Tukey's ninther). `v.len() >= 8`.
+fn choose_pivot<T, F>(v: &[T], compare: &F) -> usize
+where
+    F: Fn(&T, &T) -> Ordering,
+{
+    let len = v.len();
+    let (a, b, c) = (len / 4, len / 2, len / 4 * 3);
+    if len >= 64 {
+        let a = median3(v, a - 1, a, a + 1, compare);
+        let b = median3(v, b - 1, b, b + 1, compare);
+        let c = median3(v, c - 1, c, c + 1, compare);
+        median3(v, a, b, c, compare)
+    } else {
+        median3(v, a, b, c, compare)
+    }
+}
+
+/// Of the indices `a`, `b`, `c`, the one whose element is the median.
+fn median3<T, F>(v: &[T], a: usize, b: usize, c: usize, compare: &F) -> usize
+where
+    F: Fn(&T, &T) -> Ordering,
+{
+    let less = |i: usize, j: usize| compare(&v[i], &v[j]) == Ordering::Less;
+    // Order a and b, then place c.
+    let (lo, hi) = if less(b, a) { (b, a) } else { (a, b) };
+    if less(c, lo) {
+        lo
+    } else if less(hi, c) {
+        hi
+    } else {
+        c
+    }
+}
+
+/// Partitions `v` around the pivot at `v[0]` and returns the pivot's final index
+/// `mid`: afterwards `v[..mid]` holds elements not greater than the pivot, `v[mid]` the
+/// pivot, and `v[mid + 1..]` elements not less than it.
+///
+/// Both scans stop at elements equal to the pivot, so runs of equal elements are split
+/// evenly instead of all landing on one side. With a comparison that is not a total
+/// order the result is some permutation; the indices stay in bounds regardless.
+fn partition<T, F>(v: &mut [T], compare: &F) -> usize
+where
+    F: Fn(&T, &T) -> Ordering,
+{
+    let (head, rest) = v.split_at_mut(1);
+    let pivot = &head[0];
+    let is_less = |a: &T, b: &T| compare(a, b) == Ordering::Less;
+    // Invariant: rest[..l] <= pivot, rest[r..] >= pivot, l <= r.
+    let mut l = 0;
+    let mut r = rest.len();
+    loop {
+        while l < r && is_less(&rest[l], pivot) {
+            l += 1;
+        }
+        while l < r && is_less(pivot, &rest[r - 1]) {
+            r -= 1;
+        }
+        // Here rest[l] >= pivot and rest[r - 1] <= pivot if l < r. With one element
+        // left in between it is both, so equal to the pivot: either side will do.
+        if r - l <= 1 {
+            break;
+        }
+        r -= 1;
+        rest.swap(l, r);
+        l += 1;
+    }
+    // rest[..l] is v[1..=l]; swapping the pivot to index l puts one of those
+    // (or the pivot itself, when l == 0) at index 0.
+    v.swap(0, l);
+    l
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            // xorshift64*
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+    }
+
+    fn inputs() -> Vec<Vec<(u32, usize)>> {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut out = Vec::new();
+        let lens: &[usize] = if cfg!(miri) {
+            &[0, 1, 2, 9, 17, 65, 130]
+        } else {
+            &[0, 1, 2, 3, 7, 8, 9, 16, 31, 64, 65, 100, 257, 1000, 3001]
+        };
+        for &len in lens {
+            for modulus in [1u64, 2, 10, 1 << 32] {
+                let v = (0..len)
+                    .map(|i| ((rng.next() % modulus) as u32, i))
+                    .collect::<Vec<_>>();
+                out.push(v);
+            }
+            out.push((0..len).map(|i| (i as u32, i)).collect());
+            out.push((0..len).map(|i| ((len - i) as u32, i)).collect());
+            // Organ pipe.
+            out.push((0..len).map(|i| (i.min(len - i) as u32, i)).collect());
+        }
+        out
+    }
+
+    #[test]
+    fn mergesort_small_cutoffs_is_stable_and_sorted() {
+        for input in inputs() {
+            for (leaf, merge) in [(1, 2), (2, 2), (4, 8), (16, 3), (64, 64)] {
+                let mut expected = input.clone();
+                expected.sort_by_key(|p| p.0);
+                let mut v = input.clone();
+                mergesort_with(
+                    &mut v,
+                    &|a: &(u32, usize), b: &(u32, usize)| a.0.cmp(&b.0),
+                    leaf,
+                    merge,
+                );
+                assert_eq!(v, expected, "leaf {leaf} merge {merge} len {}", input.len());
+            }
+        }
+    }
+
+    #[test]
+    fn quicksort_small_cutoffs_sorts() {
+        for input in inputs() {
+            for leaf in [1, 8, 20, 100] {
+                let mut expected = input.clone();
+                expected.sort();
+                let mut v = input.clone();
+                quicksort_with(&mut v, &|a: &(u32, usize), b: &(u32, usize)| a.cmp(b), leaf);
+                assert_eq!(v, expected, "leaf {leaf} len {}", input.len());
+                let mut keys: Vec<u32> = input.iter().map(|p| p.0).collect();
+                let mut expected: Vec<u32> = keys.clone();
+                expected.sort_unstable();
+                quicksort_with(&mut keys, &u32::cmp, leaf);
+                assert_eq!(keys, expected);
+            }
+        }
+    }
+
+    #[test]
+    fn zero_sized_elements() {
+        let n = if cfg!(miri) { 100 } else { 10_000 };
+        let mut v = vec![(); n];
+        mergesort_with(&mut v, &<()>::cmp, 4, 4);
+        quicksort_with(&mut v, &<()>::cmp, 8);
+        assert_eq!(v.len(), n);
+    }
+
+    static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+    /// An element that counts live instances and detects double drops.
+    #[derive(Debug)]
+    struct Tracked {
+        key: u32,
+        id: usize,
+        alive: bool,
+    }
+
+    impl Tracked {
+        fn new(key: u32, id: usize) -> Self {
+            LIVE.fetch_add(1, AtomicOrdering::SeqCst);
+            Tracked {
+                key,
+                id,
+                alive: true,
+            }
+        }
+    }
+
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            assert!(self.alive, "double drop of element {}", self.id);
+            self.alive = false;
+            LIVE.fetch_sub(1, AtomicOrdering::SeqCst);
+        }
+    }
+
+    fn panicking_sort(stable: bool, len: usize, panic_after: usize) {
+        let mut rng = Rng(len as u64 * 31 + panic_after as u64 + 1);
+        let mut v: Vec<Tracked> = (0..len)
+            .map(|i| Tracked::new((rng.next() % 50) as u32, i))
+            .collect();
+        let calls = AtomicUsize::new(0);
+        let compare = |a: &Tracked, b: &Tracked| {
+            assert!(a.alive && b.alive, "compared a dead element");
+            if calls.fetch_add(1, AtomicOrdering::Relaxed) == panic_after {
+                panic!("comparison panicked on purpose");
+            }
+            a.key.cmp(&b.key)
+        };
+        let result = panic::catch_unwind(AssertUnwindSafe(|| {
+            if stable {
+                mergesort_with(&mut v, &compare, 8, 8);
+            } else {
+                quicksort_with(&mut v, &compare, 8);
+            }
+        }));
+        assert!(result.is_err() || calls.load(AtomicOrdering::Relaxed) <= panic_after);
+        let mut ids: Vec<usize> = v.iter().map(|t| t.id).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (0..len).collect::<Vec<_>>(), "not a permutation");
+        assert!(v.iter().all(|t| t.alive));
+        drop(v);
+    }
+
+    #[test]
+    fn panicking_comparison_leaves_a_permutation() {
+        let before = LIVE.load(AtomicOrdering::SeqCst);
+        let lens: &[usize] = if cfg!(miri) {
+            &[10, 100]
+        } else {
+            &[10, 100, 500]
+        };
+        for &len in lens {
+            for panic_after in [0, 1, 5, 50, 400, 2000] {
+                panicking_sort(true, len, panic_after);
+                panicking_sort(false, len, panic_after);
+            }
+        }
+        assert_eq!(LIVE.load(AtomicOrdering::SeqCst), before);
+    }
+
+    #[test]
+    fn comparison_mutating_through_cell_is_kept() {
+        // A comparison that mutates elements through interior mutability: the
+        // mutation must survive the moves (the live copy is the one compared).
+        let mut v: Vec<(u32, Cell<u32>)> = (0..300).rev().map(|k| (k, Cell::new(0))).collect();
+        // `Cell` is not `Sync`, so this runs the internal sequential pieces directly.
+        let compare = |a: &(u32, Cell<u32>), b: &(u32, Cell<u32>)| {
+            a.1.set(a.1.get() + 1);
+            b.1.set(b.1.get() + 1);
+            a.0.cmp(&b.0)
+        };
+        let len = v.len();
+        let mut buf: Vec<(u32, Cell<u32>)> = Vec::with_capacity(len);
+        let scratch = &mut buf.spare_capacity_mut()[..len];
+        let (left, right) = v.split_at_mut(len / 2);
+        left.sort_by(compare);
+        right.sort_by(compare);
+        let before: u32 = v.iter().map(|p| p.1.get()).sum();
+        // SAFETY: `v` is initialized; the merge moves all elements into `scratch`,
+        // and they are moved back right after.
+        unsafe {
+            let slots = &mut *(v.as_mut_slice() as *mut [(u32, Cell<u32>)]
+                as *mut [MaybeUninit<(u32, Cell<u32>)>]);
+            let (l, r) = slots.split_at_mut(len / 2);
+            merge_sequential(l, r, scratch, &compare);
+            move_slots(scratch, slots);
+        }
+        let after: u32 = v.iter().map(|p| p.1.get()).sum();
+        assert!(after > before);
+        assert!(v.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+}
