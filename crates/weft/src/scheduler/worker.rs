@@ -1,10 +1,12 @@
 //! A worker's private state and its run loop (spec 001).
 //!
-//! Search order for the next task: every `global_interval` polls the injection queue
-//! first (fairness), then the LIFO slot (at most [`MAX_LIFO_POLLS`] in a row), the local
-//! queue, the injection queue, the tasks that yielded, stealing from peers (as a
-//! searcher), and finally the sleep transition of [`super::idle`], which re-checks
-//! before it parks.
+//! Search order: every 16 polls while timers are pending, due timers; every
+//! `global_interval` polls the injection queue first (fairness); then the LIFO slot (at
+//! most [`MAX_LIFO_POLLS`] in a row), the local queue, the injection queue, the tasks
+//! that yielded, fork-join jobs left on this worker's deque, jobs injected from outside
+//! the pool, then stealing from peers as a searcher (a peer's oldest fork-join job, then
+//! half its task queue), and finally the sleep transition of [`super::idle`], which
+//! re-checks before it parks.
 //!
 //! The loop is re-entrant: a task that blocks in `JoinHandle::join` or `block_on` on a
 //! worker runs [`Core::run_until`] again from inside its poll, so the worker keeps
