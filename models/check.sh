@@ -4,6 +4,8 @@
 #   sound model               must verify: no assertion violation, no invalid end state,
 #                             and the stronger hand-off and counter checks
 #                             (-DCHECK_HANDOFF -DCHECK_SEARCHING_WRAP)
+#   short-work model          must verify with the last searcher free to skip its
+#                             hand-off (-DSHORT_WORK): no lost wakeup still
 #   unsound model (-DUNSOUND) must fail: the running-counter shortcut loses a wake
 #
 # Exits non-zero if the sound model fails or the unsound one passes. Everything SPIN
@@ -58,6 +60,16 @@ else
     echo "sound model:   $states states, depth $depth, errors: $errors -> FAILED"
     cat "$dir/pan.out"
     [ -f "$dir/handshake.pml.trail" ] && (cd "$dir" && spin -DCHECK_HANDOFF -DCHECK_SEARCHING_WRAP -t -p -B handshake.pml)
+    status=1
+fi
+
+# ---- with the wake-worth heuristic: the hand-off may be skipped, nothing is lost ----
+verify short "-DSHORT_WORK -DCHECK_SEARCHING_WRAP" ""
+if [ "$errors" -eq 0 ] && ! grep -q 'max search depth too small\|Search not completed' "$dir/pan.out"; then
+    echo "short-work:    $states states, depth $depth, errors: 0 -> OK (no lost wakeup when the last searcher may skip its hand-off)"
+else
+    echo "short-work:    $states states, depth $depth, errors: $errors -> FAILED"
+    cat "$dir/pan.out"
     status=1
 fi
 

@@ -153,7 +153,17 @@ inline stop_searching(last, w)
     :: atomic { last -> last = false };
         /* fence(SeqCst), then local.is_empty() / has_work_for() */
         if
-        :: queue > 0 -> notify_parked(w, last)
+        :: queue > 0 ->
+#ifdef SHORT_WORK
+            /* Worker::worth_a_wake: the work left may be too short to be worth a
+             * wake; the model lets it answer either way */
+            if
+            :: notify_parked(w, last)
+            :: skip
+            fi
+#else
+            notify_parked(w, last)
+#endif
         :: else
         fi
     :: else

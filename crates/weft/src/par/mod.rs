@@ -36,8 +36,14 @@
 //! keeps the order of the input (also after `filter`), and `reduce` combines items
 //! in order (the operation need only be associative, not commutative).
 //!
-//! A panic in a closure propagates to the caller of the consuming method once every
-//! piece that had started has finished; items that were not consumed are dropped.
+//! Called from a thread that is not one of weft's workers, the first split hands the
+//! work over to the workers of a pool (as `join` does from such a thread) and the caller
+//! blocks until it is done. An input too small to be split at all is processed on the
+//! calling thread.
+//!
+//! A panic in a closure propagates to the caller of the consuming method once the other
+//! pieces have finished (`join` runs both of its halves to completion, so they still
+//! run); the items that the panicking piece had not yet consumed are dropped.
 //!
 //! # How the input is split
 //!

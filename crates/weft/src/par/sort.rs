@@ -1,20 +1,29 @@
 //! The parallel sorts behind [`ParallelSliceMut`](super::ParallelSliceMut).
 //!
+//! Both sorts first check, sequentially, whether the slice is already sorted or strictly
+//! descending (usually settled within a few comparisons on other inputs), and finish in
+//! linear time if so.
+//!
 //! **Stable: parallel merge sort.** A buffer as long as the slice is allocated. The
 //! recursion `sort_into` sorts both halves with `join`, each half leaving its result in
 //! the array the merge reads from, then merges the two runs into the other array, so
 //! that the data alternates between the slice and the buffer from one level to the next
 //! and the top level ends in the slice. Pieces of at most `MERGESORT_LEAF` elements are
-//! sorted in place with `slice::sort_by` (stable). A merge larger than `MERGE_SEQUENTIAL`
-//! is itself split: the middle element of the longer run is located in the shorter run
-//! by binary search, which cuts both runs into a part that goes before and a part that
-//! goes after, and the two smaller merges run with `join`.
+//! sorted in place with `slice::sort_by` (stable). Two runs that are already in order
+//! (or in strictly reverse order) are just copied. A merge larger than
+//! `MERGE_SEQUENTIAL` is itself split: the middle element of the longer run is located
+//! in the shorter run by binary search, which cuts both runs into a part that goes
+//! before and a part that goes after, and the two smaller merges run with `join`.
 //!
 //! **Unstable: parallel quicksort.** Partition sequentially around a pivot (median of
 //! three, or of three medians of three for larger pieces), then sort both sides with
 //! `join`. Pieces of at most `QUICKSORT_LEAF` elements, and pieces reached after too
 //! many levels (so that adversarial inputs stay `O(n log n)`), go to
-//! `slice::sort_unstable_by`. The partition only swaps, in safe code.
+//! `slice::sort_unstable_by`. The partition (a branch-free Lomuto partition) only
+//! swaps, in safe code. As in pdqsort, a piece whose pivot equals the pivot bounding it
+//! on the left (so that many elements are equal) first moves the elements equal to the
+//! pivot to the front, where they are final, and sorts only the rest: many duplicates
+//! cost no extra levels.
 //!
 //! **Panics in the comparison.** While merging, every element has exactly one live copy,
 //! in the slice or in the buffer; the other copies are stale bits that are never dropped
@@ -77,6 +86,9 @@ where
     let len = v.len();
     if len <= params.leaf || mem::size_of::<T>() == 0 {
         v.sort_by(compare);
+        return;
+    }
+    if presorted(v, compare) {
         return;
     }
     // The buffer never has a non-zero length, so it never drops an element; it only
@@ -190,41 +202,89 @@ unsafe fn par_merge<T, F>(
     F: Fn(&T, &T) -> Ordering + Sync,
 {
     debug_assert_eq!(dest.len(), left.len() + right.len());
-    if left.is_empty() || right.is_empty() || dest.len() <= params.sequential_merge {
-        // SAFETY: the contract is the same.
-        unsafe { merge_sequential(left, right, dest, compare) };
-        return;
+
+    /// What to do, decided before anything is moved.
+    enum Plan {
+        /// The runs are already in order (or one is empty): copy `left`, then `right`.
+        LeftThenRight,
+        /// Every element of `right` is less than every element of `left`.
+        RightThenLeft,
+        /// Small enough to merge sequentially.
+        Sequential,
+        /// Merge `left[..lm]` with `right[..rm]`, and the rest with the rest.
+        Split(usize, usize),
     }
 
-    // Cut both runs so that everything in the first parts goes before everything in
-    // the second parts, keeping equal elements of `left` before those of `right`.
-    let cut = panic::catch_unwind(AssertUnwindSafe(|| {
+    let plan = panic::catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: both runs are initialized (contract); the references end with this
         // closure, before the runs are used again.
         let (l, r) = unsafe { (assume_init_slice(left), assume_init_slice(right)) };
+        let (Some(l_first), Some(l_last), Some(r_first), Some(r_last)) =
+            (l.first(), l.last(), r.first(), r.last())
+        else {
+            return Plan::LeftThenRight;
+        };
+        if compare(r_first, l_last) != Ordering::Less {
+            // Sorted (or sorted runs of a sorted input): equal elements already have
+            // `left`'s first.
+            return Plan::LeftThenRight;
+        }
+        if compare(r_last, l_first) == Ordering::Less {
+            // Strictly less, so that no equal elements change order.
+            return Plan::RightThenLeft;
+        }
+        if dest.len() <= params.sequential_merge {
+            return Plan::Sequential;
+        }
+        // Cut both runs so that everything in the first parts goes before everything
+        // in the second parts, keeping equal elements of `left` before those of
+        // `right`.
         if l.len() >= r.len() {
             // Pivot: the middle of `left`. Elements of `right` strictly less than it go
             // first; equal ones go after it, as stability requires.
             let lm = l.len() / 2;
             let pivot = &l[lm];
             let rm = r.partition_point(|x| compare(x, pivot) == Ordering::Less);
-            (lm, rm)
+            Plan::Split(lm, rm)
         } else {
             // Pivot: the middle of `right`. Elements of `left` less than or equal to it
             // go first.
             let rm = r.len() / 2;
             let pivot = &r[rm];
             let lm = l.partition_point(|x| compare(pivot, x) != Ordering::Less);
-            (lm, rm)
+            Plan::Split(lm, rm)
         }
     }));
-    let (lm, rm) = match cut {
-        Ok(cut) => cut,
+    let (lm, rm) = match plan {
+        Ok(Plan::Split(lm, rm)) => (lm, rm),
+        Ok(Plan::Sequential) => {
+            // SAFETY: the contract is the same.
+            unsafe { merge_sequential(left, right, dest, compare) };
+            return;
+        }
+        Ok(Plan::RightThenLeft) => {
+            let (dest_right, dest_left) = dest.split_at_mut(right.len());
+            // SAFETY: the runs are initialized and owned by this call; `dest_right` and
+            // `dest_left` have their lengths and are disjoint from them.
+            unsafe {
+                move_slots(right, dest_right);
+                move_slots(left, dest_left);
+            }
+            return;
+        }
+        Ok(Plan::LeftThenRight) => {
+            let (dest_left, dest_right) = dest.split_at_mut(left.len());
+            // SAFETY: as above.
+            unsafe {
+                move_slots(left, dest_left);
+                move_slots(right, dest_right);
+            }
+            return;
+        }
         Err(payload) => {
             // Nothing was moved yet: move both runs into `dest` as they are.
             let (dest_left, dest_right) = dest.split_at_mut(left.len());
-            // SAFETY: the runs are initialized and owned by this call; `dest_left` and
-            // `dest_right` have their lengths and are disjoint from them.
+            // SAFETY: as above.
             unsafe {
                 move_slots(left, dest_left);
                 move_slots(right, dest_right);
@@ -299,21 +359,21 @@ unsafe fn merge_sequential<T, F>(
         // SAFETY: both runs are non-empty, so `left` and `right` point at initialized,
         // not yet moved elements (invariant).
         let take_right = unsafe { compare(&*state.right, &*state.left) == Ordering::Less };
-        // SAFETY: the element taken is initialized and owned; `out` has room for it
-        // (invariant); advancing the pointers by one keeps them within (or one past)
-        // their slices, and re-establishes the invariant.
+        // Branch-free: the comparison of random data is unpredictable.
+        let src = if take_right { state.right } else { state.left };
+        let (r, l) = (usize::from(take_right), usize::from(!take_right));
+        // SAFETY: the element at `src` is initialized and owned, and `out` has room for
+        // it (invariant). Exactly one of the runs advances, by one, within (or to one
+        // past the end of) its slice, and `out` with it, which re-establishes the
+        // invariant.
         unsafe {
-            if take_right {
-                ptr::copy_nonoverlapping(state.right, state.out, 1);
-                state.right = state.right.add(1);
-                state.right_len -= 1;
-            } else {
-                ptr::copy_nonoverlapping(state.left, state.out, 1);
-                state.left = state.left.add(1);
-                state.left_len -= 1;
-            }
+            ptr::copy_nonoverlapping(src, state.out, 1);
             state.out = state.out.add(1);
+            state.right = state.right.add(r);
+            state.left = state.left.add(l);
         }
+        state.right_len -= r;
+        state.left_len -= l;
     }
     // Dropping `state` moves the rest of the run that is not yet exhausted.
 }
@@ -364,27 +424,86 @@ where
     // O(n log n) in the worst case).
     let depth_limit = 2 * (usize::BITS - v.len().leading_zeros());
     // Pieces below 8 elements have no room for a median-of-three pivot.
-    quicksort(v, compare, depth_limit, leaf.max(8));
+    let leaf = leaf.max(8);
+    if v.len() > leaf && presorted(v, compare) {
+        return;
+    }
+    quicksort(v, None, compare, depth_limit, leaf);
 }
 
-fn quicksort<T, F>(v: &mut [T], compare: &F, depth_left: u32, leaf: usize)
+/// Sorts `v` in linear time if it is already sorted or strictly descending, and says
+/// whether it did. On other inputs it usually gives up after a few comparisons.
+fn presorted<T, F>(v: &mut [T], compare: &F) -> bool
 where
+    F: Fn(&T, &T) -> Ordering,
+{
+    if v.len() < 2 {
+        return true;
+    }
+    if compare(&v[1], &v[0]) == Ordering::Less {
+        // Reversing keeps the sort stable only if no two elements are equal.
+        if v.windows(2)
+            .all(|w| compare(&w[1], &w[0]) == Ordering::Less)
+        {
+            v.reverse();
+            return true;
+        }
+        false
+    } else {
+        v.windows(2)
+            .all(|w| compare(&w[1], &w[0]) != Ordering::Less)
+    }
+}
+
+/// Sorts `v`. `pred`, when given, is an element not greater than any element of `v`
+/// (the pivot just left of `v` in an enclosing partition); it is a `&mut` only so that
+/// it can be sent to another worker when `T` is `Send` but not `Sync`, and is only read.
+fn quicksort<T, F>(
+    mut v: &mut [T],
+    pred: Option<&mut T>,
+    compare: &F,
+    mut depth_left: u32,
+    leaf: usize,
+) where
     T: Send,
     F: Fn(&T, &T) -> Ordering + Sync,
 {
-    if v.len() <= leaf || depth_left == 0 {
-        v.sort_unstable_by(compare);
+    let is_less = |a: &T, b: &T| compare(a, b) == Ordering::Less;
+    loop {
+        if v.len() <= leaf || depth_left == 0 {
+            v.sort_unstable_by(compare);
+            return;
+        }
+        depth_left -= 1;
+        let pivot = choose_pivot(v, compare);
+        v.swap(0, pivot);
+
+        if pred.as_deref().is_some_and(|pred| !is_less(pred, &v[0])) {
+            // The pivot equals `pred`, which no element is less than: the elements not
+            // greater than the pivot are all equal to it. Put them first; they are in
+            // their final place, only the rest needs sorting (with the same `pred`).
+            // This keeps inputs with many duplicates O(n log n).
+            let (head, rest) = mem::take(&mut v).split_at_mut(1);
+            let pivot = &head[0];
+            let equal = partition_by(rest, |x| !is_less(pivot, x));
+            v = &mut rest[equal..];
+            continue;
+        }
+
+        let (head, rest) = v.split_at_mut(1);
+        let pivot = &head[0];
+        let mid = partition_by(rest, |x| is_less(x, pivot));
+        // rest[..mid] (that is, v[1..=mid]) are less than the pivot; swapping the pivot
+        // to index `mid` puts one of them (or the pivot itself, when mid == 0) first.
+        v.swap(0, mid);
+        let (left, rest) = v.split_at_mut(mid);
+        let (pivot, right) = rest.split_first_mut().expect("the pivot is at index mid");
+        join(
+            || quicksort(left, pred, compare, depth_left, leaf),
+            || quicksort(right, Some(pivot), compare, depth_left, leaf),
+        );
         return;
     }
-    let pivot = choose_pivot(v, compare);
-    v.swap(0, pivot);
-    let mid = partition(v, compare);
-    let (left, rest) = v.split_at_mut(mid);
-    let right = &mut rest[1..];
-    join(
-        || quicksort(left, compare, depth_left - 1, leaf),
-        || quicksort(right, compare, depth_left - 1, leaf),
-    );
 }
 
 /// The index of a pivot: the median of three samples, or for larger slices the median
@@ -422,42 +541,20 @@ where
     }
 }
 
-/// Partitions `v` around the pivot at `v[0]` and returns the pivot's final index
-/// `mid`: afterwards `v[..mid]` holds elements not greater than the pivot, `v[mid]` the
-/// pivot, and `v[mid + 1..]` elements not less than it.
+/// Moves the elements for which `goes_left` holds to the front of `v`, keeping none of
+/// the orders, and returns how many there are.
 ///
-/// Both scans stop at elements equal to the pivot, so runs of equal elements are split
-/// evenly instead of all landing on one side. With a comparison that is not a total
-/// order the result is some permutation; the indices stay in bounds regardless.
-fn partition<T, F>(v: &mut [T], compare: &F) -> usize
-where
-    F: Fn(&T, &T) -> Ordering,
-{
-    let (head, rest) = v.split_at_mut(1);
-    let pivot = &head[0];
-    let is_less = |a: &T, b: &T| compare(a, b) == Ordering::Less;
-    // Invariant: rest[..l] <= pivot, rest[r..] >= pivot, l <= r.
+/// Branch-free Lomuto partition: every element is swapped to the boundary, and the
+/// boundary advances past it only if it goes left. Invariant at step `j`:
+/// `v[..l]` go left and `v[l..j]` do not. Only safe swaps, so a panicking `goes_left`
+/// leaves a permutation.
+fn partition_by<T>(v: &mut [T], mut goes_left: impl FnMut(&T) -> bool) -> usize {
     let mut l = 0;
-    let mut r = rest.len();
-    loop {
-        while l < r && is_less(&rest[l], pivot) {
-            l += 1;
-        }
-        while l < r && is_less(pivot, &rest[r - 1]) {
-            r -= 1;
-        }
-        // Here rest[l] >= pivot and rest[r - 1] <= pivot if l < r. With one element
-        // left in between it is both, so equal to the pivot: either side will do.
-        if r - l <= 1 {
-            break;
-        }
-        r -= 1;
-        rest.swap(l, r);
-        l += 1;
+    for j in 0..v.len() {
+        let left = goes_left(&v[j]);
+        v.swap(l, j);
+        l += usize::from(left);
     }
-    // rest[..l] is v[1..=l]; swapping the pivot to index l puts one of those
-    // (or the pivot itself, when l == 0) at index 0.
-    v.swap(0, l);
     l
 }
 
@@ -496,6 +593,15 @@ mod tests {
             }
             out.push((0..len).map(|i| (i as u32, i)).collect());
             out.push((0..len).map(|i| ((len - i) as u32, i)).collect());
+            // Sorted, then descending, except for the ends: not presorted, but made of
+            // runs that are already in order.
+            let mut nearly: Vec<(u32, usize)> = (0..len).map(|i| (i as u32, i)).collect();
+            if len > 1 {
+                nearly.swap(0, len - 1);
+            }
+            out.push(nearly.clone());
+            nearly.reverse();
+            out.push(nearly);
             // Organ pipe.
             out.push((0..len).map(|i| (i.min(len - i) as u32, i)).collect());
         }
@@ -535,6 +641,26 @@ mod tests {
                 quicksort_with(&mut keys, &u32::cmp, leaf);
                 assert_eq!(keys, expected);
             }
+        }
+    }
+
+    #[test]
+    fn quicksort_many_duplicates_is_linear() {
+        let n = if cfg!(miri) { 500 } else { 100_000 };
+        for distinct in [1u32, 2, 3] {
+            let mut v: Vec<u32> = (0..n).map(|i| i as u32 % distinct).collect();
+            let calls = AtomicUsize::new(0);
+            let compare = |a: &u32, b: &u32| {
+                calls.fetch_add(1, AtomicOrdering::Relaxed);
+                a.cmp(b)
+            };
+            quicksort_with(&mut v, &compare, 8);
+            assert!(v.windows(2).all(|w| w[0] <= w[1]));
+            let calls = calls.into_inner();
+            assert!(
+                calls < 4 * n * distinct as usize,
+                "{calls} comparisons for {n} elements"
+            );
         }
     }
 

@@ -42,6 +42,9 @@ pub(crate) struct Remote {
     pub(crate) jobs: deque::Stealer<Job>,
     pub(crate) parker: Arc<Parker>,
     pub(crate) counters: WorkerCounters,
+    /// When a producer last claimed this worker (ns since `Shared::epoch`), to measure
+    /// how long a wake-up takes.
+    pub(crate) claimed_at: AtomicU64,
 }
 
 /// State shared by all workers of a runtime and by its handles.
@@ -60,6 +63,9 @@ pub(crate) struct Shared {
     /// Fork-join jobs injected from threads outside the pool (`join`, `scope`).
     injected: Mutex<InjectedJobs>,
     injected_len: AtomicUsize,
+    epoch: std::time::Instant,
+    /// EWMA of the time from claiming a parked worker to that worker running (ns).
+    wake_latency_ns: AtomicU64,
 }
 
 struct InjectedJobs {
@@ -94,6 +100,7 @@ impl Shared {
                     jobs: job_stealer,
                     parker: Arc::new(Parker::new()),
                     counters: WorkerCounters::default(),
+                    claimed_at: AtomicU64::new(0),
                 })
             })
             .collect();
@@ -112,6 +119,8 @@ impl Shared {
                 closed: false,
             }),
             injected_len: AtomicUsize::new(0),
+            epoch: std::time::Instant::now(),
+            wake_latency_ns: AtomicU64::new(INITIAL_WAKE_LATENCY_NS),
         });
         (shared, locals)
     }
@@ -177,8 +186,50 @@ impl Shared {
     pub(crate) fn notify_parked(&self) {
         fence(SeqCst);
         if let Some(i) = self.idle.claim_parked() {
+            self.remotes[i].claimed_at.store(self.now_ns(), Relaxed);
             self.remotes[i].parker.unpark();
         }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// A worker woken by a claim records how long the wake took.
+    pub(crate) fn record_wake(&self, index: usize) {
+        let sample = self
+            .now_ns()
+            .saturating_sub(self.remotes[index].claimed_at.load(Relaxed));
+        let old = self.wake_latency_ns.load(Relaxed);
+        self.wake_latency_ns
+            .store(old - old / 8 + sample.min(10_000_000) / 8, Relaxed);
+    }
+
+    /// How long waking a parked worker takes here (an EWMA of measured wakes).
+    pub(crate) fn wake_latency_ns(&self) -> u64 {
+        self.wake_latency_ns.load(Relaxed)
+    }
+
+    /// Fork-join jobs anyone but `me` could take: always worth a wake.
+    pub(crate) fn has_jobs_for(&self, me: usize) -> bool {
+        self.injected_len.load(SeqCst) != 0
+            || self
+                .remotes
+                .iter()
+                .enumerate()
+                .any(|(i, r)| i != me && !r.jobs.is_empty())
+    }
+
+    /// Queued tasks visible to a searcher other than `me`.
+    pub(crate) fn visible_tasks_for(&self, me: usize) -> usize {
+        self.inject.len()
+            + self
+                .remotes
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i != me)
+                .map(|(_, r)| r.steal.len())
+                .sum::<usize>()
     }
 
     /// Work that a worker other than `me` could take right now: the injection queue,
@@ -270,6 +321,9 @@ impl Shared {
         )
     }
 }
+
+/// Until measured: about what a futex wake round trip costs on a virtual machine.
+const INITIAL_WAKE_LATENCY_NS: u64 = 40_000;
 
 /// Cancels a task that was made SCHEDULED but will not be queued (the runtime is
 /// shutting down), then drops the queue reference.

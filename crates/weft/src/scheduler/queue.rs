@@ -80,10 +80,6 @@ impl Local {
         self.inner.len()
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Free slots, counting slots a thief has claimed but not released as used.
     pub(crate) fn remaining(&self) -> usize {
         let (steal, _) = unpack(self.inner.head.load(Acquire));

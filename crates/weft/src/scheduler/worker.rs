@@ -71,6 +71,8 @@ pub(crate) struct Core {
     global_interval: Cell<u32>,
     avg_task_ns: Cell<f64>,
     tick_start: Cell<Instant>,
+    /// Polls since `tick_start` (a park restarts the measurement).
+    tick_polls: Cell<u32>,
     rng: Cell<u64>,
     searching: Cell<bool>,
     /// Woken by a producer and not yet found work (a spurious wake if it parks again).
@@ -117,6 +119,7 @@ impl Core {
             global_interval: Cell::new(interval_for(INITIAL_AVG_NS)),
             avg_task_ns: Cell::new(INITIAL_AVG_NS),
             tick_start: Cell::new(Instant::now()),
+            tick_polls: Cell::new(0),
             // xorshift needs a non-zero seed.
             rng: Cell::new(
                 0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407),
@@ -357,6 +360,7 @@ impl Core {
         }
         self.counters().polled.bump(1);
         self.tick.set(self.tick.get().wrapping_add(1));
+        self.tick_polls.set(self.tick_polls.get() + 1);
         let budget = self.budget.get() - 1;
         if budget == 0 {
             self.end_tick();
@@ -371,16 +375,29 @@ impl Core {
     fn stop_searching(&self) {
         if self.shared.idle.stop_searching() {
             fence(SeqCst);
-            if !self.local.is_empty() || self.shared.has_work_for(self.index) {
+            if self.worth_a_wake() {
                 self.shared.notify_parked();
             }
         }
     }
 
+    /// Whether the work left in sight outlasts waking a sleeper: fork-join jobs always
+    /// do; queued tasks do when their count times this worker's average task time
+    /// exceeds the measured wake-up latency. (Waking a worker for work this one finishes
+    /// before the other could start is a spurious wake.)
+    fn worth_a_wake(&self) -> bool {
+        if self.shared.has_jobs_for(self.index) {
+            return true;
+        }
+        let tasks = self.local.len() + self.shared.visible_tasks_for(self.index);
+        tasks > 0 && tasks as f64 * self.avg_task_ns.get() > self.shared.wake_latency_ns() as f64
+    }
+
     /// End of a tick: refresh the EWMA of task length and the global-queue interval.
     fn end_tick(&self) {
         let now = Instant::now();
-        let per_task = now.duration_since(self.tick_start.get()).as_nanos() as f64 / BUDGET as f64;
+        let polls = self.tick_polls.replace(0).max(1);
+        let per_task = now.duration_since(self.tick_start.get()).as_nanos() as f64 / polls as f64;
         let avg = 0.1 * per_task + 0.9 * self.avg_task_ns.get();
         self.avg_task_ns.set(avg);
         self.global_interval.set(interval_for(avg));
@@ -524,6 +541,7 @@ impl Core {
                 parker.park_timeout(timeout);
                 if !idle.is_parked(self.index) {
                     // A producer claimed us and counted us as a searcher.
+                    self.shared.record_wake(self.index);
                     self.searching.set(true);
                     self.woken.set(true);
                     break;
@@ -548,6 +566,7 @@ impl Core {
             }
             // Time asleep is not task time.
             self.tick_start.set(Instant::now());
+            self.tick_polls.set(0);
         }
         self.transitioning_to_park.set(false);
     }
