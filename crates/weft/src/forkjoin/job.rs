@@ -83,6 +83,7 @@ pub(crate) struct Frame {
 }
 
 impl Frame {
+    #[inline]
     pub(crate) fn job_ref(&self) -> JobRef {
         JobRef(NonNull::from(&self.job))
     }
@@ -107,6 +108,7 @@ where
     R: Send,
 {
     /// `sleeper` is the parker of the thread that will wait for this job.
+    #[inline]
     pub(crate) fn new(func: F, sleeper: &Arc<Parker>) -> Self {
         StackJob {
             frame: Frame {
@@ -156,6 +158,7 @@ where
 
     /// Runs the closure here, on the creator's thread, after taking the job back (so
     /// no one else can run it).
+    #[inline]
     pub(crate) fn run_inline(&self, ctx: FnContext) -> R {
         // SAFETY: the job was taken back, so this thread is its only executor.
         let func = unsafe { (*self.func.get()).take() }.expect("weft: job taken back after it ran");

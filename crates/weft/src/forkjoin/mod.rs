@@ -88,6 +88,7 @@ where
 }
 
 /// [`join`] whose closures learn whether they were stolen.
+#[inline]
 pub(crate) fn join_context<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
 where
     A: FnOnce(FnContext) -> RA + Send,
@@ -132,6 +133,7 @@ fn finish<RA, RB>(ra: std::thread::Result<RA>, rb: std::thread::Result<RB>) -> (
     }
 }
 
+#[inline]
 fn join_on<A, B, RA, RB>(core: &Core, a: A, b: B) -> (RA, RB)
 where
     A: FnOnce(FnContext) -> RA + Send,
@@ -139,7 +141,7 @@ where
     RA: Send,
     RB: Send,
 {
-    let parker = &core.shared().remotes[core.index()].parker;
+    let parker = core.parker();
     let job_b = StackJob::new(b, parker);
     // `b` starts as a private frame of this worker; the heartbeat may promote it to the
     // deque while `a` runs. It stays in this stack frame until it was either taken back
@@ -155,6 +157,7 @@ where
 }
 
 /// Takes `b` back and runs it here, or waits for the thief that took it.
+#[inline]
 fn finish_b<F, R>(core: &Core, job_b: &StackJob<F, R>) -> R
 where
     F: FnOnce(FnContext) -> R + Send,
@@ -165,7 +168,7 @@ where
         return job_b.run_inline(FnContext { migrated: false });
     }
     // Stolen: wait, helping the thief with `b`'s own descendants.
-    let parker = &core.shared().remotes[core.index()].parker;
+    let parker = core.parker();
     job_b.latch.wait(parker, || {
         let thief = job_b.thief.load(std::sync::atomic::Ordering::Relaxed);
         thief != usize::MAX && core.help_thief(thief)

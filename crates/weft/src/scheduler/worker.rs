@@ -50,6 +50,8 @@ const INITIAL_AVG_NS: f64 = 50_000.0;
 pub(crate) struct Core {
     index: usize,
     shared: Arc<Shared>,
+    /// This worker's parker (a copy of `shared.remotes[index].parker`).
+    parker: Arc<crate::scheduler::park::Parker>,
     local: Local,
     /// The owner's end of this worker's fork-join deque.
     jobs: deque::Worker<Job>,
@@ -104,6 +106,7 @@ impl Core {
     pub(crate) fn new(index: usize, shared: Arc<Shared>, parts: WorkerParts) -> Core {
         Core {
             index,
+            parker: shared.remotes[index].parker.clone(),
             shared,
             local: parts.local,
             jobs: parts.jobs,
@@ -130,10 +133,12 @@ impl Core {
         }
     }
 
+    #[inline]
     pub(crate) fn index(&self) -> usize {
         self.index
     }
 
+    #[inline]
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
@@ -207,8 +212,15 @@ impl Core {
         }
     }
 
+    /// The parker this worker sleeps on (also for fork-join latches).
+    #[inline]
+    pub(crate) fn parker(&self) -> &Arc<crate::scheduler::park::Parker> {
+        &self.parker
+    }
+
     /// Links a `join`'s second half as the newest private frame, then runs the
     /// heartbeat check when it is due (see `forkjoin`).
+    #[inline]
     pub(crate) fn push_frame(&self, frame: &Frame) {
         let newest = self.private_newest.get();
         frame.prev.set(newest);
@@ -222,11 +234,7 @@ impl Core {
         }
         self.private_newest.set(frame);
         if outermost {
-            self.last_heartbeat.set(Instant::now());
-            self.joins_until_check.set(HEARTBEAT_JOINS);
-            if self.someone_hungry() {
-                self.promote_oldest();
-            }
+            self.outermost_join();
         } else {
             let n = self.joins_until_check.get() - 1;
             if n == 0 {
@@ -234,6 +242,15 @@ impl Core {
             } else {
                 self.joins_until_check.set(n);
             }
+        }
+    }
+
+    #[cold]
+    fn outermost_join(&self) {
+        self.last_heartbeat.set(Instant::now());
+        self.joins_until_check.set(HEARTBEAT_JOINS);
+        if self.someone_hungry() {
+            self.promote_oldest();
         }
     }
 
@@ -249,6 +266,7 @@ impl Core {
         }
     }
 
+    #[inline]
     fn someone_hungry(&self) -> bool {
         self.shared.idle.num_searching() > 0
             || self.shared.idle.any_parked_except(self.index).is_some()
@@ -279,6 +297,7 @@ impl Core {
     /// Unlinks `frame` at the end of its `join`. Returns true if the caller may run the
     /// job itself: it was still private, or it was promoted and popped back before any
     /// thief took it.
+    #[inline]
     pub(crate) fn pop_frame(&self, frame: &Frame) -> bool {
         if !frame.promoted.get() {
             debug_assert_eq!(self.private_newest.get(), frame as *const Frame);
@@ -320,6 +339,7 @@ impl Core {
         self.pop_job()
     }
 
+    #[inline]
     pub(crate) fn pop_job(&self) -> Option<JobRef> {
         // SAFETY: this deque only holds pointers pushed by `push_job`.
         self.jobs.pop().map(|p| unsafe { JobRef::from_ptr(p) })
