@@ -67,6 +67,8 @@ pub fn suite() -> Suite {
             case::<SpawnAwait>(),
         ],
         notes: Vec::new(),
+        baseline: None,
+        checks: Vec::new(),
     }
 }
 

@@ -71,6 +71,8 @@ pub fn suite() -> Suite {
              weft: spawn_on(Interactive) with 1 interactive worker; tokio: a second 1-worker runtime; \
              weft-default: plain spawn into the busy pool"
         )],
+        baseline: None,
+        checks: Vec::new(),
     }
 }
 

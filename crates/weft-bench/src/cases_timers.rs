@@ -96,6 +96,8 @@ pub fn suite() -> Suite {
                 BUSY_STEP.as_micros()
             ),
         ],
+        baseline: None,
+        checks: Vec::new(),
     }
 }
 

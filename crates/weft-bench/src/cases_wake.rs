@@ -121,6 +121,8 @@ pub fn suite() -> Suite {
              cpu base = the same window with no runtime alive; wakes/parks are weft's counters over the window; idle_interactive is weft with 1 interactive worker"
                 .to_string(),
         ],
+        baseline: None,
+        checks: Vec::new(),
     }
 }
 

@@ -49,6 +49,8 @@ pub struct Options {
     pub timeout: Duration,
     /// How long the idle cases (`wake`) let a runtime sit idle.
     pub idle: Duration,
+    /// Also run the largest inputs (`forkjoin`: the 134M-node tree).
+    pub large: bool,
 }
 
 /// How the values of a metric are printed.
@@ -184,6 +186,40 @@ pub struct Suite {
     pub cases: Vec<Case>,
     /// Lines printed under the table header (what the figures mean).
     pub notes: Vec<String>,
+    /// A contender that is a baseline rather than a rival (e.g. a sequential
+    /// run): its ratio column is inverted to `baseline/weft`, the speed-up.
+    pub baseline: Option<usize>,
+    /// Relative targets, checked after the table alongside the metrics'
+    /// absolute [`Target`]s.
+    pub checks: Vec<Check>,
+}
+
+/// A relative target: weft's median of metric `metric` of case `case` should
+/// be at least `factor` times as fast as contender `vs`'s, i.e.
+/// `vs / weft >= factor` (for time metrics, where lower is better).
+#[derive(Debug, Clone)]
+pub struct Check {
+    /// The case's name.
+    pub case: String,
+    /// Index of the metric within the case.
+    pub metric: usize,
+    /// Index of the contender weft is compared with.
+    pub vs: usize,
+    /// How many times as fast weft should be (1.0: at least as fast).
+    pub factor: f64,
+    /// Printed after the check, e.g. why this case was chosen.
+    pub note: String,
+}
+
+impl Check {
+    /// `vs / weft` and whether it meets the factor, when both medians exist.
+    fn evaluate(&self, c: &CaseResult) -> Option<(f64, bool)> {
+        let speedup = ratio(
+            c.series.get(self.vs)?.median(self.metric),
+            c.series[0].median(self.metric),
+        )?;
+        Some((speedup, speedup >= self.factor))
+    }
 }
 
 impl Suite {
@@ -247,6 +283,8 @@ struct Report {
     rounds: usize,
     cases: Vec<CaseResult>,
     timed_out: Option<String>,
+    baseline: Option<usize>,
+    checks: Vec<Check>,
 }
 
 /// Number of cores the OS lets this process use.
@@ -273,6 +311,8 @@ pub fn run(suite: &Suite, opts: &Options) -> Result<(), Error> {
         rounds: opts.rounds,
         cases: Vec::new(),
         timed_out: None,
+        baseline: suite.baseline,
+        checks: suite.checks.clone(),
     }));
     let watchdog = Watchdog::start(opts.timeout, report.clone(), opts.json.clone());
     let table = Table::new(suite, &selected);
@@ -365,7 +405,7 @@ pub fn run(suite: &Suite, opts: &Options) -> Result<(), Error> {
         lock(&report).cases.push(result);
     }
     watchdog.stop();
-    print_targets(suite.contenders[0], &lock(&report).cases);
+    print_targets(&lock(&report));
 
     if let Some(path) = &opts.json {
         let json = to_json(&lock(&report));
@@ -379,10 +419,12 @@ pub fn run(suite: &Suite, opts: &Options) -> Result<(), Error> {
     Ok(())
 }
 
-/// Prints, for every metric with a target, whether weft's median meets it.
-fn print_targets(subject: &str, cases: &[CaseResult]) {
+/// Prints, for every metric with a target and every relative check, whether
+/// weft's median meets it.
+fn print_targets(r: &Report) {
+    let subject = r.contenders[0];
     let mut lines = Vec::new();
-    for c in cases {
+    for c in &r.cases {
         for (m, metric) in c.metrics.iter().enumerate() {
             let Some(target) = metric.target else {
                 continue;
@@ -399,6 +441,33 @@ fn print_targets(subject: &str, cases: &[CaseResult]) {
                 None => format!("  {label}: no result (target {bound})"),
             });
         }
+    }
+    for check in &r.checks {
+        // Cases left out with --case are not checked.
+        let Some(c) = r.cases.iter().find(|c| c.name == check.case) else {
+            continue;
+        };
+        let metric = &c.metrics[check.metric];
+        let label = row_label(&c.name, metric.name);
+        let vs = r.contenders[check.vs];
+        let target = format!("target >= {}x", check.factor);
+        let note = if check.note.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", check.note)
+        };
+        lines.push(match check.evaluate(c) {
+            Some((x, met)) => {
+                let fmt = |i: usize| c.series[i].median(check.metric).map(|v| metric.unit.format(v));
+                format!(
+                    "  {label}: {subject} {x:.2}x as fast as {vs} ({subject} {}, {vs} {}; {target}): {}{note}",
+                    fmt(0).unwrap_or_default(),
+                    fmt(check.vs).unwrap_or_default(),
+                    if met { "met" } else { "MISSED" }
+                )
+            }
+            None => format!("  {label}: {subject} vs {vs}: no result ({target}){note}"),
+        });
     }
     if !lines.is_empty() {
         println!("\ntargets for {subject} (its median):");
@@ -476,6 +545,26 @@ pub fn percentile(xs: &[f64], p: f64) -> Option<f64> {
     Some(v[rank.clamp(1, v.len()) - 1])
 }
 
+/// The header of the ratio column of contender `i` (> 0): `weft/i`, or
+/// `i/weft` when `i` is the baseline.
+fn ratio_name(contenders: &[&str], baseline: Option<usize>, i: usize) -> String {
+    if baseline == Some(i) {
+        format!("{}/{}", contenders[i], contenders[0])
+    } else {
+        format!("{}/{}", contenders[0], contenders[i])
+    }
+}
+
+/// The value of the ratio column of contender `i` (> 0) for metric `m`.
+fn ratio_value(r: &CaseResult, baseline: Option<usize>, m: usize, i: usize) -> Option<f64> {
+    let (weft, other) = (r.series[0].median(m), r.series[i].median(m));
+    match r.metrics[m].unit {
+        Unit::Rate => None,
+        _ if baseline == Some(i) => ratio(other, weft),
+        _ => ratio(weft, other),
+    }
+}
+
 /// `a / b` when both exist.
 fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     match (a, b) {
@@ -502,6 +591,7 @@ pub fn format_ns(ns: f64) -> String {
 /// Fixed-width text table, printed one row per metric of each finished case.
 struct Table {
     contenders: &'static [&'static str],
+    baseline: Option<usize>,
     case_width: usize,
     /// Width of the metric column; 0 when no case has named metrics.
     metric_width: usize,
@@ -526,12 +616,12 @@ impl Table {
             .unwrap_or(0)
             .max(4);
         let time_widths = suite.contenders.iter().map(|c| c.len().max(10)).collect();
-        let ratio_headers = suite.contenders[1..]
-            .iter()
-            .map(|c| format!("{}/{}", suite.contenders[0], c))
+        let ratio_headers = (1..suite.contenders.len())
+            .map(|i| ratio_name(suite.contenders, suite.baseline, i))
             .collect();
         Table {
             contenders: suite.contenders,
+            baseline: suite.baseline,
             case_width,
             metric_width,
             unit_width,
@@ -573,13 +663,9 @@ impl Table {
                 };
                 let _ = write!(line, "  {cell:>w$}");
             }
-            let subject = r.series[0].median(m);
-            for (s, h) in r.series[1..].iter().zip(&self.ratio_headers) {
-                let cell = match metric.unit {
-                    Unit::Rate => None,
-                    _ => ratio(subject, s.median(m)),
-                }
-                .map_or("-".to_string(), |x| format!("{x:.2}"));
+            for (i, h) in (1..r.series.len()).zip(&self.ratio_headers) {
+                let cell = ratio_value(r, self.baseline, m, i)
+                    .map_or("-".to_string(), |x| format!("{x:.2}"));
                 let _ = write!(line, "  {cell:>w$}", w = h.len().max(6));
             }
             println!("{line}");
@@ -630,22 +716,18 @@ fn json_map(o: &mut String, indent: &str, entries: &[(String, String)]) {
 /// The medians, ratios and samples of metric `m` of `c`, as object members
 /// named `{prefix}median{suffix}` etc., at `indent`.
 fn json_metric(o: &mut String, r: &Report, c: &CaseResult, m: usize, indent: &str, suffix: &str) {
-    let subject = c.series[0].median(m);
     let medians: Vec<_> = r
         .contenders
         .iter()
         .zip(&c.series)
         .map(|(name, s)| (name.to_string(), json_num(s.median(m))))
         .collect();
-    let ratios: Vec<_> = r.contenders[1..]
-        .iter()
-        .zip(&c.series[1..])
-        .map(|(name, s)| {
-            let x = match c.metrics[m].unit {
-                Unit::Rate => None,
-                _ => ratio(subject, s.median(m)),
-            };
-            (format!("{}/{}", r.contenders[0], name), json_num(x))
+    let ratios: Vec<_> = (1..r.contenders.len())
+        .map(|i| {
+            (
+                ratio_name(r.contenders, r.baseline, i),
+                json_num(ratio_value(c, r.baseline, m, i)),
+            )
         })
         .collect();
     let samples: Vec<_> = r
@@ -736,7 +818,30 @@ fn to_json(r: &Report) -> String {
         let comma = if i + 1 < r.cases.len() { "," } else { "" };
         let _ = writeln!(o, "\n    }}{comma}");
     }
-    let _ = writeln!(o, "  ]");
+    if r.checks.is_empty() {
+        let _ = writeln!(o, "  ]");
+    } else {
+        let _ = writeln!(o, "  ],");
+        let _ = writeln!(o, "  \"checks\": [");
+        for (i, check) in r.checks.iter().enumerate() {
+            let c = r.cases.iter().find(|c| c.name == check.case);
+            let result = c.and_then(|c| check.evaluate(c));
+            let _ = write!(
+                o,
+                "    {{\"case\": {}, \"metric\": {}, \"vs\": {}, \"at_least_times_as_fast\": {}, \"times_as_fast\": {}, \"met\": {}, \"note\": {}}}",
+                json_str(&check.case),
+                json_str(c.map_or("", |c| c.metrics[check.metric].name)),
+                json_str(r.contenders[check.vs]),
+                json_num(Some(check.factor)),
+                json_num(result.map(|(x, _)| x)),
+                result.map_or("null".to_string(), |(_, met)| met.to_string()),
+                json_str(&check.note)
+            );
+            let comma = if i + 1 < r.checks.len() { "," } else { "" };
+            let _ = writeln!(o, "{comma}");
+        }
+        let _ = writeln!(o, "  ]");
+    }
     let _ = writeln!(o, "}}");
     o
 }

@@ -6,11 +6,13 @@
 //! ```
 //!
 //! Commands: `async` (task scheduling), `wake` (wake-ups and idle cost),
-//! `pools` (cross-pool latency), `timers` (sleeps, timeouts, accuracy).
+//! `pools` (cross-pool latency), `timers` (sleeps, timeouts, accuracy),
+//! `forkjoin` (join, parallel iterators and sorts against rayon and chili).
 //! Each subcommand is a [`harness::Suite`]; add one by adding an entry to
 //! [`COMMANDS`].
 
 mod cases_async;
+mod cases_forkjoin;
 mod cases_pools;
 mod cases_timers;
 mod cases_wake;
@@ -32,7 +34,9 @@ struct Command {
     about: &'static str,
     /// What `<COMMAND> --help` prints above the options.
     help: &'static str,
-    suite: fn() -> Suite,
+    /// Builds the suite; some suites' cases depend on the options
+    /// (`forkjoin`: `--workers`, `--large`).
+    suite: fn(&Options) -> Suite,
 }
 
 /// All subcommands, in the order `--help` lists them.
@@ -42,7 +46,7 @@ const COMMANDS: &[Command] = &[
         about: "async tasks: weft vs tokio (multi-thread) vs async-executor",
         help: "Spawning, waking, yielding and joining tasks, modelled on tokio's\n\
                benches/rt_multi_threaded.rs; one row per case, mean time per unit.",
-        suite: cases_async::suite,
+        suite: |_| cases_async::suite(),
     },
     Command {
         name: "wake",
@@ -57,7 +61,7 @@ const COMMANDS: &[Command] = &[
                < 1 ms/s) and weft's wake calls and parks in the window (target 0);\n\
                one measurement per runtime (1 round), --idle-secs long.\n\
                weft runs without its interactive pool except in idle_interactive.",
-        suite: cases_wake::suite,
+        suite: |_| cases_wake::suite(),
     },
     Command {
         name: "pools",
@@ -68,7 +72,7 @@ const COMMANDS: &[Command] = &[
                round with random 0..200 us gaps. weft: spawn_on(Interactive) with one\n\
                interactive worker; tokio: spawn into a second 1-worker runtime;\n\
                weft-default (reference): plain spawn into weft's busy default pool.",
-        suite: cases_pools::suite,
+        suite: |_| cases_pools::suite(),
     },
     Command {
         name: "timers",
@@ -78,7 +82,13 @@ const COMMANDS: &[Command] = &[
                10 s timeout around a pending future, poll it once, drop it; per cycle.\n\
                accuracy: 500 sequential 10 ms sleeps while `workers` tasks keep every\n\
                worker busy; median and p99 lateness. weft runs without its interactive pool.",
-        suite: cases_timers::suite,
+        suite: |_| cases_timers::suite(),
+    },
+    Command {
+        name: "forkjoin",
+        about: "fork-join: weft vs rayon vs chili (and a sequential baseline)",
+        help: cases_forkjoin::HELP,
+        suite: cases_forkjoin::suite,
     },
 ];
 
@@ -107,7 +117,7 @@ fn usage(command: Option<&Command>) -> String {
                 c.name,
                 c.about,
                 c.help,
-                (c.suite)().case_names()
+                (c.suite)(&default_options()).case_names()
             ));
         }
     }
@@ -119,6 +129,7 @@ fn usage(command: Option<&Command>) -> String {
          \x20   --case NAME      run only case NAME (repeatable, or a comma-separated list)\n\
          \x20   --timeout SECS   abort if one measurement takes longer (default {DEFAULT_TIMEOUT_S})\n\
          \x20   --idle-secs S    how long the idle cases of 'wake' sit idle (default {DEFAULT_IDLE_S})\n\
+         \x20   --large          'forkjoin': also run the 134,217,727-node tree (about 4 GB)\n\
          \x20   --list           list the cases of COMMAND and exit\n\
          \x20   -h, --help       print this help and exit\n\n\
          Every round builds each runtime fresh, warms it up with one untimed\n\
@@ -132,8 +143,21 @@ fn usage(command: Option<&Command>) -> String {
 /// What the command line asks for.
 enum Request {
     Help(Option<&'static Command>),
-    List(&'static Command),
+    List(&'static Command, Options),
     Run(&'static Command, Options),
+}
+
+/// The options when none are given.
+fn default_options() -> Options {
+    Options {
+        workers: DEFAULT_WORKERS,
+        rounds: DEFAULT_ROUNDS,
+        json: None,
+        cases: Vec::new(),
+        timeout: Duration::from_secs(DEFAULT_TIMEOUT_S),
+        idle: Duration::from_secs_f64(DEFAULT_IDLE_S),
+        large: false,
+    }
 }
 
 fn parse(args: &[String]) -> Result<Request, String> {
@@ -151,14 +175,7 @@ fn parse(args: &[String]) -> Result<Request, String> {
         .find(|c| c.name == name)
         .ok_or_else(|| format!("unknown command '{name}'"))?;
 
-    let mut opts = Options {
-        workers: DEFAULT_WORKERS,
-        rounds: DEFAULT_ROUNDS,
-        json: None,
-        cases: Vec::new(),
-        timeout: Duration::from_secs(DEFAULT_TIMEOUT_S),
-        idle: Duration::from_secs_f64(DEFAULT_IDLE_S),
-    };
+    let mut opts = default_options();
     let mut list = false;
     let mut it = rest.iter();
     while let Some(arg) = it.next() {
@@ -194,11 +211,12 @@ fn parse(args: &[String]) -> Result<Request, String> {
                 }
             }
             "--list" if inline.is_none() => list = true,
+            "--large" if inline.is_none() => opts.large = true,
             _ => return Err(format!("unexpected argument '{arg}'")),
         }
     }
     Ok(if list {
-        Request::List(command)
+        Request::List(command, opts)
     } else {
         Request::Run(command, opts)
     })
@@ -224,13 +242,13 @@ fn main() -> ExitCode {
             print!("{}", usage(command));
             ExitCode::SUCCESS
         }
-        Ok(Request::List(command)) => {
-            for case in (command.suite)().cases {
+        Ok(Request::List(command, opts)) => {
+            for case in (command.suite)(&opts).cases {
                 println!("{}", case.name);
             }
             ExitCode::SUCCESS
         }
-        Ok(Request::Run(command, opts)) => match harness::run(&(command.suite)(), &opts) {
+        Ok(Request::Run(command, opts)) => match harness::run(&(command.suite)(&opts), &opts) {
             Ok(()) => ExitCode::SUCCESS,
             Err(Error::Usage(msg)) => usage_error(&msg),
             Err(Error::Failed(msg)) => {
@@ -285,7 +303,7 @@ mod tests {
     #[test]
     fn every_command_has_cases_and_parses_idle() {
         for c in COMMANDS {
-            let suite = (c.suite)();
+            let suite = (c.suite)(&default_options());
             assert_eq!(suite.command, c.name);
             assert!(!suite.cases.is_empty());
             for case in &suite.cases {

@@ -93,12 +93,9 @@ pub(crate) fn with_current<R>(f: impl FnOnce(Option<&Core>) -> R) -> R {
     CURRENT.with(|c| {
         let p = c.get();
         // SAFETY: the pointer is set by `Core::run` for the life of the core on this
-        // thread and cleared before the core is dropped.
-        f(if p.is_null() {
-            None
-        } else {
-            Some(unsafe { &*p })
-        })
+        // thread and cleared before the core is dropped; null means "not a worker".
+        let core = unsafe { p.as_ref() };
+        f(core)
     })
 }
 
