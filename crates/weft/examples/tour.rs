@@ -212,6 +212,47 @@ fn main() -> std::io::Result<()> {
     });
     println!("spawn_blocking ran on thread {:?}", h.join().unwrap());
 
+    // 11. Fork-join on the same workers: a parallel sum and a join of two recursive
+    //     halves, beside their sequential versions.
+    use weft::prelude::*;
+    let data: Vec<u64> = (0..20_000_000).collect();
+    let start = Instant::now();
+    let seq: u64 = data.iter().map(|x| x % 7).sum();
+    let seq_time = start.elapsed();
+    let (par, par_time) = rt.block_on(async {
+        let start = Instant::now();
+        let s: u64 = data.par_iter().map(|x| x % 7).sum();
+        Ok::<_, std::io::Error>((s, start.elapsed()))
+    })?;
+    assert_eq!(seq, par);
+    println!(
+        "par_iter().map().sum() over 20M numbers: {par_time:?} (sequential {seq_time:?}), same result {par}"
+    );
+    fn fib_seq(n: u64) -> u64 {
+        if n < 2 {
+            n
+        } else {
+            fib_seq(n - 1) + fib_seq(n - 2)
+        }
+    }
+    fn fib_par(n: u64) -> u64 {
+        if n < 20 {
+            return fib_seq(n);
+        }
+        let (a, b) = weft::join(|| fib_par(n - 1), || fib_par(n - 2));
+        a + b
+    }
+    let start = Instant::now();
+    let a = fib_seq(34);
+    let seq_time = start.elapsed();
+    let start = Instant::now();
+    let b = rt.spawn(async { fib_par(34) }).join().unwrap();
+    println!(
+        "fib(34) by join of two recursive halves: {:?} (sequential {seq_time:?}), same result {}",
+        start.elapsed(),
+        a == b
+    );
+
     println!("\n{}", rt.stats());
     Ok(())
 }

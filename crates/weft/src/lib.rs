@@ -49,6 +49,8 @@ pub mod time;
 mod loom_tests;
 
 pub use forkjoin::{join, scope, Scope};
+/// The traits for parallel iterators and sorts: `use weft::prelude::*;`.
+pub use par::prelude;
 pub use runtime::{
     spawn, spawn_blocking, spawn_on, Builder, Handle, Pool, Runtime, TryCurrentError,
 };

@@ -12,7 +12,12 @@ fn child_print_pools() {
         return;
     }
     let rt = weft::Runtime::new().expect("the runtime failed to build");
-    assert_eq!(rt.spawn_on(weft::Pool::Interactive, async { 5 }).join().unwrap(), 5);
+    assert_eq!(
+        rt.spawn_on(weft::Pool::Interactive, async { 5 })
+            .join()
+            .unwrap(),
+        5
+    );
     let pools = rt.stats().pools;
     let interactive = pools
         .iter()
@@ -23,11 +28,16 @@ fn child_print_pools() {
 
 fn run_child(vars: &[(&str, &str)]) -> (usize, String) {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["child_print_pools", "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .env_remove("WEFT_INTERACTIVE")
-        .env_remove("WEFT_STATS")
-        .env_remove("WEFT_VERBOSE");
+    cmd.args([
+        "child_print_pools",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD, "1")
+    .env_remove("WEFT_INTERACTIVE")
+    .env_remove("WEFT_STATS")
+    .env_remove("WEFT_VERBOSE");
     for (k, v) in vars {
         cmd.env(k, v);
     }
@@ -49,7 +59,11 @@ fn run_child(vars: &[(&str, &str)]) -> (usize, String) {
 fn weft_interactive_sets_the_interactive_pool_size() {
     assert_eq!(run_child(&[]).0, 1, "default: one interactive worker");
     assert_eq!(run_child(&[("WEFT_INTERACTIVE", "3")]).0, 3);
-    assert_eq!(run_child(&[("WEFT_INTERACTIVE", "0")]).0, 0, "zero: no pool");
+    assert_eq!(
+        run_child(&[("WEFT_INTERACTIVE", "0")]).0,
+        0,
+        "zero: no pool"
+    );
 }
 
 #[test]

@@ -99,12 +99,40 @@ where
     let here = worker::with_current(|c| c.map(|c| c as *const Core));
     match here {
         // SAFETY: the core lives as long as its worker thread, which is this thread.
-        Some(core) => join_on(unsafe { &*core }, a, b),
+        Some(core) => join_on(unsafe { &*core }, a, b, false),
         None => in_worker(|core| match core {
-            Some(core) => join_on(core, a, b),
+            Some(core) => join_on(core, a, b, false),
             None => join_sequential(a, b),
         }),
     }
+}
+
+/// [`join_context`] for splits made on purpose to share work (parallel iterators):
+/// when a worker of the pool is hungry, `b` (and any older private frame) is offered to
+/// thieves at once instead of at the next heartbeat.
+#[inline]
+pub(crate) fn join_context_shared<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce(FnContext) -> RA + Send,
+    B: FnOnce(FnContext) -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    let here = worker::with_current(|c| c.map(|c| c as *const Core));
+    match here {
+        // SAFETY: the core lives as long as its worker thread, which is this thread.
+        Some(core) => join_on(unsafe { &*core }, a, b, true),
+        None => in_worker(|core| match core {
+            Some(core) => join_on(core, a, b, true),
+            None => join_sequential(a, b),
+        }),
+    }
+}
+
+/// Whether a worker of the current worker's pool is idle (searching or parked): a hint
+/// that splitting work further would be used. False off a worker.
+pub(crate) fn someone_hungry() -> bool {
+    worker::with_current(|c| c.is_some_and(|c| c.someone_hungry()))
 }
 
 /// The number of workers `join` would spread work over from here.
@@ -134,7 +162,7 @@ fn finish<RA, RB>(ra: std::thread::Result<RA>, rb: std::thread::Result<RB>) -> (
 }
 
 #[inline]
-fn join_on<A, B, RA, RB>(core: &Core, a: A, b: B) -> (RA, RB)
+fn join_on<A, B, RA, RB>(core: &Core, a: A, b: B, share: bool) -> (RA, RB)
 where
     A: FnOnce(FnContext) -> RA + Send,
     B: FnOnce(FnContext) -> RB + Send,
@@ -147,6 +175,9 @@ where
     // deque while `a` runs. It stays in this stack frame until it was either taken back
     // or executed by a thief and its latch observed set.
     core.push_frame(&job_b.frame);
+    if share {
+        core.share_private_frames();
+    }
     // If `a` panics, the guard still finishes `b` (it borrows this frame) before the
     // panic continues; no `catch_unwind` on the fast path.
     let guard = FinishOnUnwind { core, job: &job_b };

@@ -68,7 +68,7 @@
 //! assert!(sizes.iter().all(|&n| n >= 300));
 //! ```
 
-use crate::forkjoin::{current_num_threads, join_context};
+use crate::forkjoin::{current_num_threads, join_context_shared, someone_hungry};
 
 use super::IndexedParallelIterator;
 
@@ -232,7 +232,7 @@ where
         let mid = len / 2;
         let (left_producer, right_producer) = producer.split_at(mid);
         let (left_consumer, right_consumer, reducer) = consumer.split_at(mid);
-        let (left, right) = join_context(
+        let (left, right) = join_context_shared(
             move |ctx| bridge_helper(mid, ctx.migrated(), splitter, left_producer, left_consumer),
             move |ctx| {
                 bridge_helper(
@@ -246,7 +246,49 @@ where
         );
         reducer.reduce(left, right)
     } else {
-        producer.fold_with(consumer.into_folder()).complete()
+        fold_leaf(len, splitter, producer, consumer)
+    }
+}
+
+/// Items folded between two looks at whether a worker is hungry.
+const CHUNK: usize = 1024;
+
+/// Folds a piece that the budget no longer splits, `CHUNK` items at a time; whenever a
+/// worker of the pool is hungry and the rest is still worth halving, the rest goes back
+/// to `bridge_helper` to be split and shared. Iterative, so long pieces do not recurse.
+fn fold_leaf<P, C>(
+    mut len: usize,
+    splitter: Splitter,
+    mut producer: P,
+    mut consumer: C,
+) -> C::Result
+where
+    P: Producer,
+    C: Consumer<P::Item>,
+{
+    let chunk = CHUNK.max(splitter.min);
+    // The result of the chunks folded so far, with a reducer to append the next part.
+    let mut acc: Option<(C::Result, C::Reducer)> = None;
+    let append = |acc: Option<(C::Result, C::Reducer)>, r: C::Result| match acc {
+        None => r,
+        Some((a, reducer)) => reducer.reduce(a, r),
+    };
+    loop {
+        if len >= 2 * chunk && len / 2 >= splitter.min && someone_hungry() {
+            let rest = bridge_helper(len, false, splitter.with_one_split(), producer, consumer);
+            return append(acc, rest);
+        }
+        // The rest after a chunk must still hold `min` items.
+        if len < chunk + splitter.min {
+            return append(acc, producer.fold_with(consumer.into_folder()).complete());
+        }
+        let (head, tail) = producer.split_at(chunk);
+        let (head_consumer, tail_consumer, reducer) = consumer.split_at(chunk);
+        let r = head.fold_with(head_consumer.into_folder()).complete();
+        acc = Some((append(acc, r), reducer));
+        producer = tail;
+        consumer = tail_consumer;
+        len -= chunk;
     }
 }
 
@@ -265,6 +307,12 @@ impl Splitter {
             splits: current_num_threads(),
             min: min_len.max(1),
         }
+    }
+
+    /// A budget of exactly one split, for a piece that a hungry worker is waiting for.
+    fn with_one_split(mut self) -> Splitter {
+        self.splits = 1;
+        self
     }
 
     /// Decides whether a piece of `len` items is split in two. `migrated` says whether

@@ -264,9 +264,19 @@ impl Core {
     }
 
     #[inline]
-    fn someone_hungry(&self) -> bool {
+    pub(crate) fn someone_hungry(&self) -> bool {
         self.shared.idle.num_searching() > 0
             || self.shared.idle.any_parked_except(self.index).is_some()
+    }
+
+    /// When a worker is hungry, moves every private frame to the deque (oldest first,
+    /// so the deque keeps the frames' order).
+    pub(crate) fn share_private_frames(&self) {
+        if self.someone_hungry() {
+            while !self.private_oldest.get().is_null() {
+                self.promote_oldest();
+            }
+        }
     }
 
     /// Moves the oldest private frame to the deque and wakes a worker for it.

@@ -1,0 +1,554 @@
+//! The `forkjoin` suite: weft's fork-join `join`, parallel iterators and
+//! parallel sort against rayon and chili, with a sequential baseline.
+//!
+//! Every contender runs with the same number of threads doing the work:
+//!
+//! * `weft` — a runtime with `--workers` default-pool workers and no
+//!   interactive pool; the whole timed computation runs inside one task
+//!   spawned onto it (`Runtime::spawn(..).join()`), so every `weft::join`
+//!   takes the worker fast path.
+//! * `rayon` — a `ThreadPool` of `--workers` threads; the computation runs
+//!   inside `ThreadPool::install`. The pool is built with `build_scoped`,
+//!   which waits for its threads to exit, so it is gone before the next
+//!   contender starts (a plain rayon pool exits its threads in the
+//!   background).
+//! * `chili` — a `ThreadPool` with `thread_count = --workers`: chili starts
+//!   `workers - 1` threads and the thread that opens the `Scope` (the
+//!   benchmark's thread) is the last one, as in chili's own benchmarks.
+//! * `seq` — plain sequential code on the benchmark's thread.
+//!
+//! Timing happens on the thread that runs the computation, so it covers the
+//! computation only, not the hand-over into the pool. Each measurement
+//! builds the pool, runs the computation untimed until at least [`MIN_TIME`]
+//! has passed (at least once; `k` calls), then times `k` further calls and
+//! reports the mean: a 1,023-node tree sum (microseconds) is repeated
+//! thousands of times, a 16.7M-node one runs once untimed and once timed.
+//! Results are checked (outside the timing) so a wrong sum fails loudly.
+//!
+//! Inputs (trees, the sort's input) are built once per case, outside timing,
+//! and shared by all contenders and rounds.
+
+use std::cell::OnceCell;
+use std::hint::black_box;
+use std::num::NonZero;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::harness::{Case, Check, Metric, Options, Suite, Unit};
+use crate::rng::Rng;
+use crate::runtimes::Weft;
+
+/// Contenders, in the index order the measurements use.
+pub const CONTENDERS: &[&str] = &["weft", "rayon", "chili", "seq"];
+const WEFT: usize = 0;
+const RAYON: usize = 1;
+const CHILI: usize = 2;
+const SEQ: usize = 3;
+
+/// How long the untimed calibration (and so roughly the timed part) of one
+/// measurement runs at least.
+pub const MIN_TIME: Duration = Duration::from_millis(20);
+
+/// Tree sizes as layers: 2^layers - 1 nodes.
+const TREE_SMALL: u32 = 10;
+const TREE_MEDIUM: u32 = 24;
+const TREE_LARGE: u32 = 27;
+/// fib(FIB_N) by recursive join.
+const FIB_N: u64 = 32;
+/// Elements sorted by `sort_10M`.
+pub const SORT_LEN: usize = 10_000_000;
+/// Length of the range summed by `sum_100M`.
+pub const SUM_LEN: u64 = 100_000_000;
+const SEED: u64 = 0x5EED_F0C5;
+
+/// What `forkjoin --help` prints above the options.
+pub const HELP: &str = "\
+Contenders: weft, rayon, chili, each with --workers threads, and seq (sequential code);
+ratios weft/rayon, weft/chili and seq/weft (weft's speed-up over sequential code).
+tree_1023, tree_16M, tree_134M (only with --large): sum of a binary tree of boxed nodes
+  (i64 value, Option<Box> children) of 1,023 / 16,777,215 / 134,217,727 nodes, joining
+  at every node, no cutoff (chili's and Spice's benchmark). Trees are built once.
+fib32_1t, fib32_<workers>t: fib(32) by recursive join, no cutoff, on 1 thread and on
+  --workers threads; time, and time per join (3,524,577 joins: calls with n >= 2).
+sort_10M: par_sort_unstable of 10,000,000 random u64 (seeded; a fresh copy per run, made
+  outside the timing); seq: slice::sort_unstable. chili has no sort.
+sum_100M: (0..100_000_000u64).into_par_iter().map(|x| (x * 3) ^ 7).sum::<u64>() over the
+  range itself (no slice); seq: the same with a sequential iterator. chili has none.
+Each measurement runs the computation untimed for >= 20 ms (at least once, k calls),
+then times k more calls: the mean per call. Targets (set for 2 threads) follow the table.";
+
+/// The `forkjoin` suite; `tree_134M` only with `--large`.
+pub fn suite(opts: &Options) -> Suite {
+    let workers = opts.workers;
+    let mut cases = vec![tree_case(TREE_SMALL), tree_case(TREE_MEDIUM)];
+    if opts.large {
+        cases.push(tree_case(TREE_LARGE));
+    }
+    let fib_name = format!("fib32_{workers}t");
+    cases.push(fib_case("fib32_1t", Some(1)));
+    if workers != 1 {
+        cases.push(fib_case(&fib_name, None));
+    }
+    cases.push(sort_case());
+    cases.push(sum_case());
+
+    let large = if opts.large { TREE_LARGE } else { TREE_MEDIUM };
+    let mut checks = vec![
+        check(&tree_name(TREE_SMALL), RAYON, 3.0, ""),
+        check(&fib_name, RAYON, 3.0, ""),
+    ];
+    for layers in [TREE_SMALL, TREE_MEDIUM, TREE_LARGE] {
+        checks.push(check(&tree_name(layers), CHILI, 1.0, ""));
+    }
+    checks.push(check(
+        &tree_name(large),
+        SEQ,
+        1.8,
+        if opts.large {
+            "the large tree"
+        } else {
+            "the large tree: 16.7M nodes, as --large is absent"
+        },
+    ));
+
+    let mut notes = vec![
+        "weft runs the timed computation in one task spawned on a worker (no interactive pool); \
+         rayon inside ThreadPool::install; chili in a Scope on the benchmark thread plus \
+         workers - 1 pool threads; seq on the benchmark thread; mean per call over >= 20 ms"
+            .to_string(),
+        "'-': the contender has no such operation (chili: no iterators, no sort; seq: no joins)"
+            .to_string(),
+        "seq/weft is weft's speed-up over sequential code: above 1.0 = weft faster".to_string(),
+    ];
+    if workers != 2 {
+        notes.push(format!(
+            "the targets are set for 2 threads; this run uses {workers}"
+        ));
+    }
+    Suite {
+        command: "forkjoin",
+        contenders: CONTENDERS,
+        cases,
+        notes,
+        baseline: Some(SEQ),
+        checks,
+    }
+}
+
+fn check(case: &str, vs: usize, factor: f64, note: &str) -> Check {
+    Check {
+        case: case.to_string(),
+        metric: 0,
+        vs,
+        factor,
+        note: note.to_string(),
+    }
+}
+
+// ------------------------------------------------------------- pools ----
+
+/// Runs `f` inside one task on a fresh weft runtime with `workers` workers
+/// and returns its result; the runtime is shut down before this returns.
+fn on_weft<R: Send + 'static>(workers: usize, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let rt = Weft::with_pools(workers, 0).expect("cannot build weft");
+    let out = rt
+        .runtime()
+        .spawn(async move { f() })
+        .join()
+        .unwrap_or_else(|e| panic!("weft task failed: {e:?}"));
+    drop(rt);
+    out
+}
+
+/// Runs `f` inside `install` on a fresh rayon pool of `workers` threads;
+/// returns after the pool's threads have exited.
+fn on_rayon<R: Send>(workers: usize, f: impl FnOnce() -> R + Send) -> R {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .thread_name(|i| format!("rayon-{i}"))
+        .build_scoped(|thread| thread.run(), |pool| pool.install(f))
+        .expect("cannot build rayon")
+}
+
+/// Runs `f` in a scope of a fresh chili pool of `workers` threads (the
+/// calling thread being one of them); the pool is dropped (its threads
+/// joined) before this returns.
+fn on_chili<R>(workers: usize, f: impl FnOnce(&mut chili::Scope<'_>) -> R) -> R {
+    let pool = chili::ThreadPool::with_config(chili::Config {
+        thread_count: Some(NonZero::new(workers).expect("workers > 0")),
+        ..Default::default()
+    });
+    let out = {
+        let mut scope = pool.scope();
+        f(&mut scope)
+    };
+    drop(pool);
+    out
+}
+
+/// Calls `f` untimed until [`MIN_TIME`] has passed (at least once), then
+/// times as many calls again; returns the mean ns per call and the last
+/// result.
+fn per_call<T>(mut f: impl FnMut() -> T) -> (f64, T) {
+    let start = Instant::now();
+    let mut calls = 0u32;
+    while calls == 0 || start.elapsed() < MIN_TIME {
+        black_box(f());
+        calls += 1;
+    }
+    let start = Instant::now();
+    let mut last = black_box(f());
+    for _ in 1..calls {
+        last = black_box(f());
+    }
+    let ns = start.elapsed().as_nanos() as f64 / f64::from(calls);
+    (ns, last)
+}
+
+// -------------------------------------------------------------- tree ----
+
+/// A node of the benchmark tree.
+pub struct Node {
+    val: i64,
+    left: Option<Box<Node>>,
+    right: Option<Box<Node>>,
+}
+
+impl Node {
+    /// A complete tree of `layers` layers (2^layers - 1 nodes), every value 1,
+    /// allocated depth-first as in chili's benchmark.
+    pub fn tree(layers: u32) -> Node {
+        let child = || (layers > 1).then(|| Box::new(Node::tree(layers - 1)));
+        Node {
+            val: 1,
+            left: child(),
+            right: child(),
+        }
+    }
+}
+
+fn nodes(layers: u32) -> u64 {
+    (1u64 << layers) - 1
+}
+
+fn tree_name(layers: u32) -> String {
+    match nodes(layers) {
+        n if n >= 1_000_000 => format!("tree_{}M", n / 1_000_000),
+        n => format!("tree_{n}"),
+    }
+}
+
+fn sum_seq(node: &Node) -> i64 {
+    node.val + node.left.as_deref().map_or(0, sum_seq) + node.right.as_deref().map_or(0, sum_seq)
+}
+
+fn sum_weft(node: &Node) -> i64 {
+    let (l, r) = weft::join(
+        || node.left.as_deref().map_or(0, sum_weft),
+        || node.right.as_deref().map_or(0, sum_weft),
+    );
+    node.val + l + r
+}
+
+fn sum_rayon(node: &Node) -> i64 {
+    let (l, r) = rayon::join(
+        || node.left.as_deref().map_or(0, sum_rayon),
+        || node.right.as_deref().map_or(0, sum_rayon),
+    );
+    node.val + l + r
+}
+
+fn sum_chili(node: &Node, s: &mut chili::Scope<'_>) -> i64 {
+    let (l, r) = s.join(
+        |s| node.left.as_deref().map_or(0, |n| sum_chili(n, s)),
+        |s| node.right.as_deref().map_or(0, |n| sum_chili(n, s)),
+    );
+    node.val + l + r
+}
+
+fn tree_case(layers: u32) -> Case {
+    let tree: OnceCell<Arc<Node>> = OnceCell::new();
+    let expected = nodes(layers) as i64;
+    Case {
+        name: tree_name(layers),
+        metrics: vec![Metric::new("time", "sum", Unit::Ns)],
+        rounds: None,
+        measure: Box::new(move |index, opts: &Options| {
+            let tree = tree.get_or_init(|| {
+                let start = Instant::now();
+                let t = Arc::new(Node::tree(layers));
+                eprintln!(
+                    "  built the tree of {} nodes in {:.1} s",
+                    nodes(layers),
+                    start.elapsed().as_secs_f64()
+                );
+                t
+            });
+            let (ns, sum) = match index {
+                WEFT => {
+                    let tree = tree.clone();
+                    on_weft(opts.workers, move || per_call(|| sum_weft(&tree)))
+                }
+                RAYON => on_rayon(opts.workers, || per_call(|| sum_rayon(tree))),
+                CHILI => on_chili(opts.workers, |s| per_call(|| sum_chili(tree, s))),
+                SEQ => per_call(|| sum_seq(black_box(tree))),
+                _ => unreachable!("no contender #{index}"),
+            };
+            assert_eq!(sum, expected, "wrong tree sum");
+            vec![ns]
+        }),
+    }
+}
+
+// --------------------------------------------------------------- fib ----
+
+fn fib_seq(n: u64) -> u64 {
+    if n < 2 {
+        return n;
+    }
+    fib_seq(n - 1) + fib_seq(n - 2)
+}
+
+fn fib_weft(n: u64) -> u64 {
+    if n < 2 {
+        return n;
+    }
+    let (a, b) = weft::join(|| fib_weft(n - 1), || fib_weft(n - 2));
+    a + b
+}
+
+fn fib_rayon(n: u64) -> u64 {
+    if n < 2 {
+        return n;
+    }
+    let (a, b) = rayon::join(|| fib_rayon(n - 1), || fib_rayon(n - 2));
+    a + b
+}
+
+fn fib_chili(n: u64, s: &mut chili::Scope<'_>) -> u64 {
+    if n < 2 {
+        return n;
+    }
+    let (a, b) = s.join(|s| fib_chili(n - 1, s), |s| fib_chili(n - 2, s));
+    a + b
+}
+
+/// The number of joins recursive `fib(n)` makes: one per call with `n >= 2`,
+/// `joins(n) = 1 + joins(n - 1) + joins(n - 2)` (= fib(n + 1) - 1).
+pub fn fib_joins(n: u64) -> u64 {
+    let (mut a, mut b) = (0u64, 0u64); // joins(i), joins(i + 1), from i = 0
+    for _ in 0..n {
+        (a, b) = (b, 1 + a + b);
+    }
+    a
+}
+
+/// fib(32) on `threads` threads, or on `--workers` threads when `None`.
+fn fib_case(name: &str, threads: Option<usize>) -> Case {
+    let joins = fib_joins(FIB_N) as f64;
+    Case {
+        name: name.to_string(),
+        metrics: vec![
+            Metric::new("time", "fib(32)", Unit::Ns),
+            Metric::new("per join", "join", Unit::Ns),
+        ],
+        rounds: None,
+        measure: Box::new(move |index, opts: &Options| {
+            let threads = threads.unwrap_or(opts.workers);
+            let n = black_box(FIB_N);
+            let (ns, fib) = match index {
+                WEFT => on_weft(threads, move || per_call(|| fib_weft(n))),
+                RAYON => on_rayon(threads, || per_call(|| fib_rayon(n))),
+                CHILI => on_chili(threads, |s| per_call(|| fib_chili(n, s))),
+                SEQ => per_call(|| fib_seq(n)),
+                _ => unreachable!("no contender #{index}"),
+            };
+            assert_eq!(fib, FIB_32, "wrong fib(32)");
+            let per_join = if index == SEQ { f64::NAN } else { ns / joins };
+            vec![ns, per_join]
+        }),
+    }
+}
+
+/// fib(32).
+const FIB_32: u64 = 2_178_309;
+
+// -------------------------------------------------------------- sort ----
+
+/// Sorts a fresh copy of `src` untimed, then times sorting another fresh
+/// copy (copies made outside the timing); ns.
+fn sort_timed(src: &[u64], sort: impl Fn(&mut [u64])) -> f64 {
+    let mut v = src.to_vec();
+    sort(&mut v);
+    assert!(v.is_sorted(), "not sorted");
+    drop(v);
+    let mut v = src.to_vec();
+    let start = Instant::now();
+    sort(black_box(&mut v));
+    let ns = start.elapsed().as_nanos() as f64;
+    assert!(v.is_sorted(), "not sorted");
+    ns
+}
+
+mod weft_par {
+    use weft::par::prelude::*;
+
+    pub fn sort(v: &mut [u64]) {
+        v.par_sort_unstable();
+    }
+
+    pub fn map_sum(n: u64) -> u64 {
+        (0..n).into_par_iter().map(|x| (x * 3) ^ 7).sum::<u64>()
+    }
+}
+
+mod rayon_par {
+    use rayon::prelude::*;
+
+    pub fn sort(v: &mut [u64]) {
+        v.par_sort_unstable();
+    }
+
+    pub fn map_sum(n: u64) -> u64 {
+        (0..n).into_par_iter().map(|x| (x * 3) ^ 7).sum::<u64>()
+    }
+}
+
+fn seq_map_sum(n: u64) -> u64 {
+    (0..n).map(|x| (x * 3) ^ 7).sum::<u64>()
+}
+
+fn sort_case() -> Case {
+    let input: OnceCell<Arc<Vec<u64>>> = OnceCell::new();
+    Case {
+        name: "sort_10M".to_string(),
+        metrics: vec![Metric::new("time", "sort", Unit::Ns)],
+        rounds: None,
+        measure: Box::new(move |index, opts: &Options| {
+            let src = input.get_or_init(|| {
+                let mut rng = Rng::new(SEED);
+                Arc::new((0..SORT_LEN).map(|_| rng.next_u64()).collect())
+            });
+            let ns = match index {
+                WEFT => {
+                    let src = src.clone();
+                    on_weft(opts.workers, move || sort_timed(&src, weft_par::sort))
+                }
+                RAYON => on_rayon(opts.workers, || sort_timed(src, rayon_par::sort)),
+                CHILI => f64::NAN,
+                SEQ => sort_timed(src, <[u64]>::sort_unstable),
+                _ => unreachable!("no contender #{index}"),
+            };
+            vec![ns]
+        }),
+    }
+}
+
+// --------------------------------------------------------------- sum ----
+
+fn sum_case() -> Case {
+    let expected: OnceCell<u64> = OnceCell::new();
+    Case {
+        name: "sum_100M".to_string(),
+        metrics: vec![Metric::new("time", "map+sum", Unit::Ns)],
+        rounds: None,
+        measure: Box::new(move |index, opts: &Options| {
+            let expected = *expected.get_or_init(|| seq_map_sum(SUM_LEN));
+            let n = black_box(SUM_LEN);
+            let (ns, sum) = match index {
+                WEFT => on_weft(opts.workers, move || per_call(|| weft_par::map_sum(n))),
+                RAYON => on_rayon(opts.workers, || per_call(|| rayon_par::map_sum(n))),
+                CHILI => return vec![f64::NAN],
+                SEQ => per_call(|| seq_map_sum(black_box(n))),
+                _ => unreachable!("no contender #{index}"),
+            };
+            assert_eq!(sum, expected, "wrong sum");
+            vec![ns]
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count_joins(n: u64) -> u64 {
+        if n < 2 {
+            0
+        } else {
+            1 + count_joins(n - 1) + count_joins(n - 2)
+        }
+    }
+
+    #[test]
+    fn joins_and_fib() {
+        for n in 0..=20 {
+            assert_eq!(fib_joins(n), count_joins(n), "n = {n}");
+        }
+        assert_eq!(fib_joins(32), 3_524_577);
+        assert_eq!(fib_seq(32), FIB_32);
+        assert_eq!(fib_seq(20), 6765);
+    }
+
+    #[test]
+    fn trees_sum_alike() {
+        let tree = Node::tree(8);
+        assert_eq!(sum_seq(&tree), 255);
+        assert_eq!(on_rayon(2, || sum_rayon(&tree)), 255);
+        assert_eq!(on_chili(2, |s| sum_chili(&tree, s)), 255);
+        let tree = Arc::new(tree);
+        assert_eq!(on_weft(2, move || sum_weft(&tree)), 255);
+        assert_eq!(tree_name(TREE_SMALL), "tree_1023");
+        assert_eq!(tree_name(TREE_MEDIUM), "tree_16M");
+        assert_eq!(tree_name(TREE_LARGE), "tree_134M");
+    }
+
+    #[test]
+    fn par_cases_agree() {
+        let n = 100_000;
+        let seq = seq_map_sum(n);
+        assert_eq!(on_weft(2, move || weft_par::map_sum(n)), seq);
+        assert_eq!(on_rayon(2, || rayon_par::map_sum(n)), seq);
+        let mut rng = Rng::new(1);
+        let src: Vec<u64> = (0..10_000).map(|_| rng.next_u64()).collect();
+        let src = Arc::new(src);
+        let s = src.clone();
+        assert!(on_weft(2, move || sort_timed(&s, weft_par::sort)) > 0.0);
+        assert!(on_rayon(2, || sort_timed(&src, rayon_par::sort)) > 0.0);
+    }
+
+    #[test]
+    fn suite_cases_and_checks() {
+        let mut opts = Options {
+            workers: 2,
+            rounds: 1,
+            json: None,
+            cases: Vec::new(),
+            timeout: Duration::from_secs(1),
+            idle: Duration::from_secs(1),
+            large: false,
+        };
+        let names = |s: &Suite| s.cases.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+        let s = suite(&opts);
+        assert_eq!(
+            names(&s),
+            [
+                "tree_1023",
+                "tree_16M",
+                "fib32_1t",
+                "fib32_2t",
+                "sort_10M",
+                "sum_100M"
+            ]
+        );
+        assert!(s.checks.iter().any(|c| c.case == "tree_16M" && c.vs == SEQ));
+        opts.large = true;
+        let s = suite(&opts);
+        assert!(names(&s).contains(&"tree_134M".to_string()));
+        assert!(s
+            .checks
+            .iter()
+            .any(|c| c.case == "tree_134M" && c.vs == SEQ));
+        assert!(!s.checks.iter().any(|c| c.case == "tree_16M" && c.vs == SEQ));
+    }
+}
