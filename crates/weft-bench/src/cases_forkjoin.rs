@@ -70,6 +70,7 @@ tree_1023, tree_16M, tree_134M (only with --large): sum of a binary tree of boxe
   at every node, no cutoff (chili's and Spice's benchmark). Trees are built once.
 fib32_1t, fib32_<workers>t: fib(32) by recursive join, no cutoff, on 1 thread and on
   --workers threads; time, and time per join (3,524,577 joins: calls with n >= 2).
+  seq is the plain recursion, which the compiler partly turns into loops (a reference).
 sort_10M: par_sort_unstable of 10,000,000 random u64 (seeded; a fresh copy per run, made
   outside the timing); seq: slice::sort_unstable. chili has no sort.
 sum_100M: (0..100_000_000u64).into_par_iter().map(|x| (x * 3) ^ 7).sum::<u64>() over the
@@ -391,7 +392,7 @@ fn sort_timed(src: &[u64], sort: impl Fn(&mut [u64])) -> f64 {
 }
 
 mod weft_par {
-    use weft::par::prelude::*;
+    use weft::prelude::*;
 
     pub fn sort(v: &mut [u64]) {
         v.par_sort_unstable();
