@@ -22,6 +22,16 @@ use crate::task::raw::{Notified, Schedule};
 use crate::task::state::{Idle, Run, State};
 use crate::task::{new_task, JoinHandle};
 
+/// A pool of `n` workers without a runtime around it, and each worker's private ends.
+fn new_pool(n: usize) -> (Arc<Shared>, Vec<crate::scheduler::WorkerParts>) {
+    Shared::new(
+        n,
+        crate::Pool::Default,
+        std::sync::Weak::new(),
+        Arc::new(crate::time::driver::Driver::new()),
+    )
+}
+
 /// A scheduler that just records what it is asked to queue.
 #[derive(Default)]
 struct Recorder {
@@ -314,12 +324,7 @@ fn loom_parker() {
 #[test]
 fn loom_park_vs_remote_insert() {
     loom::model(|| {
-        let (shared, mut locals) = Shared::new(
-            1,
-            crate::Pool::Default,
-            std::sync::Weak::new(),
-            Arc::new(crate::time::driver::Driver::new()),
-        );
+        let (shared, mut locals) = new_pool(1);
         let rec = Arc::new(Recorder::default());
         let core = Core::new(0, shared.clone(), locals.pop().unwrap());
         let s2 = shared.clone();
@@ -349,12 +354,7 @@ fn loom_park_vs_remote_insert() {
 #[test]
 fn loom_two_workers_one_insert() {
     loom::model(|| {
-        let (shared, mut locals) = Shared::new(
-            2,
-            crate::Pool::Default,
-            std::sync::Weak::new(),
-            Arc::new(crate::time::driver::Driver::new()),
-        );
+        let (shared, mut locals) = new_pool(2);
         let rec = Arc::new(Recorder::default());
         let l1 = locals.pop().unwrap();
         let l0 = locals.pop().unwrap();
@@ -394,12 +394,7 @@ fn loom_two_workers_one_insert() {
 #[test]
 fn loom_claim_with_stale_token_keeps_searching_count_sane() {
     loom::model(|| {
-        let (shared, mut locals) = Shared::new(
-            1,
-            crate::Pool::Default,
-            std::sync::Weak::new(),
-            Arc::new(crate::time::driver::Driver::new()),
-        );
+        let (shared, mut locals) = new_pool(1);
         let rec = Arc::new(Recorder::default());
         let core = Core::new(0, shared.clone(), locals.pop().unwrap());
         // A stale token: the next park returns at once.
@@ -428,12 +423,7 @@ fn loom_claim_with_stale_token_keeps_searching_count_sane() {
 #[test]
 fn loom_cross_pool_and_own_pool_inserts_vs_sleep() {
     loom::model(|| {
-        let (pool_a, mut locals) = Shared::new(
-            2,
-            crate::Pool::Default,
-            std::sync::Weak::new(),
-            Arc::new(crate::time::driver::Driver::new()),
-        );
+        let (pool_a, mut locals) = new_pool(2);
         let rec = Arc::new(Recorder::default());
         let l1 = locals.pop().unwrap();
         let l0 = locals.pop().unwrap();

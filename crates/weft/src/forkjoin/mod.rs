@@ -96,15 +96,7 @@ where
     RA: Send,
     RB: Send,
 {
-    let here = worker::with_current(|c| c.map(|c| c as *const Core));
-    match here {
-        // SAFETY: the core lives as long as its worker thread, which is this thread.
-        Some(core) => join_on(unsafe { &*core }, a, b, false),
-        None => in_worker(|core| match core {
-            Some(core) => join_on(core, a, b, false),
-            None => join_sequential(a, b),
-        }),
-    }
+    join_routed(a, b, false)
 }
 
 /// [`join_context`] for splits made on purpose to share work (parallel iterators):
@@ -118,12 +110,24 @@ where
     RA: Send,
     RB: Send,
 {
+    join_routed(a, b, true)
+}
+
+/// Runs the join here on a worker, or on the target pool from any other thread.
+#[inline]
+fn join_routed<A, B, RA, RB>(a: A, b: B, share: bool) -> (RA, RB)
+where
+    A: FnOnce(FnContext) -> RA + Send,
+    B: FnOnce(FnContext) -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
     let here = worker::with_current(|c| c.map(|c| c as *const Core));
     match here {
         // SAFETY: the core lives as long as its worker thread, which is this thread.
-        Some(core) => join_on(unsafe { &*core }, a, b, true),
+        Some(core) => join_on(unsafe { &*core }, a, b, share),
         None => in_worker(|core| match core {
-            Some(core) => join_on(core, a, b, true),
+            Some(core) => join_on(core, a, b, share),
             None => join_sequential(a, b),
         }),
     }

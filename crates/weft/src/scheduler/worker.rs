@@ -44,6 +44,8 @@ const MIN_GLOBAL_BATCH: usize = 4;
 const TARGET_LATENCY: Duration = Duration::from_millis(1);
 const MIN_INTERVAL: u32 = 8;
 const MAX_INTERVAL: u32 = 255;
+/// Fewest polls that make a task-time sample.
+const MIN_SAMPLE_POLLS: u32 = 8;
 /// Assumed task length before anything was measured (interval 20).
 const INITIAL_AVG_NS: f64 = 50_000.0;
 
@@ -75,6 +77,7 @@ pub(crate) struct Core {
     tick_start: Cell<Instant>,
     /// Polls since `tick_start` (a park restarts the measurement).
     tick_polls: Cell<u32>,
+    task_time_measured: Cell<bool>,
     rng: Cell<u64>,
     searching: Cell<bool>,
     /// Woken by a producer and not yet found work (a spurious wake if it parks again).
@@ -120,6 +123,7 @@ impl Core {
             avg_task_ns: Cell::new(INITIAL_AVG_NS),
             tick_start: Cell::new(Instant::now()),
             tick_polls: Cell::new(0),
+            task_time_measured: Cell::new(false),
             // xorshift needs a non-zero seed.
             rng: Cell::new(
                 0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407),
@@ -422,14 +426,26 @@ impl Core {
 
     /// End of a tick: refresh the EWMA of task length and the global-queue interval.
     fn end_tick(&self) {
-        let now = Instant::now();
-        let polls = self.tick_polls.replace(0).max(1);
-        let per_task = now.duration_since(self.tick_start.get()).as_nanos() as f64 / polls as f64;
-        let avg = 0.1 * per_task + 0.9 * self.avg_task_ns.get();
-        self.avg_task_ns.set(avg);
-        self.global_interval.set(interval_for(avg));
-        self.tick_start.set(now);
+        self.sample_task_time(Instant::now());
         self.budget.set(BUDGET);
+    }
+
+    /// Folds the polls since `tick_start` into the EWMA of task time (the first
+    /// measurement replaces the initial guess) and restarts the measurement.
+    fn sample_task_time(&self, now: Instant) {
+        let polls = self.tick_polls.replace(0);
+        if polls >= MIN_SAMPLE_POLLS {
+            let per_task =
+                now.duration_since(self.tick_start.get()).as_nanos() as f64 / polls as f64;
+            let avg = if self.task_time_measured.replace(true) {
+                0.1 * per_task + 0.9 * self.avg_task_ns.get()
+            } else {
+                per_task
+            };
+            self.avg_task_ns.set(avg);
+            self.global_interval.set(interval_for(avg));
+        }
+        self.tick_start.set(now);
     }
 
     fn next_task(&self) -> Option<Notified> {
@@ -542,6 +558,7 @@ impl Core {
         let idle = &self.shared.idle;
         idle.publish_parked(self.index);
         fence(SeqCst);
+        self.sample_task_time(Instant::now());
         let has_work = !self.shared.inject.is_empty()
             || (idle.num_searching() == 0 && self.shared.has_work_for(self.index));
         if has_work || done() || self.shared.is_shutdown() {
@@ -591,9 +608,8 @@ impl Core {
                     }
                 }
             }
-            // Time asleep is not task time.
+            // Time asleep is not task time: sample up to the park, restart after it.
             self.tick_start.set(Instant::now());
-            self.tick_polls.set(0);
         }
         self.transitioning_to_park.set(false);
     }
