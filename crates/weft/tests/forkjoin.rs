@@ -230,3 +230,33 @@ fn join_while_the_pool_shuts_down_still_completes() {
         }
     });
 }
+
+/// Deep in a recursion most joins run as plain calls (granularity control); a panic on
+/// the first side there still lets the second side run before the panic continues.
+#[test]
+fn a_panic_deep_in_a_recursion_still_runs_the_other_side() {
+    with_timeout(|| {
+        fn down(d: u32, ran: &AtomicUsize) {
+            if d == 0 {
+                return;
+            }
+            weft::join(
+                || {
+                    if d == 1 {
+                        panic!("deep");
+                    }
+                    down(d - 1, ran)
+                },
+                || {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                },
+            );
+        }
+        let rt = Builder::new().worker_threads(1).build().unwrap();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = ran.clone();
+        let err = rt.spawn(async move { down(12, &r) }).join().unwrap_err();
+        assert_eq!(*err.into_panic().downcast::<&str>().unwrap(), "deep");
+        assert_eq!(ran.load(Ordering::SeqCst), 12, "every second side ran");
+    });
+}

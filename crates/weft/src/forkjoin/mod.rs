@@ -20,6 +20,9 @@
 //! lock it holds (rayon's deadlock with a mutex held across a join). A worker blocked in
 //! `join` therefore does not run async tasks or other workers' jobs.
 //!
+//! Once three private frames are waiting, further joins run as plain calls (no frame)
+//! except every 64th, which makes a frame and runs the heartbeat check.
+//!
 //! This is the heartbeat scheduling of Spice and chili on top of spec 002's deque and
 //! latch: promotion costs are paid at most once per heartbeat, not per join.
 //!
@@ -124,8 +127,16 @@ where
 {
     let here = worker::with_current(|c| c.map(|c| c as *const Core));
     match here {
-        // SAFETY: the core lives as long as its worker thread, which is this thread.
-        Some(core) => join_on(unsafe { &*core }, a, b, share),
+        Some(core) => {
+            // SAFETY: the core lives as long as its worker thread, which is this thread.
+            let core = unsafe { &*core };
+            // The plain path is kept small so the compiler can inline a recursion
+            // through it (and overlap its memory accesses), as it does for plain code.
+            if !share && core.plain_join() {
+                return join_plain(a, b);
+            }
+            join_on(core, a, b, share)
+        }
         None => in_worker(|core| match core {
             Some(core) => join_on(core, a, b, share),
             None => join_sequential(a, b),
@@ -165,7 +176,7 @@ fn finish<RA, RB>(ra: std::thread::Result<RA>, rb: std::thread::Result<RB>) -> (
     }
 }
 
-#[inline]
+#[inline(never)]
 fn join_on<A, B, RA, RB>(core: &Core, a: A, b: B, share: bool) -> (RA, RB)
 where
     A: FnOnce(FnContext) -> RA + Send,
@@ -189,6 +200,31 @@ where
     std::mem::forget(guard);
     let rb = finish_b(core, &job_b);
     (ra, rb)
+}
+
+/// A join as two plain calls (no frame). If `a` panics, `b` still runs before the panic
+/// continues.
+#[inline]
+fn join_plain<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce(FnContext) -> RA,
+    B: FnOnce(FnContext) -> RB,
+{
+    struct RunOnUnwind<B: FnOnce(FnContext) -> RB, RB>(Option<B>);
+    impl<B: FnOnce(FnContext) -> RB, RB> Drop for RunOnUnwind<B, RB> {
+        fn drop(&mut self) {
+            if let Some(b) = self.0.take() {
+                drop(catch_unwind(AssertUnwindSafe(|| {
+                    b(FnContext { migrated: false })
+                })));
+            }
+        }
+    }
+    let ctx = FnContext { migrated: false };
+    let mut guard = RunOnUnwind(Some(b));
+    let ra = a(ctx);
+    let b = guard.0.take().expect("weft: plain join ran b twice");
+    (ra, b(ctx))
 }
 
 /// Takes `b` back and runs it here, or waits for the thief that took it.

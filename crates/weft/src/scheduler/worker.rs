@@ -28,6 +28,10 @@ use std::sync::atomic::Ordering::SeqCst;
 /// oldest private frame may be shown to hungry workers.
 const HEARTBEAT_JOINS: u32 = 64;
 const HEARTBEAT: Duration = Duration::from_micros(100);
+/// With this many private frames waiting (the oldest, largest pieces), further joins
+/// run as plain calls, except every `HEARTBEAT_JOINS`-th (granularity control, as in
+/// chili).
+const PRIVATE_FRAMES_BEFORE_PLAIN_JOINS: u32 = 3;
 
 /// Polls between looks at the timer wheel while timers are pending (a clock read).
 const TIMER_CHECK_POLLS: u32 = 16;
@@ -60,6 +64,8 @@ pub(crate) struct Core {
     /// Newest and oldest private fork-join frames (see `forkjoin`).
     private_newest: Cell<*const Frame>,
     private_oldest: Cell<*const Frame>,
+    /// Private frames now linked.
+    private_len: Cell<u32>,
     /// Joins until the next heartbeat check.
     joins_until_check: Cell<u32>,
     last_heartbeat: Cell<Instant>,
@@ -112,6 +118,7 @@ impl Core {
             jobs: parts.jobs,
             private_newest: Cell::new(std::ptr::null()),
             private_oldest: Cell::new(std::ptr::null()),
+            private_len: Cell::new(0),
             joins_until_check: Cell::new(HEARTBEAT_JOINS),
             last_heartbeat: Cell::new(Instant::now()),
             lifo: Cell::new(None),
@@ -219,10 +226,27 @@ impl Core {
         &self.parker
     }
 
+    /// Whether a join may run as two plain calls: enough private frames are already
+    /// waiting to be shared, and this is not the join on which the heartbeat is due
+    /// (that one makes a frame and runs the check).
+    #[inline]
+    pub(crate) fn plain_join(&self) -> bool {
+        if self.private_len.get() < PRIVATE_FRAMES_BEFORE_PLAIN_JOINS {
+            return false;
+        }
+        let n = self.joins_until_check.get() - 1;
+        if n == 0 {
+            return false;
+        }
+        self.joins_until_check.set(n);
+        true
+    }
+
     /// Links a `join`'s second half as the newest private frame, then runs the
     /// heartbeat check when it is due (see `forkjoin`).
     #[inline]
     pub(crate) fn push_frame(&self, frame: &Frame) {
+        self.private_len.set(self.private_len.get() + 1);
         let newest = self.private_newest.get();
         frame.prev.set(newest);
         let outermost = newest.is_null();
@@ -301,6 +325,7 @@ impl Core {
             unsafe { (*next).prev.set(std::ptr::null()) };
         }
         frame.promoted.set(true);
+        self.private_len.set(self.private_len.get() - 1);
         self.jobs.push(frame.job_ref().as_ptr());
         self.shared.notify_parked();
     }
@@ -312,6 +337,7 @@ impl Core {
     pub(crate) fn pop_frame(&self, frame: &Frame) -> bool {
         if !frame.promoted.get() {
             debug_assert_eq!(self.private_newest.get(), frame as *const Frame);
+            self.private_len.set(self.private_len.get() - 1);
             let prev = frame.prev.get();
             self.private_newest.set(prev);
             if prev.is_null() {
