@@ -212,13 +212,18 @@ where
 {
     struct RunOnUnwind<B: FnOnce(FnContext) -> RB, RB>(Option<B>);
     impl<B: FnOnce(FnContext) -> RB, RB> Drop for RunOnUnwind<B, RB> {
+        #[inline(always)]
         fn drop(&mut self) {
             if let Some(b) = self.0.take() {
-                drop(catch_unwind(AssertUnwindSafe(|| {
-                    b(FnContext { migrated: false })
-                })));
+                run_after_panic(b);
             }
         }
+    }
+    #[cold]
+    fn run_after_panic<B: FnOnce(FnContext) -> RB, RB>(b: B) {
+        drop(catch_unwind(AssertUnwindSafe(|| {
+            b(FnContext { migrated: false })
+        })));
     }
     let ctx = FnContext { migrated: false };
     let mut guard = RunOnUnwind(Some(b));
