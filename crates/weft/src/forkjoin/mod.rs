@@ -11,7 +11,9 @@
 //!   (searching or parked);
 //! * if one is, the oldest private frame (the largest piece of the recursion) is
 //!   promoted: pushed onto the worker's Chase-Lev deque, where thieves take the oldest
-//!   job first, and one parked worker is woken through the pool's sleep handshake.
+//!   job first, and one parked worker is woken through the pool's sleep handshake
+//!   (at the outermost join only if this worker's outermost joins have been lasting
+//!   longer than a wake-up takes; otherwise the first heartbeat does it).
 //!
 //! At its `join` the owner pops a promoted job back from the deque if no thief took it.
 //! If `b` was stolen, the worker waits on the job's latch and meanwhile *only* steals

@@ -66,6 +66,11 @@ pub(crate) struct Core {
     private_oldest: Cell<*const Frame>,
     /// Private frames now linked.
     private_len: Cell<u32>,
+    /// The frame of the outermost join in progress, when it began, and an EWMA of how
+    /// long outermost joins last on this worker (infinite until measured).
+    outermost: Cell<*const Frame>,
+    outermost_start: Cell<Instant>,
+    avg_outermost_ns: Cell<f64>,
     /// Joins until the next heartbeat check.
     joins_until_check: Cell<u32>,
     last_heartbeat: Cell<Instant>,
@@ -119,6 +124,9 @@ impl Core {
             private_newest: Cell::new(std::ptr::null()),
             private_oldest: Cell::new(std::ptr::null()),
             private_len: Cell::new(0),
+            outermost: Cell::new(std::ptr::null()),
+            outermost_start: Cell::new(Instant::now()),
+            avg_outermost_ns: Cell::new(f64::INFINITY),
             joins_until_check: Cell::new(HEARTBEAT_JOINS),
             last_heartbeat: Cell::new(Instant::now()),
             lifo: Cell::new(None),
@@ -249,8 +257,7 @@ impl Core {
         self.private_len.set(self.private_len.get() + 1);
         let newest = self.private_newest.get();
         frame.prev.set(newest);
-        let outermost = newest.is_null();
-        if outermost {
+        if newest.is_null() {
             self.private_oldest.set(frame);
         } else {
             // SAFETY: private frames are live: each is unlinked by its own join before
@@ -258,8 +265,10 @@ impl Core {
             unsafe { (*newest).next.set(frame) };
         }
         self.private_newest.set(frame);
-        if outermost {
-            self.outermost_join();
+        // Outermost: no join frame of this worker is in progress (promoted frames
+        // leave the private list, so an empty list does not say that).
+        if self.outermost.get().is_null() {
+            self.outermost_join(frame);
         } else {
             let n = self.joins_until_check.get() - 1;
             if n == 0 {
@@ -270,13 +279,42 @@ impl Core {
         }
     }
 
+    /// The outermost join of a computation. If a worker is hungry its second half is
+    /// shown to thieves at once; a *parked* worker is woken for it right away only if
+    /// this worker's outermost joins have been lasting longer than a wake-up takes (an
+    /// EWMA of their measured durations). Otherwise the half is shown quietly (a
+    /// searching worker may still take it) and the first heartbeat wakes a sleeper if
+    /// the computation is still running, so a tiny computation never pays a futex wake.
     #[cold]
-    fn outermost_join(&self) {
-        self.last_heartbeat.set(Instant::now());
+    fn outermost_join(&self, frame: &Frame) {
+        let now = Instant::now();
+        self.last_heartbeat.set(now);
+        self.outermost_start.set(now);
+        self.outermost.set(frame);
         self.joins_until_check.set(HEARTBEAT_JOINS);
-        if self.someone_hungry() {
-            self.promote_oldest();
+        if !self.someone_hungry() {
+            return;
         }
+        let worth_a_wake = self.shared.idle.num_searching() > 0
+            || self.avg_outermost_ns.get() > self.shared.wake_latency_ns() as f64;
+        if worth_a_wake {
+            self.promote_oldest();
+        } else {
+            self.promote_oldest_quietly();
+        }
+    }
+
+    /// The outermost join ended: fold its duration into the EWMA.
+    #[cold]
+    fn outermost_done(&self) {
+        self.outermost.set(std::ptr::null());
+        let took = self.outermost_start.get().elapsed().as_nanos() as f64;
+        let avg = self.avg_outermost_ns.get();
+        self.avg_outermost_ns.set(if avg.is_finite() {
+            0.75 * avg + 0.25 * took
+        } else {
+            took
+        });
     }
 
     #[cold]
@@ -286,7 +324,12 @@ impl Core {
         if now.duration_since(self.last_heartbeat.get()) >= HEARTBEAT {
             self.last_heartbeat.set(now);
             if self.someone_hungry() {
-                self.promote_oldest();
+                if self.private_oldest.get().is_null() {
+                    // Everything private was shown already (quietly): wake a sleeper.
+                    self.shared.notify_parked();
+                } else {
+                    self.promote_oldest();
+                }
             }
         }
     }
@@ -310,9 +353,17 @@ impl Core {
     /// Moves the oldest private frame to the deque and wakes a worker for it.
     #[cold]
     fn promote_oldest(&self) {
+        if self.promote_oldest_quietly() {
+            self.shared.notify_parked();
+        }
+    }
+
+    /// Moves the oldest private frame to the deque without waking anyone. Returns
+    /// whether there was one.
+    fn promote_oldest_quietly(&self) -> bool {
         let oldest = self.private_oldest.get();
         if oldest.is_null() {
-            return;
+            return false;
         }
         // SAFETY: private frames are live (see `push_frame`).
         let frame = unsafe { &*oldest };
@@ -327,7 +378,7 @@ impl Core {
         frame.promoted.set(true);
         self.private_len.set(self.private_len.get() - 1);
         self.jobs.push(frame.job_ref().as_ptr());
-        self.shared.notify_parked();
+        true
     }
 
     /// Unlinks `frame` at the end of its `join`. Returns true if the caller may run the
@@ -335,6 +386,9 @@ impl Core {
     /// thief took it.
     #[inline]
     pub(crate) fn pop_frame(&self, frame: &Frame) -> bool {
+        if std::ptr::eq(self.outermost.get(), frame) {
+            self.outermost_done();
+        }
         if !frame.promoted.get() {
             debug_assert_eq!(self.private_newest.get(), frame as *const Frame);
             self.private_len.set(self.private_len.get() - 1);
