@@ -20,7 +20,7 @@ pub struct Scope<'scope> {
     done: OnceLatch,
     /// The first panic of a spawned job (boxed payload), resumed by `scope`.
     panic: AtomicPtr<Box<dyn Any + Send>>,
-    /// The pool's workers, to push jobs onto the current worker's deque.
+    /// Ties the scope to what its jobs may borrow (invariant in `'scope`).
     _marker: PhantomData<&'scope mut &'scope ()>,
 }
 
@@ -134,8 +134,8 @@ impl<'scope> Scope<'scope> {
             }
             scope.job_done();
         });
-        // SAFETY: the job is fresh; it lives on the heap until executed.
-        let job = unsafe { erase_lifetime(job) };
+        // The job borrows from the scope's frame (`'scope`); `JobRef` does not carry that
+        // lifetime, and the scope keeps its promise by waiting for `pending` to reach zero.
         match worker::with_current(|c| c.map(|c| c as *const Core)) {
             // SAFETY: the core outlives this call on its own thread.
             Some(core) => unsafe { &*core }.push_job(job),
@@ -175,11 +175,3 @@ struct ScopePtr<'scope>(*const Scope<'scope>);
 // SAFETY: the scope is shared with its jobs on other workers; all its fields used by
 // them are atomic (or the latch's documented protocol).
 unsafe impl Send for ScopePtr<'_> {}
-
-/// Scope jobs borrow from the scope's frame; the scope outlives them by waiting.
-///
-/// # Safety
-/// The job must complete before anything it borrows goes away.
-unsafe fn erase_lifetime(job: super::job::JobRef) -> super::job::JobRef {
-    job
-}

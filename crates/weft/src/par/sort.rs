@@ -95,11 +95,11 @@ where
     // provides `len` slots of scratch space and frees them at the end.
     let mut buf: Vec<T> = Vec::with_capacity(len);
     let scratch = &mut buf.spare_capacity_mut()[..len];
-    // SAFETY: `MaybeUninit<T>` has the layout of `T`. Viewing the initialized slice as
-    // possibly uninitialized only lets the sort move elements out through it; the
-    // contract of `sort_into` (result in `v`, since `into_buf` is false) guarantees that
-    // when it returns or unwinds every slot of `v` holds an element again, each of the
-    // original elements exactly once.
+    // Viewing the initialized slice as possibly uninitialized only lets the sort move
+    // elements out through it; the contract of `sort_into` (result in `v`, since
+    // `into_buf` is false) guarantees that when it returns or unwinds every slot of `v`
+    // holds an element again, each of the original elements exactly once.
+    // SAFETY: `MaybeUninit<T>` has the layout of `T` (and see above).
     let slots = unsafe { &mut *(v as *mut [T] as *mut [MaybeUninit<T>]) };
     // SAFETY: every slot of `slots` is initialized (it was a `&mut [T]`), the elements
     // are lent to the sort for the duration of the call, and `scratch` is as long as
@@ -362,10 +362,10 @@ unsafe fn merge_sequential<T, F>(
         // Branch-free: the comparison of random data is unpredictable.
         let src = if take_right { state.right } else { state.left };
         let (r, l) = (usize::from(take_right), usize::from(!take_right));
+        // Exactly one of the runs advances, by one, within (or to one past the end of)
+        // its slice, and `out` with it, which re-establishes the invariant.
         // SAFETY: the element at `src` is initialized and owned, and `out` has room for
-        // it (invariant). Exactly one of the runs advances, by one, within (or to one
-        // past the end of) its slice, and `out` with it, which re-establishes the
-        // invariant.
+        // it (invariant).
         unsafe {
             ptr::copy_nonoverlapping(src, state.out, 1);
             state.out = state.out.add(1);

@@ -58,10 +58,10 @@ impl<T: Send> IndexedParallelIterator for IntoIter<T> {
         CB: ProducerCallback<T>,
     {
         let len = self.vec.len();
-        // SAFETY: 0 is never more than the capacity. From here on the vector does not
-        // own its first `len` items any more (it would only free the buffer); ownership
-        // passes to the `DrainProducer` made below, which moves out or drops each of
-        // them exactly once.
+        // From here on the vector does not own its first `len` items any more (it would
+        // only free the buffer); ownership passes to the `DrainProducer` made below,
+        // which moves out or drops each of them exactly once.
+        // SAFETY: 0 is never more than the capacity, and the items are not leaked (above).
         unsafe { self.vec.set_len(0) };
         let slots = &mut self.vec.spare_capacity_mut()[..len];
         // The producer borrows `self.vec`'s buffer, so the vector (and its allocation)
