@@ -37,6 +37,7 @@
 // Lets the attribute macros name `::weft` inside this crate's own tests.
 extern crate self as weft;
 
+pub mod fiber;
 pub(crate) mod forkjoin;
 pub mod par;
 mod runtime;
@@ -51,6 +52,7 @@ mod loom_tests;
 pub use forkjoin::{join, scope, Scope};
 /// The traits for parallel iterators and sorts: `use weft::prelude::*;`.
 pub use par::prelude;
+pub use runtime::wait::wait;
 pub use runtime::{
     spawn, spawn_blocking, spawn_on, Builder, Handle, Pool, Runtime, TryCurrentError,
 };

@@ -77,6 +77,9 @@ where
         panic: AtomicPtr::new(std::ptr::null_mut()),
         _marker: PhantomData,
     };
+    if let Some(c) = core {
+        c.scope_entered(true);
+    }
     let result = catch_unwind(AssertUnwindSafe(|| op(&scope)));
     scope.job_done();
     // Help with the scope's own jobs (they are on this worker's deque, newest first)
@@ -90,6 +93,9 @@ where
             None => false,
         }
     });
+    if let Some(c) = core {
+        c.scope_entered(false);
+    }
     let panic = scope.panic.swap(std::ptr::null_mut(), Ordering::AcqRel);
     let result = match result {
         Ok(r) => r,

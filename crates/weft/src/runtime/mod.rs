@@ -39,6 +39,19 @@ pub enum Pool {
     Interactive,
 }
 
+/// The most recently started runtime, for spawns from threads that entered none.
+static LATEST: Mutex<Weak<Inner>> = Mutex::new(Weak::new());
+
+/// A handle to the most recently started runtime that is still alive (and not shut
+/// down).
+pub(crate) fn latest() -> Option<Handle> {
+    let inner = LATEST.lock().unwrap_or_else(|e| e.into_inner()).upgrade()?;
+    if inner.pools[0].is_shutdown() {
+        return None;
+    }
+    Some(Handle { inner })
+}
+
 /// What a runtime's handles share: its pools and its blocking pool.
 pub(crate) struct Inner {
     /// `pools[0]` is the default pool; `pools[1]` the interactive one, if it has
@@ -147,6 +160,7 @@ impl Runtime {
                 time,
             }
         });
+        *LATEST.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&inner);
         let exits = std::sync::Arc::new(Exits {
             running: Mutex::new(0),
             cv: Condvar::new(),
@@ -171,6 +185,9 @@ impl Runtime {
                 let spawned = std::thread::Builder::new()
                     .name(format!("{prefix}-{index}"))
                     .spawn(move || {
+                        // Fibers run here: a stack overflow must be reported from an
+                        // alternate signal stack.
+                        crate::fiber::overflow::ensure_altstack();
                         if let Some(f) = &start {
                             f();
                         }

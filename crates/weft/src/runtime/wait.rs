@@ -45,8 +45,31 @@ impl Wake for ThreadSignal {
     }
 }
 
-pub(crate) fn wait<F: Future>(future: F) -> F::Output {
+/// Runs `future` to completion from wherever it is called, and returns its output.
+///
+/// * On a fiber, the fiber is suspended (not its thread) until the future's waker
+///   fires; the worker runs other work meanwhile.
+/// * On a worker thread outside a fiber (inside a task's poll, or a fork-join job),
+///   the worker helps: it runs other tasks until the future is ready, so a worker never
+///   sleeps while work waits.
+/// * On any other thread, the thread sleeps until the waker fires.
+///
+/// Inside an async task, prefer `.await`: `wait` there occupies the worker's stack for
+/// as long as it helps.
+///
+/// ```
+/// let rt = weft::Runtime::new().unwrap();
+/// // From a plain thread: blocks.
+/// assert_eq!(weft::wait(rt.spawn(async { 3 })).unwrap(), 3);
+/// // From a fiber: suspends the fiber.
+/// let h = weft::fiber::spawn(|| weft::wait(weft::spawn(async { 4 })).unwrap());
+/// assert_eq!(h.join().unwrap(), 4);
+/// ```
+pub fn wait<F: Future>(future: F) -> F::Output {
     let mut future = pin!(future);
+    if crate::fiber::can_suspend() {
+        return crate::fiber::suspend_on(future);
+    }
     let helped = worker::with_current(|core| {
         let core = core?;
         if core.shared().is_shutdown() {

@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 use crate::forkjoin::deque;
 use crate::forkjoin::job::{Job, JobRef};
 use crate::sync::{fence, Arc, Mutex};
-use crate::task::header::Header;
+use crate::task::header::{Header, NO_HOME, SOFT_HOME};
 use crate::task::owned::OwnedTasks;
 use crate::task::raw::{Notified, Schedule};
 use crate::task::{new_task, JoinHandle};
@@ -45,7 +45,19 @@ pub(crate) struct Remote {
     /// When a producer last claimed this worker (ns since `Shared::epoch`), to measure
     /// how long a wake-up takes.
     pub(crate) claimed_at: AtomicU64,
+    /// Started fibers tied to this worker (spec 003's per-worker inbox): never stolen;
+    /// producers on other threads push here and wake this worker if it is parked.
+    pub(crate) inbox: Inject,
+    /// The id of the task this worker is polling (0: none), for the stall reporter.
+    pub(crate) running_task: AtomicU64,
+    /// Set by the stall reporter while this worker has been inside one poll for longer
+    /// than a sysmon period; soft-homed fibers then go elsewhere.
+    pub(crate) stalled: AtomicBool,
 }
+
+/// A soft-homed fiber is diverted to the injection queue when its home worker has this
+/// many tasks waiting in its inbox (spec 003's starvation escape hatch).
+const INBOX_DIVERT: usize = 64;
 
 /// State shared by all workers of a runtime and by its handles.
 pub(crate) struct Shared {
@@ -101,6 +113,9 @@ impl Shared {
                     parker: Arc::new(Parker::new()),
                     counters: WorkerCounters::default(),
                     claimed_at: AtomicU64::new(0),
+                    inbox: Inject::new(),
+                    running_task: AtomicU64::new(0),
+                    stalled: AtomicBool::new(false),
                 })
             })
             .collect();
@@ -163,10 +178,17 @@ impl Shared {
     }
 
     /// Routes a task made SCHEDULED: to the current worker's LIFO slot or queue when
-    /// called on one of this runtime's workers, otherwise to the injection queue.
+    /// called on one of this runtime's workers (for a fiber with a home worker: only on
+    /// that worker), otherwise through [`schedule_remote`](Self::schedule_remote).
     fn schedule_task(self: &Arc<Self>, task: Notified, is_yield: bool) {
+        let home = task.header().home.load(Relaxed);
         let task = worker::with_current(|core| match core {
-            Some(core) if core.belongs_to(self) => core.schedule_local(task, is_yield),
+            Some(core)
+                if core.belongs_to(self)
+                    && (home == NO_HOME || (home & !SOFT_HOME) as usize == core.index()) =>
+            {
+                core.schedule_local(task, is_yield)
+            }
             _ => Some(task),
         });
         if let Some(task) = task {
@@ -174,9 +196,41 @@ impl Shared {
         }
     }
 
+    /// Queues a task from outside its worker: a fiber with a home worker goes to that
+    /// worker's inbox, anything else to the injection queue.
     pub(crate) fn schedule_remote(&self, task: Notified) {
+        let home = task.header().home.load(Relaxed);
+        if home != NO_HOME {
+            let i = (home & !SOFT_HOME) as usize;
+            let soft = home & SOFT_HOME != 0;
+            if !soft || !self.home_is_congested(i) {
+                return self.push_inbox(i, task);
+            }
+        }
         match self.inject.push(task) {
             Ok(()) => self.notify_parked(),
+            Err(task) => cancel_queued(task),
+        }
+    }
+
+    /// Whether a soft-homed fiber should rather go where any worker can take it.
+    fn home_is_congested(&self, i: usize) -> bool {
+        self.remotes[i].inbox.len() >= INBOX_DIVERT || self.remotes[i].stalled.load(Relaxed)
+    }
+
+    /// Producer side of the inbox handshake: push, SeqCst fence, then wake the owner if
+    /// its parked bit is set. The owner publishes its bit, fences and re-checks its
+    /// inbox before it sleeps, and re-checks the inbox whenever its parker returns, so
+    /// either this side sees the bit or that side sees the task (store buffering, as in
+    /// [`idle`]). The bit is left for the owner to clear: this wake counts as no claim.
+    fn push_inbox(&self, i: usize, task: Notified) {
+        match self.remotes[i].inbox.push(task) {
+            Ok(()) => {
+                fence(SeqCst);
+                if self.idle.is_parked(i) {
+                    self.remotes[i].parker.unpark();
+                }
+            }
             Err(task) => cancel_queued(task),
         }
     }
@@ -304,6 +358,11 @@ impl Shared {
         });
         for task in self.inject.close() {
             cancel_queued(task);
+        }
+        for r in self.remotes.iter() {
+            for task in r.inbox.close() {
+                cancel_queued(task);
+            }
         }
     }
 

@@ -14,6 +14,7 @@
 //! `Cell`s and no borrow is held across a poll.
 
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::queue::Local;
@@ -22,7 +23,9 @@ use crate::forkjoin::deque::{self, Steal};
 use crate::forkjoin::job::{Frame, Job, JobRef};
 use crate::sync::{fence, Arc};
 use crate::task::raw::Notified;
-use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+
+use crate::task::header::{NO_HOME, SOFT_HOME};
 
 /// Fork-join heartbeat: joins between clock reads, and the period after which the
 /// oldest private frame may be shown to hungry workers.
@@ -71,6 +74,8 @@ pub(crate) struct Core {
     outermost: Cell<*const Frame>,
     outermost_start: Cell<Instant>,
     avg_outermost_ns: Cell<f64>,
+    /// `scope` bodies in progress on this worker.
+    scopes: Cell<u32>,
     /// Joins until the next heartbeat check.
     joins_until_check: Cell<u32>,
     last_heartbeat: Cell<Instant>,
@@ -79,6 +84,9 @@ pub(crate) struct Core {
     /// Tasks that yielded: they run again once the local and global queues are empty,
     /// so a worker full of yielding tasks still drains the injection queue promptly.
     deferred: Cell<Vec<Notified>>,
+    /// Started fibers tied to this worker that are ready to run: taken from the inbox,
+    /// evicted from the LIFO slot, or yielded. Never stealable.
+    pinned: Cell<VecDeque<Notified>>,
     /// Polls left in this tick.
     budget: Cell<u32>,
     /// Polls since the worker started; drives the global-queue interval.
@@ -127,11 +135,13 @@ impl Core {
             outermost: Cell::new(std::ptr::null()),
             outermost_start: Cell::new(Instant::now()),
             avg_outermost_ns: Cell::new(f64::INFINITY),
+            scopes: Cell::new(0),
             joins_until_check: Cell::new(HEARTBEAT_JOINS),
             last_heartbeat: Cell::new(Instant::now()),
             lifo: Cell::new(None),
             lifo_polls: Cell::new(0),
             deferred: Cell::new(Vec::new()),
+            pinned: Cell::new(VecDeque::new()),
             budget: Cell::new(BUDGET),
             tick: Cell::new(0),
             global_interval: Cell::new(interval_for(INITIAL_AVG_NS)),
@@ -232,6 +242,18 @@ impl Core {
     #[inline]
     pub(crate) fn parker(&self) -> &Arc<crate::scheduler::park::Parker> {
         &self.parker
+    }
+
+    /// Whether a fork-join `join` or `scope` is in progress on this worker: its frames
+    /// and marks on the deque must be undone in order, so no fiber may suspend now.
+    pub(crate) fn in_join(&self) -> bool {
+        !self.outermost.get().is_null() || self.scopes.get() != 0
+    }
+
+    /// A `scope` body starts (`true`) or ends on this worker.
+    pub(crate) fn scope_entered(&self, entered: bool) {
+        let n = self.scopes.get();
+        self.scopes.set(if entered { n + 1 } else { n - 1 });
     }
 
     /// Whether a join may run as two plain calls: enough private frames are already
@@ -478,7 +500,12 @@ impl Core {
         } else {
             self.budget.set(budget);
         }
+        let running = &self.shared.remotes[self.index].running_task;
+        // Polls nest when a task helps; the stall reporter names the innermost.
+        let outer = running.load(Relaxed);
+        running.store(task.header().id.as_u64(), Relaxed);
         task.run();
+        running.store(outer, Relaxed);
     }
 
     /// A searcher stops searching; the last one hands leftover work to a sleeper
@@ -535,8 +562,9 @@ impl Core {
             self.shared.time.process();
         }
         if tick.is_multiple_of(self.global_interval.get()) {
-            // About once per millisecond of task time: the global queue (fairness).
-            if let Some(t) = self.next_global() {
+            // About once per millisecond of task time: the global queue and this
+            // worker's fibers (fairness).
+            if let Some(t) = self.next_global().or_else(|| self.next_pinned()) {
                 return Some(t);
             }
         }
@@ -552,8 +580,25 @@ impl Core {
         self.lifo_polls.set(0);
         self.local
             .pop()
+            .or_else(|| self.next_pinned())
             .or_else(|| self.next_global())
             .or_else(|| self.next_deferred())
+    }
+
+    /// The next fiber tied to this worker: from the private queue, refilled from the
+    /// inbox in one batch.
+    fn next_pinned(&self) -> Option<Notified> {
+        let mut pinned = self.pinned.take();
+        if pinned.is_empty() {
+            self.inbox().pop_batch(usize::MAX, |t| pinned.push_back(t));
+        }
+        let t = pinned.pop_front();
+        self.pinned.set(pinned);
+        t
+    }
+
+    fn inbox(&self) -> &super::inject::Inject {
+        &self.shared.remotes[self.index].inbox
     }
 
     /// Moves the yielded tasks into the local queue (where peers may steal them) and
@@ -640,6 +685,7 @@ impl Core {
         fence(SeqCst);
         self.sample_task_time(Instant::now());
         let has_work = !self.shared.inject.is_empty()
+            || !self.inbox().is_empty()
             || (idle.num_searching() == 0 && self.shared.has_work_for(self.index));
         if has_work || done() || self.shared.is_shutdown() {
             self.unpublish();
@@ -668,6 +714,11 @@ impl Core {
                     self.shared.record_wake(self.index);
                     self.searching.set(true);
                     self.woken.set(true);
+                    break;
+                }
+                if !self.inbox().is_empty() {
+                    // A fiber tied to this worker was woken (see `Shared::push_inbox`).
+                    self.unpublish();
                     break;
                 }
                 if done() || self.shared.is_shutdown() {
@@ -719,13 +770,23 @@ impl Core {
             return None;
         }
         if let Some(t) = self.lifo.replace(Some(task)) {
+            let stealable = !is_pinned(&t);
             self.push_local(t);
-            self.shared.notify_parked();
+            if stealable {
+                self.shared.notify_parked();
+            }
         }
         None
     }
 
     fn push_local(&self, task: Notified) {
+        if is_pinned(&task) {
+            // The stealable queue is no place for a fiber tied to this worker.
+            let mut pinned = self.pinned.take();
+            pinned.push_back(task);
+            self.pinned.set(pinned);
+            return;
+        }
         if self.local.push_back(task, &self.shared.inject) {
             self.counters().overflows.bump(1);
         }
@@ -737,6 +798,9 @@ impl Core {
             cancel_queued(t);
         }
         for t in self.deferred.take() {
+            cancel_queued(t);
+        }
+        for t in self.pinned.take() {
             cancel_queued(t);
         }
         while let Some(t) = self.local.pop() {
@@ -801,6 +865,12 @@ impl Core {
 enum Work {
     Task(Notified),
     Job(JobRef),
+}
+
+/// A started fiber that must run on its home worker.
+fn is_pinned(task: &Notified) -> bool {
+    let home = task.header().home.load(Relaxed);
+    home != NO_HOME && home & SOFT_HOME == 0
 }
 
 fn interval_for(avg_task_ns: f64) -> u32 {

@@ -1,23 +1,39 @@
-//! Which task the current thread is polling, for `is_cancelled` and `shield`.
+//! What the current thread is running: the task being polled (for `is_cancelled` and
+//! `shield`) and, inside a fiber, that fiber's context (for `wait` and fiber-locals).
 
 use std::cell::Cell;
 use std::ptr::NonNull;
 
 use super::header::Header;
+use crate::fiber::FiberCtx;
+
+#[derive(Clone, Copy)]
+struct Current {
+    task: Option<NonNull<Header>>,
+    fiber: *const FiberCtx,
+}
 
 thread_local! {
-    static CURRENT: Cell<Option<NonNull<Header>>> = const { Cell::new(None) };
+    static CURRENT: Cell<Current> = const {
+        Cell::new(Current { task: None, fiber: std::ptr::null() })
+    };
 }
 
-/// Restores the previous task when dropped (polls nest when a worker helps inside a
-/// blocking join).
+/// Restores the previous task and fiber when dropped (polls nest when a worker helps
+/// inside a blocking join).
 pub(crate) struct Enter {
-    prev: Option<NonNull<Header>>,
+    prev: Current,
 }
 
+/// Marks `task` as being polled; no fiber runs until the task's own poll resumes one,
+/// so a task polled on a fiber's stack never mistakes that fiber for its own.
 pub(crate) fn enter(task: NonNull<Header>) -> Enter {
+    let next = Current {
+        task: Some(task),
+        fiber: std::ptr::null(),
+    };
     Enter {
-        prev: CURRENT.with(|c| c.replace(Some(task))),
+        prev: CURRENT.with(|c| c.replace(next)),
     }
 }
 
@@ -30,9 +46,40 @@ impl Drop for Enter {
 /// Runs `f` with the header of the task being polled on this thread, if any. The header
 /// is alive: the poll holds the running reference.
 pub(crate) fn with<R>(f: impl FnOnce(Option<&Header>) -> R) -> R {
-    CURRENT.with(|c| {
-        // SAFETY: the pointer is set only for the duration of a poll, which holds the
-        // task's running reference.
-        f(c.get().map(|p| unsafe { p.as_ref() }))
-    })
+    let task = CURRENT.with(|c| c.get().task);
+    // SAFETY: the pointer is set only for the duration of a poll, which holds the
+    // task's running reference.
+    f(task.map(|p| unsafe { p.as_ref() }))
+}
+
+/// Makes `fiber` the running fiber until the returned guard drops.
+pub(crate) fn enter_fiber(fiber: *const FiberCtx) -> EnterFiber {
+    let prev = CURRENT.with(|c| {
+        let mut cur = c.get();
+        let prev = cur.fiber;
+        cur.fiber = fiber;
+        c.set(cur);
+        prev
+    });
+    EnterFiber { prev }
+}
+
+/// Restores the previously running fiber (null: none).
+pub(crate) struct EnterFiber {
+    prev: *const FiberCtx,
+}
+
+impl Drop for EnterFiber {
+    fn drop(&mut self) {
+        CURRENT.with(|c| {
+            let mut cur = c.get();
+            cur.fiber = self.prev;
+            c.set(cur);
+        });
+    }
+}
+
+/// The context of the fiber running on this thread, or null.
+pub(crate) fn fiber() -> *const FiberCtx {
+    CURRENT.with(|c| c.get().fiber)
 }

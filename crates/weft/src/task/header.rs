@@ -4,7 +4,7 @@ use std::fmt;
 use std::ptr::NonNull;
 
 use super::state::State;
-use crate::sync::UnsafeCell;
+use crate::sync::{AtomicU32, UnsafeCell};
 
 /// The first field of every task allocation; the scheduler only sees `NonNull<Header>`.
 #[repr(C)]
@@ -17,7 +17,17 @@ pub(crate) struct Header {
     /// Links of the owned-task list; guarded by the lock of shard `owned_shard`.
     pub(crate) owned: OwnedLinks,
     pub(crate) id: Id,
+    /// The worker a started fiber is tied to ([`NO_HOME`] for async tasks and fibers
+    /// that have not started), with [`SOFT_HOME`] set when the fiber may migrate.
+    /// Written by the RUNNING owner; read by whoever schedules the task, after the
+    /// state-word transition that made it SCHEDULED (which orders the two).
+    pub(crate) home: AtomicU32,
 }
+
+/// `Header::home` of a task that any worker may run.
+pub(crate) const NO_HOME: u32 = u32::MAX;
+/// Flag in `Header::home`: the worker is a preference, not a rule (fiber migration).
+pub(crate) const SOFT_HOME: u32 = 1 << 31;
 
 /// Intrusive doubly-linked-list pointers for the owned-task list.
 pub(crate) struct OwnedLinks {

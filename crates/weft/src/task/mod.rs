@@ -5,7 +5,7 @@
 //! so the state word's invariants (no lost wakeup, no double schedule, one owner) are
 //! checked once for every shape of work.
 
-mod current;
+pub(crate) mod current;
 pub(crate) mod header;
 mod join;
 pub(crate) mod owned;

@@ -12,7 +12,7 @@ use super::header::{Header, Id, OwnedLinks, Vtable};
 use super::join::JoinError;
 use super::state::{Idle, Run, State};
 use super::{current, waker};
-use crate::sync::UnsafeCell;
+use crate::sync::{AtomicU32, UnsafeCell};
 
 /// What a task needs from the scheduler that runs it.
 pub(crate) trait Schedule: Send + Sync + Sized + 'static {
@@ -121,6 +121,7 @@ where
                 queue_next: UnsafeCell::new(None),
                 owned: OwnedLinks::new(),
                 id,
+                home: AtomicU32::new(super::header::NO_HOME),
             },
             scheduler,
             stage: UnsafeCell::new(Stage::Running(future)),

@@ -1,0 +1,469 @@
+//! Fibers: plain blocking-style code on weft's workers.
+//!
+//! A fiber is a task that owns a stack. Inside it, [`wait`](crate::wait) (and
+//! everything built on it: [`JoinHandle::join`], [`sleep`], [`yield_now`],
+//! `Runtime::block_on`) suspends the *fiber*, not the worker thread, which goes on to
+//! run other fibers, tasks and fork-join jobs. A fiber's [`JoinHandle`] is the same as a
+//! task's: await it, `join()` it from a thread or another fiber, or `abort()` it.
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! let rt = weft::Runtime::new().unwrap();
+//! let fibers: Vec<_> = (0..1000)
+//!     .map(|i| {
+//!         weft::fiber::spawn(move || {
+//!             weft::fiber::sleep(Duration::from_millis(1)); // parks the fiber only
+//!             i * 2
+//!         })
+//!     })
+//!     .collect();
+//! let total: u64 = fibers.into_iter().map(|h| h.join().unwrap()).sum();
+//! assert_eq!(total, 999_000);
+//! # drop(rt);
+//! ```
+//!
+//! # The thread rule
+//!
+//! **A started fiber runs on one worker thread for its whole life** (its *home*
+//! worker): it may start on any worker (idle workers steal fibers that have not
+//! started), but once it has run, its wake-ups go to its home worker's inbox and no
+//! other worker takes it. This matters because Rust code may keep the address of a
+//! thread-local across a call; a fiber that moved to another thread while suspended
+//! would then use the old thread's thread-local. Two consequences:
+//!
+//! * A fiber that keeps its worker busy without waiting delays the other fibers homed
+//!   there. Wait (or [`yield_now`]) in long loops.
+//! * Use [`fiber_local!`](crate::fiber_local) for per-fiber state; `thread_local!`
+//!   values are shared by every fiber on the same worker.
+//!
+//! [`Builder::fiber_migration(true)`](Builder::fiber_migration) lifts the rule for one
+//! fiber: its home worker becomes a preference, and when that worker has many fibers
+//! waiting or is stuck in one long poll, the fiber's wake-up goes to the runtime's
+//! shared queue, where any worker may run it. Only do this for fibers that hold no
+//! reference into thread-local storage and keep only `Send` values on their stack
+//! across a wait.
+//!
+//! At runtime shutdown, fibers still suspended are unwound (their locals dropped) on
+//! the thread that shuts the runtime down.
+//!
+//! # Stacks
+//!
+//! Each fiber gets a stack of [`Builder::stack_size`] bytes, by default 2 MiB or
+//! `WEFT_STACK_SIZE` (bytes, with an optional `K`, `M` or `G` suffix). The stack is
+//! reserved address space with a guard page below it: memory is committed only where
+//! the fiber touches it, and an overflow hits the guard page, where weft reports on
+//! stderr which fiber overflowed and how to raise the size, then aborts. Finished
+//! fibers' stacks are reused. Each stack takes two kernel memory maps, so the default
+//! `vm.max_map_count` of 65,530 allows about 32,000 live fibers; past the limit
+//! [`try_spawn`] returns an error that says how to raise it.
+//!
+//! # Cancellation
+//!
+//! `abort()` on a suspended fiber unwinds its stack from the point where it waits:
+//! locals are dropped as a panic would drop them, and the handle reports a cancelled
+//! [`JoinError`](crate::JoinError). [`task::shield`](crate::task::shield) (awaited
+//! through `wait`) defers the cancellation as for tasks. A panic inside a fiber is
+//! returned through its handle and does not take the worker down.
+
+mod error;
+mod future;
+mod local;
+pub(crate) mod overflow;
+pub(crate) mod stack;
+
+pub use error::{SpawnError, SpawnErrorKind};
+pub use local::{AccessError, LocalKey};
+
+pub(crate) use future::{can_suspend, suspend_on, FiberCtx};
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc as StdArc;
+use std::time::Duration;
+
+use crate::scheduler::{worker, Shared};
+use crate::sync::Arc;
+use crate::task::{current, Id, JoinHandle};
+
+/// Fibers created and not yet dropped, in the whole process.
+static LIVE_FIBERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Spawns a fiber running `f` on the current runtime.
+///
+/// Works from a task, from `block_on`, from another fiber, and from any thread while
+/// a runtime is running (the most recently started one that is still alive).
+///
+/// # Panics
+/// When [`try_spawn`] would return an error (no runtime, or no stack to be had), with
+/// that error's message.
+///
+/// ```
+/// let rt = weft::Runtime::new().unwrap();
+/// let h = weft::fiber::spawn(|| {
+///     // Blocking style: this suspends the fiber, not the thread.
+///     let t = weft::spawn(async { 20 });
+///     t.join().unwrap() + 1
+/// });
+/// assert_eq!(h.join().unwrap(), 21);
+/// # drop(rt);
+/// ```
+#[track_caller]
+pub fn spawn<F, T>(f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    Builder::new().spawn(f)
+}
+
+/// Spawns a fiber, or says why it cannot.
+///
+/// ```
+/// // No runtime is running here.
+/// let err = weft::fiber::try_spawn(|| ()).unwrap_err();
+/// assert_eq!(err.kind(), weft::fiber::SpawnErrorKind::NoRuntime);
+///
+/// let rt = weft::Runtime::new().unwrap();
+/// assert_eq!(weft::fiber::try_spawn(|| 5).unwrap().join().unwrap(), 5);
+/// # drop(rt);
+/// ```
+pub fn try_spawn<F, T>(f: F) -> Result<JoinHandle<T>, SpawnError>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    Builder::new().try_spawn(f)
+}
+
+/// Options for one fiber: name, stack size, migration.
+///
+/// ```
+/// let rt = weft::Runtime::new().unwrap();
+/// let h = weft::fiber::Builder::new()
+///     .name("worker-7")
+///     .stack_size(256 * 1024)
+///     .spawn(|| weft::fiber::current().unwrap().name().map(str::to_owned));
+/// assert_eq!(h.join().unwrap().as_deref(), Some("worker-7"));
+/// # drop(rt);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Builder {
+    name: Option<String>,
+    stack_size: Option<usize>,
+    migration: bool,
+}
+
+impl Builder {
+    /// Default options: unnamed, the default stack size, no migration.
+    ///
+    /// ```
+    /// let _b = weft::fiber::Builder::new();
+    /// ```
+    pub fn new() -> Self {
+        Builder::default()
+    }
+
+    /// Names the fiber (for [`current`], stall reports and overflow messages).
+    ///
+    /// ```
+    /// let _b = weft::fiber::Builder::new().name("reader");
+    /// ```
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The fiber's stack size in bytes: rounded up to whole pages and to at least
+    /// 16 KiB; more than 1 GiB is an error ([`SpawnErrorKind::StackSize`]).
+    ///
+    /// ```
+    /// let _b = weft::fiber::Builder::new().stack_size(64 * 1024);
+    /// ```
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = Some(bytes);
+        self
+    }
+
+    /// Lets this fiber move between workers after it started (see the thread rule in
+    /// the [module docs](self)). Off by default.
+    ///
+    /// ```
+    /// let _b = weft::fiber::Builder::new().fiber_migration(true);
+    /// ```
+    pub fn fiber_migration(mut self, allow: bool) -> Self {
+        self.migration = allow;
+        self
+    }
+
+    /// Spawns the fiber.
+    ///
+    /// # Panics
+    /// When [`try_spawn`](Self::try_spawn) would return an error, with its message.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let h = weft::fiber::Builder::new().spawn(|| 1 + 1);
+    /// assert_eq!(h.join().unwrap(), 2);
+    /// # drop(rt);
+    /// ```
+    #[track_caller]
+    pub fn spawn<F, T>(self, f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        match self.try_spawn(f) {
+            Ok(h) => h,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Spawns the fiber, or says why it cannot: no runtime, a runtime shutting down, a
+    /// bad stack size, or no more stacks from the system (the map count limit, or
+    /// memory).
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let err = weft::fiber::Builder::new().stack_size(usize::MAX).try_spawn(|| ()).unwrap_err();
+    /// assert_eq!(err.kind(), weft::fiber::SpawnErrorKind::StackSize);
+    /// # drop(rt);
+    /// ```
+    pub fn try_spawn<F, T>(self, f: F) -> Result<JoinHandle<T>, SpawnError>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let pool = target_pool().ok_or_else(SpawnError::no_runtime)?;
+        if pool.is_shutdown() {
+            return Err(SpawnError::shutdown());
+        }
+        overflow::install();
+        let stack = stack::acquire(self.stack_size.unwrap_or_else(stack::default_size))?;
+        let fut = future::FiberFuture::new(f, stack, self.name, self.migration);
+        Ok(pool.spawn(fut))
+    }
+}
+
+/// The pool a new fiber goes to: the caller's own pool on a worker, the current
+/// runtime's default pool, or the default pool of the most recently started runtime
+/// that is still alive.
+fn target_pool() -> Option<Arc<Shared>> {
+    if let Some(pool) = worker::with_current(|c| c.map(|c| c.shared().clone())) {
+        return Some(pool);
+    }
+    let handle = crate::Handle::try_current()
+        .ok()
+        .or_else(crate::runtime::latest)?;
+    Some(handle.inner.pools[0].clone())
+}
+
+/// Suspends the current fiber and lets the worker run other work first; on any other
+/// thread, yields the thread.
+///
+/// ```
+/// let rt = weft::Runtime::new().unwrap();
+/// let h = weft::fiber::spawn(|| {
+///     for _ in 0..3 {
+///         weft::fiber::yield_now();
+///     }
+/// });
+/// h.join().unwrap();
+/// # drop(rt);
+/// ```
+pub fn yield_now() {
+    if future::can_suspend() {
+        crate::wait(crate::task::yield_now());
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// Suspends the current fiber for `duration` (a timer of its runtime wakes it). Outside
+/// a fiber it waits the same way `wait` does: a worker helps, any other thread sleeps.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// let rt = weft::Runtime::new().unwrap();
+/// let h = weft::fiber::spawn(|| {
+///     let t = Instant::now();
+///     weft::fiber::sleep(Duration::from_millis(5));
+///     t.elapsed()
+/// });
+/// assert!(h.join().unwrap() >= Duration::from_millis(5));
+/// # drop(rt);
+/// ```
+pub fn sleep(duration: Duration) {
+    if crate::Handle::try_current().is_ok() {
+        crate::wait(crate::time::sleep(duration));
+    } else {
+        std::thread::sleep(duration);
+    }
+}
+
+/// Whether the caller runs on a fiber.
+///
+/// ```
+/// assert!(!weft::fiber::is_fiber());
+/// let rt = weft::Runtime::new().unwrap();
+/// assert!(weft::fiber::spawn(weft::fiber::is_fiber).join().unwrap());
+/// # drop(rt);
+/// ```
+pub fn is_fiber() -> bool {
+    !current::fiber().is_null()
+}
+
+/// The fiber the caller runs on, or `None` outside a fiber.
+///
+/// ```
+/// assert!(weft::fiber::current().is_none());
+/// let rt = weft::Runtime::new().unwrap();
+/// let h = weft::fiber::spawn(|| weft::fiber::current().unwrap().id());
+/// let id = h.id();
+/// assert_eq!(h.join().unwrap(), id);
+/// # drop(rt);
+/// ```
+pub fn current() -> Option<Current> {
+    let ctx = current::fiber();
+    if ctx.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null current fiber is the live context of the running fiber.
+    let ctx = unsafe { &*ctx };
+    Some(Current {
+        id: Id(ctx.id.get()),
+        name: ctx.name.clone(),
+    })
+}
+
+/// The running fiber, as returned by [`current`].
+#[derive(Debug, Clone)]
+pub struct Current {
+    id: Id,
+    name: Option<StdArc<str>>,
+}
+
+impl Current {
+    /// The fiber's id: the same as its [`JoinHandle::id`].
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let h = weft::fiber::spawn(|| weft::fiber::current().unwrap().id());
+    /// assert_eq!(h.id(), h.join().unwrap());
+    /// # drop(rt);
+    /// ```
+    pub fn id(&self) -> Id {
+        self.id
+    }
+
+    /// The name given with [`Builder::name`].
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let h = weft::fiber::spawn(|| weft::fiber::current().unwrap().name().is_none());
+    /// assert!(h.join().unwrap());
+    /// # drop(rt);
+    /// ```
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+}
+
+/// Process-wide fiber statistics (also part of [`Stats`](crate::Stats) and of the
+/// `WEFT_STATS=1` report).
+///
+/// ```
+/// let rt = weft::Runtime::new().unwrap();
+/// weft::fiber::spawn(|| ()).join().unwrap();
+/// let s = weft::fiber::stats();
+/// assert!(s.stack_bytes_reserved >= s.pooled_stacks as u64 * 16 * 1024);
+/// # drop(rt);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct FiberStats {
+    /// Fibers spawned and not yet finished (or dropped).
+    pub live_fibers: usize,
+    /// Stacks of finished fibers kept for reuse.
+    pub pooled_stacks: usize,
+    /// Address space reserved by all fiber stacks, live and pooled.
+    pub stack_bytes_reserved: u64,
+}
+
+/// A snapshot of [`FiberStats`].
+///
+/// ```
+/// let s = weft::fiber::stats();
+/// println!("{} live fibers", s.live_fibers);
+/// ```
+pub fn stats() -> FiberStats {
+    let st = stack::stats();
+    FiberStats {
+        live_fibers: LIVE_FIBERS.load(Relaxed),
+        pooled_stacks: st.pooled,
+        stack_bytes_reserved: st.reserved_bytes,
+    }
+}
+
+/// Counts the weft locks the running fiber (or thread) holds, so that parking while
+/// holding one can be reported (`PARK-UNDER-LOCK`, spec 003). weft's own blocking
+/// locks take one of these while held.
+#[allow(dead_code)] // The first users are the locks of a later release.
+pub(crate) struct LockDepth(());
+
+thread_local! {
+    /// Lock depth of code that is not on a fiber.
+    static THREAD_LOCK_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+#[allow(dead_code)]
+impl LockDepth {
+    pub(crate) fn acquire() -> LockDepth {
+        adjust_lock_depth(true);
+        LockDepth(())
+    }
+}
+
+impl Drop for LockDepth {
+    fn drop(&mut self) {
+        adjust_lock_depth(false);
+    }
+}
+
+fn adjust_lock_depth(up: bool) {
+    let step = |d: u32| if up { d + 1 } else { d.saturating_sub(1) };
+    let ctx = current::fiber();
+    if ctx.is_null() {
+        THREAD_LOCK_DEPTH.with(|d| d.set(step(d.get())));
+    } else {
+        // SAFETY: the live context of the running fiber.
+        let ctx = unsafe { &*ctx };
+        ctx.lock_depth.set(step(ctx.lock_depth.get()));
+    }
+}
+
+/// `PARK-UNDER-LOCK` reports made so far (debug builds).
+static PARK_UNDER_LOCK: AtomicU64 = AtomicU64::new(0);
+
+/// The park path's hook, called just before a fiber suspends: in debug builds, a fiber
+/// that holds one of weft's locks is reported (it could deadlock every fiber that needs
+/// the lock, the worker included).
+pub(crate) fn before_park(ctx: &FiberCtx) {
+    if cfg!(debug_assertions) && ctx.lock_depth.get() > 0 {
+        PARK_UNDER_LOCK.fetch_add(1, Relaxed);
+        eprintln!(
+            "weft: PARK-UNDER-LOCK: fiber {}{} parks while holding {} weft lock(s); release \
+             weft locks before waiting",
+            ctx.id.get(),
+            ctx.name
+                .as_deref()
+                .map(|n| format!(" ('{n}')"))
+                .unwrap_or_default(),
+            ctx.lock_depth.get()
+        );
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+pub(crate) fn park_under_lock_reports() -> u64 {
+    PARK_UNDER_LOCK.load(Relaxed)
+}
