@@ -532,3 +532,208 @@ mod forkjoin_models {
         });
     }
 }
+
+/// Fibers: the real fiber future (a corosensei stack switch inside a loom thread) on
+/// the real task harness. The fiber's stack is modelled by a loom cell that the fiber
+/// touches at every resume, so a second thread resuming the same stack while the first
+/// still runs on it is reported by loom.
+mod fiber {
+    use super::*;
+    use crate::fiber::future::FiberFuture;
+    use crate::fiber::stack;
+    use loom::cell::UnsafeCell as LoomCell;
+    use loom::sync::atomic::AtomicBool;
+
+    /// A wait object: `open` sets the flag, then wakes the registered waiter (spec 003's
+    /// "set flag, then unpark").
+    #[derive(Default)]
+    struct Gate {
+        open: AtomicBool,
+        waiter: Mutex<Option<std::task::Waker>>,
+    }
+
+    impl Gate {
+        fn open(&self) {
+            self.open.store(true, SeqCst);
+            if let Some(w) = self.waiter.lock().unwrap().take() {
+                w.wake();
+            }
+        }
+
+        fn wait(&self) -> impl Future<Output = ()> + '_ {
+            std::future::poll_fn(move |cx| {
+                if self.open.load(SeqCst) {
+                    return Poll::Ready(());
+                }
+                *self.waiter.lock().unwrap() = Some(cx.waker().clone());
+                if self.open.load(SeqCst) {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+        }
+    }
+
+    struct StackToken(LoomCell<u32>);
+    // SAFETY: accesses are checked by loom; that is the point of the token.
+    unsafe impl Sync for StackToken {}
+    // SAFETY: as above.
+    unsafe impl Send for StackToken {}
+
+    impl StackToken {
+        fn touch(&self) {
+            // SAFETY: loom reports any access that is not ordered with the previous one.
+            self.0.with_mut(|p| unsafe { *p += 1 });
+        }
+    }
+
+    fn fiber_task<T: Send + 'static>(
+        rec: &Arc<Recorder>,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> (Notified, JoinHandle<T>) {
+        let stack = stack::acquire(64 * 1024).expect("stack");
+        let (task, handle) = new_task(FiberFuture::new(f, stack, None, false), rec.clone());
+        // The owned-list reference: not linked in a list here.
+        // SAFETY: the spawner owns that reference.
+        unsafe { crate::task::raw::drop_reference(NonNull::from(task.header())) };
+        (task, handle)
+    }
+
+    /// Runs queued tasks until none is left, checking that a task is never queued twice
+    /// at once (no double schedule).
+    fn drain(rec: &Arc<Recorder>) {
+        loop {
+            let next = {
+                let mut q = rec.queued.lock().unwrap();
+                assert!(q.len() <= 1, "a fiber was queued twice");
+                q.pop()
+            };
+            match next {
+                Some(t) => t.run(),
+                None => break,
+            }
+        }
+    }
+
+    /// A fiber parks in `wait` while another thread opens its gate and wakes it. loom
+    /// places the wake in every phase of the parking transition: before the fiber
+    /// polls, after it registered its waker but before it switched off its stack, after
+    /// the switch but before the harness committed RUNNING -> IDLE, and after the
+    /// commit. In every case the fiber finishes, exactly once, resumed by one thread at
+    /// a time.
+    #[test]
+    fn loom_fiber_park_vs_wake() {
+        static ITER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        loom::model(|| {
+            let rec = Arc::new(Recorder::default());
+            let gate = Arc::new(Gate::default());
+            let token = Arc::new(StackToken(LoomCell::new(0)));
+            let (g, t) = (gate.clone(), token.clone());
+            let (task, handle) = fiber_task(&rec, move || {
+                t.touch();
+                crate::wait(g.wait());
+                t.touch();
+                7
+            });
+            let opener = {
+                let gate = gate.clone();
+                thread::spawn(move || gate.open())
+            };
+            task.run();
+            opener.join().unwrap();
+            drain(&rec);
+            assert!(
+                handle.is_finished(),
+                "lost wakeup: the fiber never finished"
+            );
+            token.touch();
+            assert_eq!(crate::wait(handle).unwrap(), 7);
+            ITER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        eprintln!(
+            "ITERATIONS {}",
+            ITER.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
+
+    /// A fiber that parked is resumed on another thread (migration of an unpinned
+    /// fiber): the second resume happens after the first suspension, never alongside.
+    #[test]
+    fn loom_fiber_resumed_by_the_waking_thread() {
+        loom::model(|| {
+            let rec = Arc::new(Recorder::default());
+            let gate = Arc::new(Gate::default());
+            let token = Arc::new(StackToken(LoomCell::new(0)));
+            let (g, t) = (gate.clone(), token.clone());
+            let (task, handle) = fiber_task(&rec, move || {
+                t.touch();
+                crate::wait(g.wait());
+                t.touch();
+            });
+            let other = {
+                let (gate, rec) = (gate.clone(), rec.clone());
+                thread::spawn(move || {
+                    gate.open();
+                    // This thread runs the fiber if the wake queued it already.
+                    let next = rec.queued.lock().unwrap().pop();
+                    if let Some(t) = next {
+                        t.run();
+                    }
+                })
+            };
+            task.run();
+            other.join().unwrap();
+            drain(&rec);
+            assert!(handle.is_finished());
+            token.touch();
+        });
+    }
+
+    /// Fiber-to-fiber join: one fiber waits on another's `JoinHandle` while the other
+    /// finishes on a second thread.
+    #[test]
+    fn loom_fiber_joins_fiber() {
+        loom::model(|| {
+            let rec = Arc::new(Recorder::default());
+            let (child, child_handle) = fiber_task(&rec, || 5u32);
+            let (parent, parent_handle) =
+                fiber_task(&rec, move || crate::wait(child_handle).unwrap() + 1);
+            let runner = thread::spawn(move || child.run());
+            parent.run();
+            runner.join().unwrap();
+            drain(&rec);
+            assert!(
+                parent_handle.is_finished(),
+                "the joining fiber was not woken"
+            );
+            assert_eq!(crate::wait(parent_handle).unwrap(), 6);
+        });
+    }
+
+    /// A finished fiber's stack goes back to the pool while another thread takes stacks
+    /// for new fibers: a stack is handed out only after its fiber left it.
+    #[test]
+    fn loom_stack_return_vs_reuse() {
+        loom::model(|| {
+            let rec = Arc::new(Recorder::default());
+            let token = Arc::new(StackToken(LoomCell::new(0)));
+            let t = token.clone();
+            let (task, handle) = fiber_task(&rec, move || t.touch());
+            let spawner = {
+                let (rec, token) = (rec.clone(), token.clone());
+                thread::spawn(move || {
+                    let (task, handle) = fiber_task(&rec, || 1);
+                    task.run();
+                    assert!(handle.is_finished());
+                    drop(handle);
+                    drop(token);
+                })
+            };
+            task.run();
+            spawner.join().unwrap();
+            assert!(handle.is_finished());
+            token.touch();
+        });
+    }
+}

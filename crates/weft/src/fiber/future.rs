@@ -20,6 +20,7 @@ use corosensei::{Coroutine, CoroutineResult, Yielder};
 use super::local::Locals;
 use super::stack::{self, Stack};
 use super::{overflow, LIVE_FIBERS};
+use crate::runtime::sysmon;
 use crate::scheduler::worker;
 use crate::task::current;
 use crate::task::header::SOFT_HOME;
@@ -153,6 +154,9 @@ where
         self.ctx
             .id
             .set(current::with(|h| h.map_or(0, |h| h.id.as_u64())));
+        if let Some(name) = &self.ctx.name {
+            sysmon::register_name(self.ctx.id.get(), name);
+        }
         let co = Coroutine::with_stack(stack, move |yielder: &Yielder<(), ()>, ()| {
             // SAFETY: the resuming poll set this fiber's context as current.
             let ctx = unsafe { &*current::fiber() };
@@ -206,6 +210,11 @@ where
             panic!("weft: a fiber was polled after it finished");
         };
         this.ctx.waker.set(cx.waker());
+        worker::with_current(|c| {
+            if let Some(c) = c {
+                c.mark_running_fiber(this.ctx.id.get() | sysmon::FIBER_BIT);
+            }
+        });
         let res = {
             let _fiber = current::enter_fiber(&this.ctx);
             let _overflow = this.ctx.enter_overflow();
@@ -227,6 +236,9 @@ where
 impl<F, T> Drop for FiberFuture<F, T> {
     fn drop(&mut self) {
         LIVE_FIBERS.fetch_sub(1, Relaxed);
+        if self.ctx.name.is_some() && self.ctx.id.get() != 0 {
+            sysmon::unregister_name(self.ctx.id.get());
+        }
         match std::mem::replace(&mut self.run, Run::Done) {
             Run::Unstarted(f, stack) => {
                 drop(f);

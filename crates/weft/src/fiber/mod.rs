@@ -67,7 +67,7 @@
 //! returned through its handle and does not take the worker down.
 
 mod error;
-mod future;
+pub(crate) mod future;
 mod local;
 pub(crate) mod overflow;
 pub(crate) mod stack;

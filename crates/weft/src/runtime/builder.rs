@@ -9,6 +9,9 @@ use super::{env, Runtime};
 /// The most workers one runtime may have.
 pub(crate) const MAX_WORKERS: usize = 4096;
 
+/// How long a task may keep a worker before the stall report names it.
+const DEFAULT_STALL: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub(crate) type Callback = StdArc<dyn Fn() + Send + Sync + 'static>;
 
 /// Configures and builds a [`Runtime`].
@@ -31,6 +34,7 @@ pub struct Builder {
     pub(crate) interactive_threads: Option<usize>,
     pub(crate) max_blocking_threads: usize,
     pub(crate) blocking_keep_alive: std::time::Duration,
+    pub(crate) stall_report: Option<Option<std::time::Duration>>,
 }
 
 impl Default for Builder {
@@ -52,6 +56,7 @@ impl Builder {
             interactive_threads: None,
             max_blocking_threads: 512,
             blocking_keep_alive: std::time::Duration::from_secs(10),
+            stall_report: None,
         }
     }
 
@@ -61,6 +66,33 @@ impl Builder {
     pub fn interactive_threads(&mut self, n: usize) -> &mut Self {
         self.interactive_threads = Some(n);
         self
+    }
+
+    /// Reports on stderr, once, any task or fiber that keeps a worker for longer than
+    /// `threshold` without returning to the scheduler (default: 5 s; `None` turns the
+    /// report off). Without this call, `WEFT_DEBUG_STALL=0` turns it off.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let rt = weft::Builder::new()
+    ///     .stall_report(Some(Duration::from_millis(50)))
+    ///     .build()
+    ///     .unwrap();
+    /// rt.spawn(async { std::thread::sleep(Duration::from_millis(300)) }).join().unwrap();
+    /// assert!(rt.stats().stalls_reported >= 1);
+    /// ```
+    pub fn stall_report(&mut self, threshold: Option<std::time::Duration>) -> &mut Self {
+        self.stall_report = Some(threshold);
+        self
+    }
+
+    /// The stall threshold in effect, if the report is on.
+    pub(crate) fn resolved_stall_report(&self) -> Option<std::time::Duration> {
+        match self.stall_report {
+            Some(t) => t,
+            None if env::flag_default("WEFT_DEBUG_STALL", true) => Some(DEFAULT_STALL),
+            None => None,
+        }
     }
 
     /// Caps the blocking pool (default 512). Zero makes [`build`](Self::build) fail.

@@ -1,5 +1,5 @@
 //! Configuration from the environment: `WEFT_WORKERS`, `WEFT_INTERACTIVE`, `WEFT_STATS`,
-//! `WEFT_VERBOSE`.
+//! `WEFT_VERBOSE`, `WEFT_DEBUG_STALL` (and `WEFT_STACK_SIZE`, read by `fiber::stack`).
 //! A malformed value is reported on stderr and ignored.
 
 /// A positive count from `var`, or `None` (unset, or malformed and reported).
@@ -32,6 +32,15 @@ fn parse_count(raw: &str) -> Result<usize, String> {
         )),
         Ok(n) => Ok(n),
         Err(_) => Err("expected a positive whole number".into()),
+    }
+}
+
+/// A boolean flag that is on unless set to a false value.
+pub(crate) fn flag_default(var: &str, default: bool) -> bool {
+    match std::env::var(var) {
+        Ok(raw) if raw.trim().is_empty() => default,
+        Ok(_) => flag(var),
+        Err(_) => default,
     }
 }
 

@@ -3,6 +3,7 @@
 mod builder;
 mod env;
 mod handle;
+pub(crate) mod sysmon;
 pub(crate) mod wait;
 
 pub use builder::Builder;
@@ -59,6 +60,8 @@ pub(crate) struct Inner {
     pub(crate) pools: Vec<Arc<Shared>>,
     pub(crate) blocking: Arc<BlockingPool>,
     pub(crate) time: Arc<Driver>,
+    /// The stall reporter, when enabled.
+    pub(crate) sysmon: Option<Arc<sysmon::Sysmon>>,
 }
 
 impl Inner {
@@ -76,6 +79,9 @@ impl Inner {
             self.pools.iter().map(|p| p.stats()).collect(),
             self.blocking.stats(),
             (self.time.pending(), self.time.fired()),
+            self.sysmon
+                .as_ref()
+                .map_or(0, |m| m.reported.load(std::sync::atomic::Ordering::Relaxed)),
         )
     }
 }
@@ -132,6 +138,7 @@ impl Runtime {
             );
         }
         let interactive = b.resolved_interactive()?;
+        let stall = b.resolved_stall_report();
         let mut locals = Vec::new();
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
             let time = Arc::new(Driver::new());
@@ -158,6 +165,7 @@ impl Runtime {
                 pools,
                 blocking,
                 time,
+                sysmon: stall.map(|_| Arc::new(sysmon::Sysmon::new())),
             }
         });
         *LATEST.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&inner);
@@ -209,6 +217,12 @@ impl Runtime {
                     }
                 }
             }
+        }
+        if let (Some(threshold), Some(mon)) = (stall, rt.handle.inner.sysmon.clone()) {
+            let weak = Arc::downgrade(&rt.handle.inner);
+            std::thread::Builder::new()
+                .name(format!("{}-sysmon", b.thread_name))
+                .spawn(move || sysmon::run(weak, mon, threshold))?;
         }
         Ok(rt)
     }
@@ -310,6 +324,9 @@ impl Runtime {
 
     fn shutdown(&mut self, timeout: Option<Duration>) {
         let inner = self.handle.inner.clone();
+        if let Some(mon) = &inner.sysmon {
+            mon.stop();
+        }
         for p in &inner.pools {
             p.begin_shutdown();
         }

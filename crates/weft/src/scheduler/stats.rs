@@ -80,6 +80,11 @@ pub struct Stats {
     pub timers_pending: usize,
     /// Timers fired since the runtime started.
     pub timers_fired: u64,
+    /// Fibers and their stacks (process-wide figures).
+    pub fibers: crate::fiber::FiberStats,
+    /// Tasks and fibers the stall reporter named (see
+    /// [`Builder::stall_report`](crate::Builder::stall_report)).
+    pub stalls_reported: u64,
 }
 
 /// One pool's statistics.
@@ -135,6 +140,7 @@ impl Stats {
         pools: Vec<PoolStats>,
         blocking: crate::scheduler::blocking::BlockingStats,
         timers: (usize, u64),
+        stalls_reported: u64,
     ) -> Self {
         let d = &pools[0];
         Stats {
@@ -150,6 +156,8 @@ impl Stats {
             blocking,
             timers_pending: timers.0,
             timers_fired: timers.1,
+            fibers: crate::fiber::stats(),
+            stalls_reported,
         }
     }
 }
@@ -222,7 +230,19 @@ impl fmt::Display for Stats {
             f,
             "weft timers: {} pending, {} fired",
             self.timers_pending, self.timers_fired
-        )
+        )?;
+        let fb = &self.fibers;
+        writeln!(
+            f,
+            "weft fibers: {} live, {} pooled stacks, {} MiB of stack address space reserved",
+            fb.live_fibers,
+            fb.pooled_stacks,
+            fb.stack_bytes_reserved / (1024 * 1024)
+        )?;
+        if self.stalls_reported > 0 {
+            writeln!(f, "weft stalls reported: {}", self.stalls_reported)?;
+        }
+        Ok(())
     }
 }
 

@@ -244,6 +244,14 @@ impl Core {
         &self.parker
     }
 
+    /// Tells the stall reporter that the task being polled is a fiber (run_task
+    /// restores the outer value after the poll).
+    pub(crate) fn mark_running_fiber(&self, tagged_id: u64) {
+        self.shared.remotes[self.index]
+            .running_task
+            .store(tagged_id, Relaxed);
+    }
+
     /// Whether a fork-join `join` or `scope` is in progress on this worker: its frames
     /// and marks on the deque must be undone in order, so no fiber may suspend now.
     pub(crate) fn in_join(&self) -> bool {

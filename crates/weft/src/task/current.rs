@@ -13,10 +13,18 @@ struct Current {
     fiber: *const FiberCtx,
 }
 
+#[cfg(not(loom))]
 thread_local! {
     static CURRENT: Cell<Current> = const {
         Cell::new(Current { task: None, fiber: std::ptr::null() })
     };
+}
+
+// loom runs every model thread on one OS thread: the current task and fiber must be
+// per model thread.
+#[cfg(loom)]
+loom::thread_local! {
+    static CURRENT: Cell<Current> = Cell::new(Current { task: None, fiber: std::ptr::null() });
 }
 
 /// Restores the previous task and fiber when dropped (polls nest when a worker helps

@@ -1,0 +1,99 @@
+//! The stall reporter (sysmon): a task or fiber that keeps a worker past the threshold
+//! is reported once; ordinary work is not.
+
+use std::time::Duration;
+
+fn runtime(threshold: Duration) -> weft::Runtime {
+    weft::Builder::new()
+        .worker_threads(2)
+        .stall_report(Some(threshold))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_task_blocking_its_worker_is_reported_once() {
+    let rt = runtime(Duration::from_millis(50));
+    rt.spawn(async { std::thread::sleep(Duration::from_millis(400)) })
+        .join()
+        .unwrap();
+    assert_eq!(rt.stats().stalls_reported, 1);
+}
+
+#[test]
+fn a_fiber_spinning_without_waiting_is_reported() {
+    let rt = runtime(Duration::from_millis(50));
+    let h = weft::fiber::Builder::new()
+        .name("spinner")
+        .spawn(|| std::thread::sleep(Duration::from_millis(400)));
+    h.join().unwrap();
+    assert!(rt.stats().stalls_reported >= 1);
+}
+
+#[test]
+fn short_tasks_and_waiting_fibers_are_not_reported() {
+    let rt = runtime(Duration::from_millis(100));
+    let fibers: Vec<_> = (0..50)
+        .map(|_| {
+            weft::fiber::spawn(|| {
+                for _ in 0..5 {
+                    weft::fiber::sleep(Duration::from_millis(30));
+                }
+            })
+        })
+        .collect();
+    rt.block_on(async {
+        for _ in 0..200 {
+            weft::spawn(async { weft::time::sleep(Duration::from_millis(1)).await })
+                .await
+                .unwrap();
+        }
+    });
+    for f in fibers {
+        f.join().unwrap();
+    }
+    assert_eq!(rt.stats().stalls_reported, 0);
+}
+
+#[test]
+fn a_stall_report_names_the_fiber_on_stderr() {
+    if std::env::var_os("WEFT_STALL_CHILD").is_some() {
+        let rt = runtime(Duration::from_millis(50));
+        weft::fiber::Builder::new()
+            .name("spinner")
+            .spawn(|| std::thread::sleep(Duration::from_millis(400)))
+            .join()
+            .unwrap();
+        drop(rt);
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_stall_report_names_the_fiber_on_stderr",
+            "--nocapture",
+        ])
+        .env("WEFT_STALL_CHILD", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("weft: stall: fiber 'spinner'"),
+        "stderr: {err}"
+    );
+    assert!(err.contains("WEFT_DEBUG_STALL=0"), "stderr: {err}");
+}
+
+#[test]
+fn the_report_can_be_turned_off() {
+    let rt = weft::Builder::new()
+        .worker_threads(1)
+        .stall_report(None)
+        .build()
+        .unwrap();
+    rt.spawn(async { std::thread::sleep(Duration::from_millis(100)) })
+        .join()
+        .unwrap();
+    assert_eq!(rt.stats().stalls_reported, 0);
+}
