@@ -1,6 +1,6 @@
 //! A short tour of weft: spawn many tasks, join them, abort one, survive a panic,
-//! shield a critical section, use timers, the interactive and blocking pools, and print
-//! the scheduler's statistics.
+//! shield a critical section, use timers, the interactive and blocking pools, fork-join,
+//! fibers, and print the scheduler's statistics.
 //!
 //! Run with `cargo run --release --example tour`.
 
@@ -253,8 +253,97 @@ fn main() -> std::io::Result<()> {
         a == b
     );
 
+    // 12. Fibers: plain blocking-style code that suspends the fiber, not the thread.
+    //     A few thousand fibers sleep, pass a value around a ring (each waits on the
+    //     previous one), and the first waits on an async task, all on the same workers.
+    let start = Instant::now();
+    const RING: usize = 2_000;
+    let answer = rt.spawn(async {
+        weft::time::sleep(Duration::from_millis(5)).await;
+        42u64
+    });
+    let answer = Arc::new(std::sync::Mutex::new(Some(answer)));
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..RING).map(|_| oneshot::channel()).unzip();
+    let mut receivers: Vec<_> = receivers.into_iter().map(Some).collect();
+    let fibers: Vec<_> = senders
+        .into_iter()
+        .enumerate()
+        .map(|(i, tx)| {
+            let rx = if i == 0 { None } else { receivers[i - 1].take() };
+            let answer = answer.clone();
+            weft::fiber::Builder::new()
+                .name(format!("ring-{i}"))
+                .spawn(move || {
+                    weft::fiber::sleep(Duration::from_millis(1 + (i % 10) as u64));
+                    let got = match rx {
+                        Some(rx) => weft::wait(rx),
+                        None => {
+                            let task = answer.lock().unwrap().take().unwrap();
+                            weft::wait(task).unwrap()
+                        }
+                    };
+                    tx.send(got + 1);
+                    got
+                })
+        })
+        .collect();
+    let last = receivers[RING - 1].take().unwrap();
+    let total: u64 = fibers.into_iter().map(|f| f.join().unwrap()).sum();
+    let end = weft::wait(last);
+    println!(
+        "{RING} fibers slept, passed a value around a ring and waited on an async task in \
+         {:?}: {end} came out of the ring ({total} summed over the fibers)",
+        start.elapsed(),
+    );
+
     println!("\n{}", rt.stats());
     Ok(())
+}
+
+/// A one-shot channel written as a future, so that fibers can `weft::wait` on it.
+mod oneshot {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll, Waker};
+
+    type Slot<T> = Arc<Mutex<(Option<T>, Option<Waker>)>>;
+
+    pub struct Sender<T>(Slot<T>);
+    pub struct Receiver<T>(Slot<T>);
+
+    pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
+        let slot = Arc::new(Mutex::new((None, None)));
+        (Sender(slot.clone()), Receiver(slot))
+    }
+
+    impl<T> Sender<T> {
+        pub fn send(self, v: T) {
+            let waker = {
+                let mut s = self.0.lock().unwrap();
+                s.0 = Some(v);
+                s.1.take()
+            };
+            if let Some(w) = waker {
+                w.wake();
+            }
+        }
+    }
+
+    impl<T> Future for Receiver<T> {
+        type Output = T;
+
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+            let mut s = self.0.lock().unwrap();
+            match s.0.take() {
+                Some(v) => Poll::Ready(v),
+                None => {
+                    s.1 = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+            }
+        }
+    }
 }
 
 /// A tiny counting channel, enough for the demo (weft's own channels come later).
