@@ -548,6 +548,10 @@ impl Core {
     /// Folds the polls since `tick_start` into the EWMA of task time (the first
     /// measurement replaces the initial guess) and restarts the measurement.
     fn sample_task_time(&self, now: Instant) {
+        if cfg!(loom) {
+            // As in `Shared::record_wake`: models must not branch on measured time.
+            return;
+        }
         let polls = self.tick_polls.replace(0);
         if polls >= MIN_SAMPLE_POLLS {
             let per_task =
