@@ -7,16 +7,19 @@
 //!
 //! Commands: `async` (task scheduling), `wake` (wake-ups and idle cost),
 //! `pools` (cross-pool latency), `timers` (sleeps, timeouts, accuracy),
-//! `forkjoin` (join, parallel iterators and sorts against rayon and chili).
+//! `forkjoin` (join, parallel iterators and sorts against rayon and chili),
+//! `fiber` (fibers against may's coroutines).
 //! Each subcommand is a [`harness::Suite`]; add one by adding an entry to
 //! [`COMMANDS`].
 
 mod cases_async;
+mod cases_fiber;
 mod cases_forkjoin;
 mod cases_pools;
 mod cases_timers;
 mod cases_wake;
 mod cputime;
+mod fiber_sync;
 mod harness;
 mod load;
 mod rng;
@@ -89,6 +92,12 @@ const COMMANDS: &[Command] = &[
         about: "fork-join: weft vs rayon vs chili (and a sequential baseline)",
         help: cases_forkjoin::HELP,
         suite: cases_forkjoin::suite,
+    },
+    Command {
+        name: "fiber",
+        about: "fibers: weft vs may (stackful coroutines)",
+        help: cases_fiber::HELP,
+        suite: cases_fiber::suite,
     },
 ];
 
@@ -236,6 +245,9 @@ fn usage_error(msg: &str) -> ExitCode {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(cases_fiber::CHILD_ARG) {
+        return cases_fiber::child_main(&args[1..]);
+    }
     match parse(&args) {
         Err(msg) => usage_error(&msg),
         Ok(Request::Help(command)) => {

@@ -1,0 +1,150 @@
+//! Future-based synchronisation for the weft side of the `fiber` suite, used
+//! from fibers through [`weft::wait`] (which suspends the calling fiber, not
+//! its worker thread, while the future is pending). weft has no fiber
+//! channel yet; these are the small ones the benchmark needs.
+//!
+//! * [`Slot`]: a one-slot channel. `send` waits until the slot is empty, then
+//!   fills it; `recv` waits until it is full, then empties it. One waker slot
+//!   for a waiting receiver and one for a waiting sender.
+//! * [`Gate`]: every `wait` stays pending until [`Gate::open`].
+
+use std::future::poll_fn;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::{AcqRel, Acquire};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::task::{Poll, Waker};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Stores `w` in `slot` unless the waker already there wakes the same task.
+fn register(slot: &mut Option<Waker>, w: &Waker) {
+    match slot {
+        Some(old) if old.will_wake(w) => {}
+        _ => *slot = Some(w.clone()),
+    }
+}
+
+/// A one-slot channel for one sender and one receiver at a time.
+pub struct Slot<T> {
+    state: Mutex<SlotState<T>>,
+}
+
+struct SlotState<T> {
+    value: Option<T>,
+    /// A receiver waiting for the slot to fill.
+    receiver: Option<Waker>,
+    /// A sender waiting for the slot to empty.
+    sender: Option<Waker>,
+}
+
+impl<T> Slot<T> {
+    /// An empty slot.
+    pub fn new() -> Self {
+        Slot {
+            state: Mutex::new(SlotState {
+                value: None,
+                receiver: None,
+                sender: None,
+            }),
+        }
+    }
+
+    /// Waits until the slot is empty, then puts `value` in it and wakes a
+    /// waiting receiver.
+    pub fn send(&self, value: T) {
+        let mut value = Some(value);
+        weft::wait(poll_fn(|cx| {
+            let mut s = lock(&self.state);
+            if s.value.is_some() {
+                register(&mut s.sender, cx.waker());
+                return Poll::Pending;
+            }
+            s.value = value.take();
+            let receiver = s.receiver.take();
+            drop(s);
+            if let Some(w) = receiver {
+                w.wake();
+            }
+            Poll::Ready(())
+        }));
+    }
+
+    /// Waits until the slot is full, then takes the value out and wakes a
+    /// waiting sender.
+    pub fn recv(&self) -> T {
+        weft::wait(poll_fn(|cx| {
+            let mut s = lock(&self.state);
+            let Some(v) = s.value.take() else {
+                register(&mut s.receiver, cx.waker());
+                return Poll::Pending;
+            };
+            let sender = s.sender.take();
+            drop(s);
+            if let Some(w) = sender {
+                w.wake();
+            }
+            Poll::Ready(v)
+        }))
+    }
+}
+
+/// A gate that keeps every waiter pending until it is opened.
+pub struct Gate {
+    state: Mutex<GateState>,
+    /// Waiters that have registered (so are pending, or about to suspend).
+    waiting: AtomicUsize,
+}
+
+struct GateState {
+    open: bool,
+    wakers: Vec<Waker>,
+}
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Self {
+        Gate {
+            state: Mutex::new(GateState {
+                open: false,
+                wakers: Vec::new(),
+            }),
+            waiting: AtomicUsize::new(0),
+        }
+    }
+
+    /// Waits until the gate is open.
+    pub fn wait(&self) {
+        let mut registered = false;
+        weft::wait(poll_fn(|cx| {
+            let mut s = lock(&self.state);
+            if s.open {
+                return Poll::Ready(());
+            }
+            if !registered {
+                s.wakers.push(cx.waker().clone());
+                registered = true;
+                self.waiting.fetch_add(1, AcqRel);
+            }
+            Poll::Pending
+        }));
+    }
+
+    /// How many waiters have registered so far.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Acquire)
+    }
+
+    /// Opens the gate and wakes every waiter.
+    pub fn open(&self) {
+        let wakers = {
+            let mut s = lock(&self.state);
+            s.open = true;
+            std::mem::take(&mut s.wakers)
+        };
+        for w in wakers {
+            w.wake();
+        }
+    }
+}
