@@ -269,7 +269,11 @@ fn main() -> std::io::Result<()> {
         .into_iter()
         .enumerate()
         .map(|(i, tx)| {
-            let rx = if i == 0 { None } else { receivers[i - 1].take() };
+            let rx = if i == 0 {
+                None
+            } else {
+                receivers[i - 1].take()
+            };
             let answer = answer.clone();
             weft::fiber::Builder::new()
                 .name(format!("ring-{i}"))

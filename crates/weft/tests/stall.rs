@@ -97,3 +97,43 @@ fn the_report_can_be_turned_off() {
         .unwrap();
     assert_eq!(rt.stats().stalls_reported, 0);
 }
+
+/// Tasks queued behind a worker stuck in one poll are not stranded: sysmon wakes an
+/// idle worker to steal them even when the wake heuristics judged them too short to
+/// be worth a wake (they had measured the earlier tasks as tiny).
+#[test]
+fn tasks_queued_behind_a_blocked_worker_are_taken_by_an_idle_one() {
+    let rt = runtime(Duration::from_secs(5));
+    for _ in 0..5 {
+        let tiny: Vec<_> = (0..50)
+            .map(|_| rt.spawn(async { weft::task::yield_now().await }))
+            .collect();
+        for t in tiny {
+            t.join().unwrap();
+        }
+        let (started, seen) = std::sync::mpsc::channel();
+        let (release, blocked) = std::sync::mpsc::channel::<()>();
+        let blocked = std::sync::Arc::new(std::sync::Mutex::new(blocked));
+        let blockers: Vec<_> = (0..2)
+            .map(|_| {
+                let (started, blocked) = (started.clone(), blocked.clone());
+                rt.spawn(async move {
+                    started.send(()).unwrap();
+                    // Blocks its worker (what async code should not do, but does).
+                    let _ = blocked
+                        .lock()
+                        .unwrap()
+                        .recv_timeout(Duration::from_secs(10));
+                })
+            })
+            .collect();
+        for _ in 0..2 {
+            seen.recv_timeout(Duration::from_secs(3))
+                .expect("a task stayed queued behind a blocked worker");
+        }
+        drop(release);
+        for b in blockers {
+            b.join().unwrap();
+        }
+    }
+}

@@ -12,6 +12,7 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
+use std::ptr::NonNull;
 use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context, Poll, Waker};
 
@@ -39,10 +40,14 @@ pub(crate) struct FiberCtx {
     /// Set while the stack is being unwound after cancellation: the fiber can no
     /// longer suspend, so `wait` blocks the thread instead.
     unwinding: Cell<bool>,
+    /// The worker core that resumed the fiber (null off a worker), and its join mark at
+    /// that moment.
+    core: Cell<*const worker::Core>,
+    join_mark: Cell<(usize, u32)>,
     /// weft locks held by this fiber (see [`super::LockDepth`]).
     pub(crate) lock_depth: Cell<u32>,
-    guard: Cell<(usize, usize)>,
-    stack_size: Cell<usize>,
+    /// What the overflow handler reports about this fiber (set when it starts).
+    frame: Cell<overflow::Frame>,
 }
 
 impl FiberCtx {
@@ -54,54 +59,65 @@ impl FiberCtx {
             name: name.map(Into::into),
             locals: Locals::default(),
             unwinding: Cell::new(false),
+            core: Cell::new(std::ptr::null()),
+            join_mark: Cell::new((0, 0)),
             lock_depth: Cell::new(0),
-            guard: Cell::new((0, 0)),
-            stack_size: Cell::new(0),
+            frame: Cell::new(overflow::Frame::NONE),
         }
     }
 
     fn enter_overflow(&self) -> overflow::Running {
-        overflow::enter(
-            self.guard.get(),
-            self.stack_size.get(),
-            self.id.get(),
-            self.name.as_deref(),
-        )
+        // SAFETY: the frame is a field of this context, which does not move while the
+        // fiber runs, and every caller keeps the guard in a local of the scope that
+        // resumes the fiber.
+        unsafe { overflow::enter(self.frame.as_ptr()) }
     }
 }
 
-/// Whether `wait` on this thread may suspend a fiber: a fiber is running, it is not
-/// being unwound, and its worker is not inside a fork-join `join` (the join's frames
-/// on the worker's deque must be popped in order, so a fiber that suspended there
-/// could let another one pop out of turn; such a fiber helps instead).
-pub(crate) fn can_suspend() -> bool {
-    let ctx = current::fiber();
-    if ctx.is_null() {
-        return false;
-    }
+/// The running fiber if `wait` on this thread may suspend it: a fiber is running, it is
+/// not being unwound, and it has not entered a fork-join `join` or `scope` since it was
+/// resumed (their frames on the worker's deque must be undone in order, so a fiber that
+/// suspended there could let another one pop out of turn; such a fiber helps instead).
+/// Joins *below* the fiber are fine: a fiber resumed by a worker that helps inside a
+/// join returns to that join's helping loop when it suspends, which is proper nesting.
+pub(crate) fn suspendable() -> Option<NonNull<FiberCtx>> {
+    let ctx = NonNull::new(current::fiber().cast_mut())?;
     // SAFETY: a non-null current fiber is the live context of the fiber running on this
     // thread (set for the duration of its resume).
-    if unsafe { &*ctx }.unwinding.get() {
-        return false;
+    let c = unsafe { ctx.as_ref() };
+    if c.unwinding.get() {
+        return None;
     }
-    worker::with_current(|c| c.is_none_or(|c| !c.in_join()))
+    // SAFETY: `core` is set by the poll that resumed the fiber, on this worker, whose
+    // core outlives the poll.
+    if unsafe { c.core.get().as_ref() }.is_some_and(|core| core.join_mark() != c.join_mark.get()) {
+        // This fiber entered a join or scope since it was resumed.
+        return None;
+    }
+    Some(ctx)
 }
 
-/// Runs `fut` to completion on the current fiber, suspending the fiber (not the
-/// thread) while it is pending. The caller checked [`can_suspend`].
-pub(crate) fn suspend_on<F: Future + ?Sized>(mut fut: Pin<&mut F>) -> F::Output {
+/// Runs `fut` to completion on the fiber `ctx` (from [`suspendable`]), suspending the
+/// fiber (not the thread) while it is pending.
+pub(crate) fn suspend_on<F: Future + ?Sized>(
+    ctx: NonNull<FiberCtx>,
+    mut fut: Pin<&mut F>,
+) -> F::Output {
     loop {
-        // The context is looked up afresh after every suspension: between two
-        // resumes nothing of the poller's may be held.
-        // SAFETY: `can_suspend` held, and a fiber resumes only with its context set.
-        let ctx = unsafe { &*current::fiber() };
-        // SAFETY: the resuming poll stored its waker and is still on the stack below us.
-        let waker = unsafe { &*ctx.waker.get() };
+        // A fresh shared borrow after every suspension: between two resumes the poller
+        // holds the future mutably.
+        // SAFETY: the fiber is running, so its context is alive and not borrowed
+        // mutably; the poll that resumed it stored its waker and is still on the stack
+        // below us.
+        let (waker, yielder) = unsafe {
+            let c = ctx.as_ref();
+            (&*c.waker.get(), c.yielder.get())
+        };
         if let Poll::Ready(v) = fut.as_mut().poll(&mut Context::from_waker(waker)) {
             return v;
         }
-        super::before_park(ctx);
-        let yielder = ctx.yielder.get();
+        // SAFETY: as above.
+        super::before_park(unsafe { ctx.as_ref() });
         // SAFETY: the yielder lives at the base of this fiber's stack for as long as the
         // fiber runs, and we are running on that stack.
         unsafe { &*yielder }.suspend(());
@@ -149,11 +165,15 @@ where
         let Run::Unstarted(f, stack) = std::mem::replace(&mut self.run, Run::Done) else {
             unreachable!()
         };
-        self.ctx.guard.set(stack.guard_range());
-        self.ctx.stack_size.set(stack.usable_size());
         self.ctx
             .id
             .set(current::with(|h| h.map_or(0, |h| h.id.as_u64())));
+        self.ctx.frame.set(overflow::Frame::new(
+            stack.guard_range(),
+            stack.usable_size(),
+            self.ctx.id.get(),
+            self.ctx.name.as_deref(),
+        ));
         if let Some(name) = &self.ctx.name {
             sysmon::register_name(self.ctx.id.get(), name);
         }
@@ -172,21 +192,26 @@ where
     }
 
     /// Ties the fiber to the worker running it: for good at its first poll, or (with
-    /// migration) as a preference refreshed at every poll.
+    /// migration) as a preference refreshed at every poll. Also tells the stall
+    /// reporter that this task is a fiber.
     fn claim_home(&mut self) {
         if self.homed && !self.migrate {
             return;
         }
-        let Some(index) = worker::with_current(|c| c.map(|c| c.index())) else {
+        let core = worker::with_current(|c| c.map(|c| c as *const worker::Core));
+        self.ctx.core.set(core.unwrap_or(std::ptr::null()));
+        // SAFETY: the core of this thread outlives the poll.
+        let Some(core) = core.map(|c| unsafe { &*c }) else {
             return;
         };
-        let home = index as u32 | if self.migrate { SOFT_HOME } else { 0 };
+        let home = core.index() as u32 | if self.migrate { SOFT_HOME } else { 0 };
         current::with(|h| {
             if let Some(h) = h {
                 h.home.store(home, Relaxed);
                 self.homed = true;
             }
         });
+        core.mark_running_fiber(self.ctx.id.get() | sysmon::FIBER_BIT);
     }
 }
 
@@ -210,11 +235,10 @@ where
             panic!("weft: a fiber was polled after it finished");
         };
         this.ctx.waker.set(cx.waker());
-        worker::with_current(|c| {
-            if let Some(c) = c {
-                c.mark_running_fiber(this.ctx.id.get() | sysmon::FIBER_BIT);
-            }
-        });
+        // SAFETY: the core of this thread outlives the poll.
+        if let Some(core) = unsafe { this.ctx.core.get().as_ref() } {
+            this.ctx.join_mark.set(core.join_mark());
+        }
         let res = {
             let _fiber = current::enter_fiber(&this.ctx);
             let _overflow = this.ctx.enter_overflow();
@@ -245,15 +269,19 @@ impl<F, T> Drop for FiberFuture<F, T> {
                 stack::release(stack);
             }
             Run::Started(mut co) => {
+                // `wait` cannot suspend from here on: the fiber is done or unwinding.
+                self.ctx.unwinding.set(true);
+                let _fiber = current::enter_fiber(&self.ctx);
                 if !co.done() {
                     // Cancelled while suspended: unwind the stack from its park point so
-                    // its locals are dropped. `wait` cannot suspend meanwhile.
-                    self.ctx.unwinding.set(true);
-                    let _fiber = current::enter_fiber(&self.ctx);
+                    // its locals are dropped.
                     let _overflow = self.ctx.enter_overflow();
                     co.force_unwind();
                 }
                 stack::release(co.into_stack());
+                // After a panic or a cancellation the fiber-locals are still here; drop
+                // them as the fiber, so their destructors may use fiber-locals too.
+                drop(self.ctx.locals.take());
             }
             Run::Done => {}
         }

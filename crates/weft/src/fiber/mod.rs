@@ -75,7 +75,7 @@ pub(crate) mod stack;
 pub use error::{SpawnError, SpawnErrorKind};
 pub use local::{AccessError, LocalKey};
 
-pub(crate) use future::{can_suspend, suspend_on, FiberCtx};
+pub(crate) use future::{suspend_on, suspendable, FiberCtx};
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc as StdArc;
@@ -271,7 +271,7 @@ fn target_pool() -> Option<Arc<Shared>> {
 /// # drop(rt);
 /// ```
 pub fn yield_now() {
-    if future::can_suspend() {
+    if future::suspendable().is_some() {
         crate::wait(crate::task::yield_now());
     } else {
         std::thread::yield_now();
@@ -466,4 +466,29 @@ pub(crate) fn before_park(ctx: &FiberCtx) {
 #[cfg(all(test, not(loom)))]
 pub(crate) fn park_under_lock_reports() -> u64 {
     PARK_UNDER_LOCK.load(Relaxed)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A fiber that parks while holding one of weft's locks is reported (debug builds);
+    /// one that released it first is not.
+    #[test]
+    fn parking_under_a_weft_lock_is_reported_in_debug_builds() {
+        let rt = crate::Builder::new().worker_threads(1).build().unwrap();
+        let before = park_under_lock_reports();
+        rt.block_on(async {
+            spawn(|| {
+                let guard = LockDepth::acquire();
+                yield_now();
+                drop(guard);
+                yield_now();
+            })
+            .await
+            .unwrap();
+        });
+        let expected = u64::from(cfg!(debug_assertions));
+        assert_eq!(park_under_lock_reports() - before, expected);
+    }
 }

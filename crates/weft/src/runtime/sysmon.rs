@@ -3,7 +3,10 @@
 //! One thread per runtime looks at every worker a few times per stall threshold. A
 //! worker whose poll counter has not moved while it is inside a poll (not parked) is
 //! running one task or fiber without returning to the scheduler. After a sysmon period
-//! it is marked *stalled* (soft-homed fibers are then sent elsewhere); after the
+//! (at most 100 ms) it is marked *stalled*: soft-homed fibers are then sent elsewhere,
+//! and if tasks wait in its stealable queue while nobody searches, a parked worker is
+//! woken to steal them (a task that blocks its thread would otherwise strand the tasks
+//! queued behind it when the wake heuristics judged them not worth a wake); after the
 //! threshold (default 5 s) the task is reported once on stderr with its id, its name if
 //! it is a named fiber, and the worker. `WEFT_DEBUG_STALL=0` or
 //! [`Builder::stall_report(None)`](crate::Builder::stall_report) turns it off.
@@ -86,7 +89,7 @@ struct Seen {
 
 /// The sysmon thread's body: runs until the runtime stops it or goes away.
 pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>, threshold: Duration) {
-    let period = (threshold / 5).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let period = (threshold / 5).clamp(Duration::from_millis(10), Duration::from_millis(100));
     let mut seen: HashMap<(usize, usize), Seen> = HashMap::new();
     let mut pause = period;
     while mon.sleep(pause) {
@@ -114,7 +117,13 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>, threshold: Duration) {
                     continue;
                 }
                 let stuck = now - s.since;
-                remote.stalled.store(stuck >= period, Relaxed);
+                let stalled = stuck >= period;
+                remote.stalled.store(stalled, Relaxed);
+                if stalled && !remote.steal.is_empty() && pool.idle.num_searching() == 0 {
+                    // Tasks queued behind a worker stuck in one poll: the wake heuristics
+                    // assumed it would get to them soon. Wake a sleeper to steal them.
+                    pool.notify_parked();
+                }
                 if stuck >= threshold && !s.reported {
                     s.reported = true;
                     mon.reported.fetch_add(1, Relaxed);

@@ -67,8 +67,8 @@ impl Wake for ThreadSignal {
 /// ```
 pub fn wait<F: Future>(future: F) -> F::Output {
     let mut future = pin!(future);
-    if crate::fiber::can_suspend() {
-        return crate::fiber::suspend_on(future);
+    if let Some(fiber) = crate::fiber::suspendable() {
+        return crate::fiber::suspend_on(fiber, future);
     }
     let helped = worker::with_current(|core| {
         let core = core?;

@@ -252,10 +252,15 @@ impl Core {
             .store(tagged_id, Relaxed);
     }
 
-    /// Whether a fork-join `join` or `scope` is in progress on this worker: its frames
-    /// and marks on the deque must be undone in order, so no fiber may suspend now.
-    pub(crate) fn in_join(&self) -> bool {
-        !self.outermost.get().is_null() || self.scopes.get() != 0
+    /// Which fork-join `join` and `scope` are in progress on this worker: a fiber that
+    /// sees a different mark than when it was resumed entered one, and must not suspend
+    /// until it left (their frames and deque marks must be undone in order).
+    #[inline]
+    pub(crate) fn join_mark(&self) -> (usize, u32) {
+        (
+            self.private_newest.get() as usize ^ self.outermost.get() as usize,
+            self.scopes.get() + self.private_len.get(),
+        )
     }
 
     /// A `scope` body starts (`true`) or ends on this worker.
@@ -511,7 +516,13 @@ impl Core {
         let running = &self.shared.remotes[self.index].running_task;
         // Polls nest when a task helps; the stall reporter names the innermost.
         let outer = running.load(Relaxed);
-        running.store(task.header().id.as_u64(), Relaxed);
+        let header = task.header();
+        let fiber = if header.home.load(Relaxed) == NO_HOME {
+            0
+        } else {
+            crate::runtime::sysmon::FIBER_BIT
+        };
+        running.store(header.id.as_u64() | fiber, Relaxed);
         task.run();
         running.store(outer, Relaxed);
     }

@@ -1,0 +1,524 @@
+//! Process-wide fiber limits, each checked in a child process (this test binary run
+//! again with `WEFT_FIBER_LIMITS_CHILD` naming the case): spawning with no runtime at
+//! all, the kernel's memory-map limit, a fiber overflowing its stack, and a deadlock
+//! (a known bug) that must not leak a stuck runtime into other tests.
+
+mod common;
+
+use std::io::Read;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_channel::oneshot;
+use weft::fiber::{self, SpawnErrorKind};
+
+const CHILD: &str = "WEFT_FIBER_LIMITS_CHILD";
+
+/// Runs `f` with `rt` as this thread's current runtime (inside `block_on`).
+fn on<R>(rt: &weft::Runtime, f: impl FnOnce() -> R) -> R {
+    rt.block_on(async move { f() })
+}
+
+/// The most fibers the map-limit child tries to spawn.
+const MAP_LIMIT_CAP: usize = 70_000;
+
+/// Not a real test unless run as a child: runs the case named by `WEFT_FIBER_LIMITS_CHILD`.
+#[test]
+fn child_process_entry() {
+    let Ok(case) = std::env::var(CHILD) else {
+        return;
+    };
+    match case.as_str() {
+        "no_runtime" => child_no_runtime(),
+        "map_limit" => child_map_limit(),
+        "stack_overflow" => child_stack_overflow(),
+        "nested_help" => child_nested_help(),
+        "stack_sizes" => child_stack_sizes(),
+        other => panic!("unknown child case {other:?}"),
+    }
+}
+
+struct Output {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+/// Runs `child_process_entry` in a child process for `case`; kills it after `limit`.
+fn run_child(case: &str, limit: Duration) -> Output {
+    run_child_with(case, limit, &[])
+}
+
+/// [`run_child`] with extra environment variables.
+fn run_child_with(case: &str, limit: Duration, vars: &[(&str, &str)]) -> Output {
+    let start = Instant::now();
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "child_process_entry",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD, case)
+    .env_remove("WEFT_STACK_SIZE")
+    .env_remove("WEFT_WORKERS")
+    .env_remove("WEFT_STATS")
+    .env_remove("WEFT_VERBOSE")
+    .env("RUST_BACKTRACE", "0")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    // Drain both pipes on threads so a chatty child cannot block on a full pipe.
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "hang: child case {case:?} did not exit within {limit:?}\nstderr:\n{}",
+                err.join().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+        elapsed: start.elapsed(),
+    }
+}
+
+fn child_report<'a>(stdout: &'a str, key: &str) -> Option<&'a str> {
+    // libtest may print "test child_process_entry ... " on the same line.
+    stdout
+        .lines()
+        .find_map(|l| l.split(&format!("CHILD {key}=")).nth(1))
+        .map(str::trim)
+}
+
+// ---------------------------------------------------------------------------------
+// A. No runtime.
+
+fn child_no_runtime() {
+    assert!(!fiber::is_fiber());
+    assert!(fiber::current().is_none());
+    let err = fiber::try_spawn(|| ()).expect_err("spawned a fiber with no runtime");
+    assert_eq!(err.kind(), SpawnErrorKind::NoRuntime, "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.to_lowercase().contains("runtime"),
+        "the message does not mention a runtime: {msg:?}"
+    );
+    let as_error: &dyn std::error::Error = &err;
+    assert_eq!(as_error.to_string(), msg);
+    assert!(!format!("{err:?}").is_empty());
+    let err = fiber::Builder::new()
+        .name("nowhere")
+        .stack_size(64 * 1024)
+        .try_spawn(|| 1)
+        .expect_err("spawned a named fiber with no runtime");
+    assert_eq!(err.kind(), SpawnErrorKind::NoRuntime);
+
+    // `spawn` panics with the same message.
+    let payload = std::panic::catch_unwind(|| fiber::spawn(|| ()))
+        .expect_err("spawn with no runtime did not panic");
+    assert_eq!(
+        common::panic_message(&*payload).as_deref(),
+        Some(msg.as_str())
+    );
+
+    // Outside a runtime, yield_now and sleep fall back to the thread.
+    fiber::yield_now();
+    let t = Instant::now();
+    fiber::sleep(Duration::from_millis(2));
+    assert!(t.elapsed() >= Duration::from_millis(2));
+
+    // With a runtime, a plain thread spawns onto it; once it is dropped, no runtime again.
+    let rt = common::workers(1);
+    assert_eq!(fiber::spawn(|| 5).join().unwrap(), 5);
+    drop(rt);
+    let err = fiber::try_spawn(|| ()).expect_err("spawned onto a dropped runtime");
+    assert_eq!(err.kind(), SpawnErrorKind::NoRuntime, "{err}");
+    println!("CHILD no_runtime=ok");
+}
+
+#[test]
+fn spawning_with_no_runtime_is_a_no_runtime_error() {
+    let out = run_child("no_runtime", common::TIMEOUT);
+    assert!(
+        out.status.success(),
+        "child failed ({})\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+    assert_eq!(
+        child_report(&out.stdout, "no_runtime"),
+        Some("ok"),
+        "the child did not run the case\nstdout:\n{}",
+        out.stdout
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// B. The memory-map limit.
+
+fn max_map_count() -> Option<usize> {
+    std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+fn child_map_limit() {
+    let started = Instant::now();
+    let rt = common::workers(2);
+    let parked = Arc::new(AtomicUsize::new(0));
+    // Reserved up front: no reallocation (a fresh map) once the map count is exhausted.
+    let mut releases = Vec::with_capacity(MAP_LIMIT_CAP);
+    let mut handles = Vec::with_capacity(MAP_LIMIT_CAP);
+    let error = rt.block_on(async {
+        for i in 0..MAP_LIMIT_CAP {
+            let (tx, rx) = oneshot::channel::<usize>();
+            let p = parked.clone();
+            let spawned = fiber::Builder::new()
+                .stack_size(64 * 1024)
+                .try_spawn(move || {
+                    p.fetch_add(1, SeqCst);
+                    weft::wait(rx).expect("the sender was dropped") + i
+                });
+            match spawned {
+                Ok(h) => {
+                    releases.push(tx);
+                    handles.push(h);
+                }
+                Err(e) => return Some(e),
+            }
+        }
+        None
+    });
+    let spawned = handles.len();
+    let deadline = Instant::now() + common::TIMEOUT;
+    while parked.load(SeqCst) < spawned {
+        assert!(
+            Instant::now() < deadline,
+            "hang: the fibers did not all park"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    println!("CHILD spawned={spawned}");
+    println!("CHILD parked={}", parked.load(SeqCst));
+    match &error {
+        Some(e) => {
+            println!("CHILD kind={:?}", e.kind());
+            println!("CHILD message={e}");
+        }
+        None => println!("CHILD kind=none"),
+    }
+    let spawn_time = started.elapsed();
+    for tx in releases {
+        tx.send(1).unwrap();
+    }
+    for (i, h) in handles.into_iter().enumerate() {
+        assert_eq!(h.join().unwrap(), i + 1);
+    }
+    // The runtime still spawns fibers once the stacks came back.
+    assert_eq!(fiber::try_spawn(|| 7).unwrap().join().unwrap(), 7);
+    drop(rt);
+    eprintln!(
+        "map limit child: {spawned} fibers parked after {spawn_time:?}, all done after {:?}, peak RSS {} KiB",
+        started.elapsed(),
+        peak_rss_kib().unwrap_or(0)
+    );
+    println!("CHILD done=ok");
+}
+
+#[test]
+fn the_map_count_limit_is_reported() {
+    match max_map_count() {
+        Some(n) if n <= MAP_LIMIT_CAP => {}
+        other => {
+            eprintln!(
+                "skipped: vm.max_map_count is {other:?}; the limit is out of reach of \
+                 {MAP_LIMIT_CAP} fibers"
+            );
+            return;
+        }
+    }
+    let out = run_child("map_limit", Duration::from_secs(60));
+    eprintln!("map limit child ran for {:?}", out.elapsed);
+    let context = format!(
+        "child status {}\nstdout:\n{}\nstderr:\n{}",
+        out.status, out.stdout, out.stderr
+    );
+    assert!(out.status.success(), "{context}");
+    assert_eq!(child_report(&out.stdout, "done"), Some("ok"), "{context}");
+    let parked: usize = child_report(&out.stdout, "parked")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no parked count\n{context}"));
+    assert!(
+        parked >= 30_000,
+        "only {parked} fibers could be parked at once\n{context}"
+    );
+    assert_eq!(
+        child_report(&out.stdout, "kind"),
+        Some("MapLimit"),
+        "{context}"
+    );
+    let message = child_report(&out.stdout, "message").unwrap_or("");
+    assert!(
+        message.contains("vm.max_map_count"),
+        "the message does not name vm.max_map_count: {message:?}"
+    );
+    assert!(
+        message.contains("sysctl"),
+        "the message does not say how to raise it: {message:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// C. Stack overflow.
+
+/// Recurses until the stack runs out; the buffer keeps each frame at least 1 KiB.
+fn deeper(depth: u64) -> u64 {
+    let mut buf = [0u8; 1024];
+    buf[(depth % 1024) as usize] = depth as u8;
+    std::hint::black_box(&mut buf);
+    if std::hint::black_box(depth) == u64::MAX {
+        return 0;
+    }
+    deeper(depth + 1) + u64::from(buf[1])
+}
+
+fn child_stack_overflow() {
+    // No core dump for the expected abort.
+    let no_core = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a plain system call with a valid pointer.
+    unsafe { libc::setrlimit(libc::RLIMIT_CORE, &no_core) };
+    let rt = common::workers(1);
+    let h = on(&rt, || {
+        fiber::Builder::new().name("deep-diver").spawn(|| deeper(0))
+    });
+    let r = h.join();
+    println!("CHILD survived={:?}", r.map_err(|e| e.to_string()));
+}
+
+#[test]
+fn a_stack_overflow_aborts_with_a_report() {
+    use std::os::unix::process::ExitStatusExt;
+
+    let out = run_child("stack_overflow", common::TIMEOUT);
+    let context = format!(
+        "child status {}\nstdout:\n{}\nstderr:\n{}",
+        out.status, out.stdout, out.stderr
+    );
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGABRT),
+        "the child was not aborted\n{context}"
+    );
+    assert!(
+        out.stderr.contains("overflowed its stack"),
+        "no overflow report\n{context}"
+    );
+    assert!(
+        out.stderr.contains("WEFT_STACK_SIZE"),
+        "the report does not say how to raise the stack size\n{context}"
+    );
+    assert!(
+        out.stderr.contains("deep-diver"),
+        "the report does not name the fiber\n{context}"
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// D. Stack sizes: rounding, reuse, and WEFT_STACK_SIZE, seen through the reserved
+// address space of a fresh process (each stack is its usable size plus one guard page).
+
+const EXPECT_DEFAULT: &str = "WEFT_FIBER_LIMITS_EXPECT_DEFAULT";
+
+fn page_size() -> u64 {
+    // SAFETY: a plain system call.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(page).expect("the page size")
+}
+
+/// Spawns a fiber with `size` (or the default), checks what it added to the reserved
+/// address space while it is parked, lets it use `touch` bytes of its stack, joins it.
+fn reserve_and_run(rt: &weft::Runtime, size: Option<usize>, added: u64, touch: usize) {
+    let before = fiber::stats().stack_bytes_reserved;
+    let (tx, rx) = oneshot::channel::<()>();
+    let (parked_tx, parked_rx) = std::sync::mpsc::channel();
+    // Spawned from a task on the one worker, where finished default-size stacks are
+    // cached. (The handle comes back in an Option: a task whose output is a future
+    // reads as a mistake.)
+    let h = rt
+        .spawn(async move {
+            let b = fiber::Builder::new();
+            let b = match size {
+                Some(s) => b.stack_size(s),
+                None => b,
+            };
+            Some(b.spawn(move || {
+                parked_tx.send(()).unwrap();
+                weft::wait(rx).unwrap();
+                let mut buf = [0u8; 8 * 1024];
+                for (i, b) in buf.iter_mut().take(touch).enumerate() {
+                    *b = i as u8;
+                }
+                std::hint::black_box(&mut buf);
+                buf[touch.saturating_sub(1)]
+            }))
+        })
+        .join()
+        .unwrap()
+        .expect("the task returned the fiber's handle");
+    parked_rx.recv_timeout(common::TIMEOUT).unwrap();
+    let after = fiber::stats().stack_bytes_reserved;
+    assert_eq!(
+        after - before,
+        added,
+        "a fiber with stack_size {size:?} reserved {} bytes more, not {added}",
+        after - before
+    );
+    tx.send(()).unwrap();
+    h.join().unwrap();
+}
+
+fn child_stack_sizes() {
+    let page = page_size();
+    let default: u64 = std::env::var(EXPECT_DEFAULT).unwrap().parse().unwrap();
+    let rt = common::workers(1);
+    assert_eq!(
+        fiber::stats().stack_bytes_reserved,
+        0,
+        "no stack before the first fiber"
+    );
+    // The default size (from WEFT_STACK_SIZE, or 2 MiB).
+    reserve_and_run(&rt, None, default + page, 0);
+    // Tiny requests are raised to 16 KiB, enough for 8 KiB of locals.
+    reserve_and_run(&rt, Some(0), 16 * 1024 + page, 8 * 1024);
+    // The same rounded size reuses the finished fiber's stack: nothing new reserved.
+    reserve_and_run(&rt, Some(1), 0, 8 * 1024);
+    reserve_and_run(&rt, Some(16 * 1024 - 1), 0, 8 * 1024);
+    // Sizes round up to whole pages.
+    let odd = 16 * 1024 + 1;
+    reserve_and_run(&rt, Some(odd), 16 * 1024 + page + page, 8 * 1024);
+    // The default size again: reused (from the worker's cache).
+    reserve_and_run(&rt, None, 0, 8 * 1024);
+    println!("CHILD stack_sizes=ok");
+}
+
+#[test]
+fn stack_sizes_are_rounded_reused_and_set_by_weft_stack_size() {
+    let cases: [(&[(&str, &str)], u64); 3] = [
+        (&[], 2 * 1024 * 1024),
+        (&[("WEFT_STACK_SIZE", "256K")], 256 * 1024),
+        // Malformed: reported and ignored.
+        (&[("WEFT_STACK_SIZE", "lots")], 2 * 1024 * 1024),
+    ];
+    for (vars, default) in cases {
+        let expect = default.to_string();
+        let mut all = vars.to_vec();
+        all.push((EXPECT_DEFAULT, &expect));
+        let out = run_child_with("stack_sizes", common::TIMEOUT, &all);
+        let context = format!(
+            "{vars:?}: child status {}\nstdout:\n{}\nstderr:\n{}",
+            out.status, out.stdout, out.stderr
+        );
+        assert!(out.status.success(), "{context}");
+        assert_eq!(
+            child_report(&out.stdout, "stack_sizes"),
+            Some("ok"),
+            "{context}"
+        );
+        if vars.iter().any(|(_, v)| *v == "lots") {
+            assert!(
+                out.stderr.contains("WEFT_STACK_SIZE"),
+                "a malformed WEFT_STACK_SIZE was not reported\n{context}"
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// A bug found while writing these tests (ignored until fixed). It deadlocks, so it runs
+// in a child process: a stuck runtime left in this process would become "the latest
+// runtime" for plain-thread spawns.
+
+fn child_nested_help() {
+    let rt = common::workers(1);
+    let (tx, rx) = oneshot::channel::<()>();
+    let (in_join_tx, in_join_rx) = std::sync::mpsc::channel();
+    // A waits inside a join: it cannot suspend there, so its worker helps.
+    let a = on(&rt, || {
+        fiber::spawn(move || {
+            weft::join(
+                || {
+                    in_join_tx.send(()).unwrap();
+                    fiber::sleep(Duration::from_millis(100));
+                },
+                || (),
+            );
+            tx.send(()).unwrap();
+        })
+    });
+    in_join_rx.recv_timeout(common::TIMEOUT).unwrap();
+    // B is spawned now, so the helping worker starts it on top of A's wait. B never
+    // joined anything: its wait should suspend B and let A go on (A then sends what B
+    // waits for). Instead B's wait helps too, nested above A, and waits forever.
+    let b = on(&rt, || {
+        fiber::spawn(move || {
+            weft::wait(rx).unwrap();
+        })
+    });
+    a.join().unwrap();
+    b.join().unwrap();
+    println!("CHILD nested_help=ok");
+}
+
+#[test]
+fn a_fiber_started_while_another_waits_inside_join_can_suspend() {
+    let out = run_child("nested_help", Duration::from_secs(10));
+    assert!(
+        out.status.success(),
+        "child failed ({})\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+    assert_eq!(child_report(&out.stdout, "nested_help"), Some("ok"));
+}
