@@ -541,7 +541,7 @@ mod fiber {
     use super::*;
     use crate::fiber::future::FiberFuture;
     use crate::fiber::stack;
-    use loom::cell::UnsafeCell as LoomCell;
+
     use loom::sync::atomic::AtomicBool;
 
     /// A wait object: `open` sets the flag, then wakes the registered waiter (spec 003's
@@ -575,7 +575,7 @@ mod fiber {
         }
     }
 
-    struct StackToken(LoomCell<u32>);
+    struct StackToken(loom::cell::UnsafeCell<u32>);
     // SAFETY: accesses are checked by loom; that is the point of the token.
     unsafe impl Sync for StackToken {}
     // SAFETY: as above.
@@ -628,7 +628,7 @@ mod fiber {
         loom::model(|| {
             let rec = Arc::new(Recorder::default());
             let gate = Arc::new(Gate::default());
-            let token = Arc::new(StackToken(LoomCell::new(0)));
+            let token = Arc::new(StackToken(loom::cell::UnsafeCell::new(0)));
             let (g, t) = (gate.clone(), token.clone());
             let (task, handle) = fiber_task(&rec, move || {
                 t.touch();
@@ -664,7 +664,7 @@ mod fiber {
         loom::model(|| {
             let rec = Arc::new(Recorder::default());
             let gate = Arc::new(Gate::default());
-            let token = Arc::new(StackToken(LoomCell::new(0)));
+            let token = Arc::new(StackToken(loom::cell::UnsafeCell::new(0)));
             let (g, t) = (gate.clone(), token.clone());
             let (task, handle) = fiber_task(&rec, move || {
                 t.touch();
@@ -717,7 +717,7 @@ mod fiber {
     fn loom_stack_return_vs_reuse() {
         loom::model(|| {
             let rec = Arc::new(Recorder::default());
-            let token = Arc::new(StackToken(LoomCell::new(0)));
+            let token = Arc::new(StackToken(loom::cell::UnsafeCell::new(0)));
             let t = token.clone();
             let (task, handle) = fiber_task(&rec, move || t.touch());
             let spawner = {

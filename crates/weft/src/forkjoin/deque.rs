@@ -12,12 +12,10 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use crossbeam_utils::CachePadded;
 
 use crate::sync::{fence, Arc, AtomicPtr, Mutex};
-use std::sync::atomic::AtomicIsize as StdAtomicIsize;
-
 #[cfg(loom)]
 use loom::sync::atomic::AtomicIsize;
 #[cfg(not(loom))]
-type AtomicIsize = StdAtomicIsize;
+use std::sync::atomic::AtomicIsize;
 
 #[cfg(not(loom))]
 const MIN_CAP: usize = 64;
