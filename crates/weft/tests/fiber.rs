@@ -1650,3 +1650,24 @@ fn fiber_local_destructors_may_use_fiber_locals_after_abort_and_panic() {
         );
     })
 }
+
+/// Locality: a fiber spawned from a fiber starts on its spawner's worker (it waits in
+/// the spawner's LIFO slot, which other workers do not steal from), so a pair that
+/// talks to each other shares a worker even with idle workers around.
+#[test]
+fn a_fiber_spawned_from_a_fiber_starts_on_its_spawners_worker() {
+    let _g = shared();
+    let rt = named_runtime("fiber-locality", 2);
+    for _ in 0..20 {
+        let (spawner, partner) = on(&rt, || {
+            weft::fiber::spawn(|| {
+                let me = std::thread::current().id();
+                let partner = weft::fiber::spawn(|| std::thread::current().id());
+                (me, partner.join().unwrap())
+            })
+        })
+        .join()
+        .unwrap();
+        assert_eq!(spawner, partner);
+    }
+}
