@@ -600,6 +600,22 @@ mod fiber {
         (task, handle)
     }
 
+    /// A fiber that touches its stack token, waits for `gate`, touches the token again
+    /// and returns 7.
+    #[allow(clippy::type_complexity)]
+    fn gated_fiber(rec: &Arc<Recorder>) -> (Notified, JoinHandle<u32>, Arc<Gate>, Arc<StackToken>) {
+        let gate = Arc::new(Gate::default());
+        let token = Arc::new(StackToken(loom::cell::UnsafeCell::new(0)));
+        let (g, t) = (gate.clone(), token.clone());
+        let (task, handle) = fiber_task(rec, move || {
+            t.touch();
+            crate::wait(g.wait());
+            t.touch();
+            7
+        });
+        (task, handle, gate, token)
+    }
+
     /// Runs queued tasks until none is left, checking that a task is never queued twice
     /// at once (no double schedule).
     fn drain(rec: &Arc<Recorder>) {
@@ -624,18 +640,9 @@ mod fiber {
     /// a time.
     #[test]
     fn loom_fiber_park_vs_wake() {
-        static ITER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         loom::model(|| {
             let rec = Arc::new(Recorder::default());
-            let gate = Arc::new(Gate::default());
-            let token = Arc::new(StackToken(loom::cell::UnsafeCell::new(0)));
-            let (g, t) = (gate.clone(), token.clone());
-            let (task, handle) = fiber_task(&rec, move || {
-                t.touch();
-                crate::wait(g.wait());
-                t.touch();
-                7
-            });
+            let (task, handle, gate, token) = gated_fiber(&rec);
             let opener = {
                 let gate = gate.clone();
                 thread::spawn(move || gate.open())
@@ -649,12 +656,7 @@ mod fiber {
             );
             token.touch();
             assert_eq!(crate::wait(handle).unwrap(), 7);
-            ITER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         });
-        eprintln!(
-            "ITERATIONS {}",
-            ITER.load(std::sync::atomic::Ordering::Relaxed)
-        );
     }
 
     /// A fiber that parked is resumed on another thread (migration of an unpinned
@@ -663,14 +665,7 @@ mod fiber {
     fn loom_fiber_resumed_by_the_waking_thread() {
         loom::model(|| {
             let rec = Arc::new(Recorder::default());
-            let gate = Arc::new(Gate::default());
-            let token = Arc::new(StackToken(loom::cell::UnsafeCell::new(0)));
-            let (g, t) = (gate.clone(), token.clone());
-            let (task, handle) = fiber_task(&rec, move || {
-                t.touch();
-                crate::wait(g.wait());
-                t.touch();
-            });
+            let (task, handle, gate, token) = gated_fiber(&rec);
             let other = {
                 let (gate, rec) = (gate.clone(), rec.clone());
                 thread::spawn(move || {

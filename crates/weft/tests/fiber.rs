@@ -52,6 +52,16 @@ fn named_runtime(name: &str, workers: usize) -> Runtime {
         .expect("failed to build the runtime")
 }
 
+/// Parks the calling fiber for good: even `i` on a future that never completes, odd
+/// `i` in an hour-long sleep (a timer), so both kinds of wait are covered.
+fn park_forever(i: usize) {
+    if i % 2 == 0 {
+        weft::wait(std::future::pending::<()>());
+    } else {
+        fiber::sleep(Duration::from_secs(3_600));
+    }
+}
+
 fn thread_name() -> String {
     std::thread::current().name().unwrap_or("").to_string()
 }
@@ -428,11 +438,7 @@ fn abort_unwinds_parked_fibers() {
                         let _guard = guard;
                         let _waiting = waiting;
                         parked.fetch_add(1, SeqCst);
-                        if i % 2 == 0 {
-                            weft::wait(std::future::pending::<()>());
-                        } else {
-                            fiber::sleep(Duration::from_secs(3_600));
-                        }
+                        park_forever(i);
                         resumed.store(true, SeqCst);
                     })
                 })
@@ -1497,11 +1503,7 @@ fn dropping_the_runtime_unwinds_suspended_fibers() {
                         let _guard = guard;
                         let _recorder = recorder;
                         parked.fetch_add(1, SeqCst);
-                        if i % 2 == 0 {
-                            weft::wait(std::future::pending::<()>());
-                        } else {
-                            fiber::sleep(Duration::from_secs(3_600));
-                        }
+                        park_forever(i);
                         resumed.store(true, SeqCst);
                     })
                 })
