@@ -55,7 +55,7 @@ fn named_runtime(name: &str, workers: usize) -> Runtime {
 /// Parks the calling fiber for good: even `i` on a future that never completes, odd
 /// `i` in an hour-long sleep (a timer), so both kinds of wait are covered.
 fn park_forever(i: usize) {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         weft::wait(std::future::pending::<()>());
     } else {
         fiber::sleep(Duration::from_secs(3_600));
