@@ -622,13 +622,29 @@ impl Core {
     /// The next fiber tied to this worker: from the private queue, refilled from the
     /// inbox in one batch.
     fn next_pinned(&self) -> Option<Notified> {
-        let mut pinned = self.pinned.take();
+        // SAFETY: see `pinned_mut`; `pop_batch` runs only our closure, which pushes
+        // through this same borrow.
+        let pinned = unsafe { self.pinned_mut() };
         if pinned.is_empty() {
+            if self.inbox().is_empty() {
+                return None;
+            }
             self.inbox().pop_batch(usize::MAX, |t| pinned.push_back(t));
         }
-        let t = pinned.pop_front();
-        self.pinned.set(pinned);
-        t
+        pinned.pop_front()
+    }
+
+    /// The private queue of fibers tied to this worker, borrowed in place (this is on
+    /// every poll's path; `Cell::take` and `set` moved the whole deque each time).
+    ///
+    /// # Safety
+    /// The caller must not let the borrow outlive its statement sequence, nor call
+    /// anything while holding it that could reach `pinned` again (a poll, a wake, a
+    /// schedule). `Core` is used by its own thread only, so no other thread can.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn pinned_mut(&self) -> &mut VecDeque<Notified> {
+        // SAFETY: per the contract, this is the only live reference.
+        unsafe { &mut *self.pinned.as_ptr() }
     }
 
     fn inbox(&self) -> &super::inject::Inject {
@@ -816,9 +832,8 @@ impl Core {
     fn push_local(&self, task: Notified) {
         if is_pinned(&task) {
             // The stealable queue is no place for a fiber tied to this worker.
-            let mut pinned = self.pinned.take();
-            pinned.push_back(task);
-            self.pinned.set(pinned);
+            // SAFETY: see `pinned_mut`; the push calls nothing of ours.
+            unsafe { self.pinned_mut() }.push_back(task);
             return;
         }
         if self.local.push_back(task, &self.shared.inject) {
@@ -834,7 +849,10 @@ impl Core {
         for t in self.deferred.take() {
             cancel_queued(t);
         }
-        for t in self.pinned.take() {
+        for t in std::mem::take(
+            // SAFETY: see `pinned_mut`; the deque is moved out before any cancel runs.
+            unsafe { self.pinned_mut() },
+        ) {
             cancel_queued(t);
         }
         while let Some(t) = self.local.pop() {
