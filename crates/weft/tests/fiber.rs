@@ -1136,7 +1136,8 @@ fn migrating_fibers_still_complete() {
         let hs: Vec<_> = on(&rt, || {
             (0..50u64)
                 .map(|k| {
-                    FiberBuilder::new().fiber_migration(true).spawn(move || {
+                    // SAFETY: the fiber keeps only plain integers across its waits.
+                    unsafe { FiberBuilder::new().fiber_migration(true) }.spawn(move || {
                         let mut sum = 0;
                         for i in 0..20u64 {
                             if i % 2 == 0 {
@@ -1672,4 +1673,57 @@ fn a_fiber_spawned_from_a_fiber_starts_on_its_spawners_worker() {
         .unwrap();
         assert_eq!(spawner, partner);
     }
+}
+
+/// At runtime drop, a suspended fiber is unwound only after every worker thread has
+/// stopped, on the dropping thread: its stack is never used by two threads at once,
+/// even for the drops of thread-bound data it holds.
+#[test]
+fn shutdown_unwinds_fibers_after_the_workers_stopped() {
+    let _g = shared();
+    let stopped = Arc::new(AtomicUsize::new(0));
+    let s = stopped.clone();
+    let rt = weft::Builder::new()
+        .worker_threads(2)
+        .on_thread_stop(move || {
+            s.fetch_add(1, SeqCst);
+        })
+        .build()
+        .unwrap();
+    let workers = rt
+        .stats()
+        .pools
+        .iter()
+        .map(|p| p.num_workers)
+        .sum::<usize>();
+    struct Probe {
+        stopped: Arc<AtomicUsize>,
+        seen: Arc<std::sync::Mutex<Option<(usize, String)>>>,
+    }
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            *self.seen.lock().unwrap() = Some((self.stopped.load(SeqCst), thread_name()));
+        }
+    }
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let parked = counter();
+    let probe = Probe {
+        stopped: stopped.clone(),
+        seen: seen.clone(),
+    };
+    let p = parked.clone();
+    let h = on(&rt, move || {
+        fiber::spawn(move || {
+            let _probe = probe;
+            p.fetch_add(1, SeqCst);
+            park_forever(0);
+        })
+    });
+    wait_until("the fiber parked", || load(&parked) == 1);
+    let me = thread_name();
+    drop(rt);
+    assert!(h.join().unwrap_err().is_cancelled());
+    let (stopped_then, thread) = seen.lock().unwrap().clone().expect("the fiber was unwound");
+    assert_eq!(stopped_then, workers, "unwound while workers still ran");
+    assert_eq!(thread, me);
 }

@@ -37,15 +37,16 @@
 //! * Use [`fiber_local!`](crate::fiber_local) for per-fiber state; `thread_local!`
 //!   values are shared by every fiber on the same worker.
 //!
-//! [`Builder::fiber_migration(true)`](Builder::fiber_migration) lifts the rule for one
-//! fiber: its home worker becomes a preference, and when that worker has many fibers
-//! waiting or is stuck in one long poll, the fiber's wake-up goes to the runtime's
-//! shared queue, where any worker may run it. Only do this for fibers that hold no
-//! reference into thread-local storage and keep only `Send` values on their stack
-//! across a wait.
+//! [`Builder::fiber_migration(true)`](Builder::fiber_migration) (an `unsafe` call)
+//! lifts the rule for one fiber: its home worker becomes a preference, and when that
+//! worker has many fibers waiting or is stuck in one long poll, the fiber's wake-up goes
+//! to the runtime's shared queue, where any worker may run it. Only do this for fibers
+//! that hold no reference into thread-local storage and keep only `Send` values on
+//! their stack across a wait.
 //!
 //! At runtime shutdown, fibers still suspended are unwound (their locals dropped) on
-//! the thread that shuts the runtime down.
+//! the thread that shuts the runtime down, after the workers have stopped (so never
+//! while their home thread still runs).
 //!
 //! # Stacks
 //!
@@ -187,10 +188,18 @@ impl Builder {
     /// Lets this fiber move between workers after it started (see the thread rule in
     /// the [module docs](self)). Off by default.
     ///
+    /// # Safety
+    /// With migration on, the fiber may continue on another thread after any wait. The
+    /// caller promises that everything the fiber keeps across a wait may move between
+    /// threads (is `Send`: no `Rc`, no `RefCell` borrow of shared data, no thread-bound
+    /// handle) and that it keeps no pointer into thread-local storage across a wait.
+    /// The compiler cannot check what lives on a stack, so this is on the caller.
+    ///
     /// ```
-    /// let _b = weft::fiber::Builder::new().fiber_migration(true);
+    /// // SAFETY: the fiber keeps nothing thread-bound across its waits.
+    /// let _b = unsafe { weft::fiber::Builder::new().fiber_migration(true) };
     /// ```
-    pub fn fiber_migration(mut self, allow: bool) -> Self {
+    pub unsafe fn fiber_migration(mut self, allow: bool) -> Self {
         self.migration = allow;
         self
     }

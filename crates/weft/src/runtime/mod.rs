@@ -371,8 +371,10 @@ impl Runtime {
         for p in &inner.pools {
             // Fork-join callers still blocked on injected jobs get them run here.
             p.run_injected_jobs_and_close();
-            // Anything spawned or woken while the workers stopped.
+            // Anything spawned or woken while the workers stopped, then the suspended
+            // fibers, whose stacks are unwound here now that no worker runs.
             p.cancel_all();
+            p.cancel_fibers();
             debug_assert!(
                 !all_done || p.owned.is_empty(),
                 "weft: a task survived shutdown"

@@ -78,7 +78,19 @@ pub(crate) struct Shared {
     epoch: std::time::Instant,
     /// EWMA of the time from claiming a parked worker to that worker running (ns).
     wake_latency_ns: AtomicU64,
+    /// Started fibers tied to a worker, taken off the owned list at shutdown: they are
+    /// cancelled (their stacks unwound) only once the workers have stopped, so no
+    /// fiber's stack is unwound on one thread while its worker still runs code that
+    /// may share its thread-bound data (see `fiber`'s thread rule).
+    shutdown_fibers: Mutex<Vec<TaskRef>>,
 }
+
+/// A task reference held across threads by shutdown.
+struct TaskRef(NonNull<Header>);
+
+// SAFETY: the reference only keeps the task alive; it is used (cancelled, released)
+// once, by the thread that finishes shutdown.
+unsafe impl Send for TaskRef {}
 
 struct InjectedJobs {
     queue: VecDeque<JobRef>,
@@ -136,6 +148,7 @@ impl Shared {
             injected_len: AtomicUsize::new(0),
             epoch: std::time::Instant::now(),
             wake_latency_ns: AtomicU64::new(INITIAL_WAKE_LATENCY_NS),
+            shutdown_fibers: Mutex::new(Vec::new()),
         });
         (shared, locals)
     }
@@ -352,21 +365,44 @@ impl Shared {
         }
     }
 
-    /// Cancels every linked task and empties the injection queue. Safe to repeat.
+    /// Cancels every linked task and empties the injection queue; started fibers tied
+    /// to a worker are set aside for [`cancel_fibers`](Self::cancel_fibers). Safe to
+    /// repeat.
     pub(crate) fn cancel_all(&self) {
+        let mut fibers = Vec::new();
         self.owned.close_and_drain(|ptr| {
             // SAFETY: we hold the list's reference to the live task `ptr`.
+            let home = unsafe { ptr.as_ref() }.home.load(Relaxed);
+            if home != NO_HOME && home & SOFT_HOME == 0 {
+                fibers.push(TaskRef(ptr));
+                return;
+            }
+            // SAFETY: as above.
             unsafe {
                 (ptr.as_ref().vtable.shutdown)(ptr);
                 crate::task::raw::drop_reference(ptr);
             }
         });
+        self.shutdown_fibers.lock().extend(fibers);
         for task in self.inject.close() {
             cancel_queued(task);
         }
         for r in self.remotes.iter() {
             for task in r.inbox.close() {
                 cancel_queued(task);
+            }
+        }
+    }
+
+    /// The last step of shutdown, once the workers have stopped: cancels the fibers
+    /// [`cancel_all`](Self::cancel_all) set aside, unwinding their stacks here.
+    pub(crate) fn cancel_fibers(&self) {
+        let fibers = std::mem::take(&mut *self.shutdown_fibers.lock());
+        for TaskRef(ptr) in fibers {
+            // SAFETY: we hold the owned list's reference to the live task `ptr`.
+            unsafe {
+                (ptr.as_ref().vtable.shutdown)(ptr);
+                crate::task::raw::drop_reference(ptr);
             }
         }
     }
