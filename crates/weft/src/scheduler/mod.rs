@@ -82,7 +82,8 @@ pub(crate) struct Shared {
     /// cancelled (their stacks unwound) only once the workers have stopped, so no
     /// fiber's stack is unwound on one thread while its worker still runs code that
     /// may share its thread-bound data (see `fiber`'s thread rule).
-    shutdown_fibers: Mutex<Vec<TaskRef>>,
+    /// `true` once they were cancelled: later arrivals are cancelled on the spot.
+    shutdown_fibers: Mutex<(Vec<TaskRef>, bool)>,
 }
 
 /// A task reference held across threads by shutdown.
@@ -148,7 +149,7 @@ impl Shared {
             injected_len: AtomicUsize::new(0),
             epoch: std::time::Instant::now(),
             wake_latency_ns: AtomicU64::new(INITIAL_WAKE_LATENCY_NS),
-            shutdown_fibers: Mutex::new(Vec::new()),
+            shutdown_fibers: Mutex::new((Vec::new(), false)),
         });
         (shared, locals)
     }
@@ -244,7 +245,10 @@ impl Shared {
                     self.remotes[i].parker.unpark();
                 }
             }
-            Err(task) => cancel_queued(task),
+            // Shutting down: its home worker may still be running, so the fiber is
+            // unwound with the others once the workers stopped.
+            // SAFETY: the queue reference moves to the deferred list.
+            Err(task) => unsafe { self.defer_fiber(task.into_raw()) },
         }
     }
 
@@ -377,13 +381,13 @@ impl Shared {
                 fibers.push(TaskRef(ptr));
                 return;
             }
-            // SAFETY: as above.
-            unsafe {
-                (ptr.as_ref().vtable.shutdown)(ptr);
-                crate::task::raw::drop_reference(ptr);
-            }
+            // SAFETY: as above; the reference moves to `cancel_now`.
+            unsafe { cancel_now(ptr) };
         });
-        self.shutdown_fibers.lock().extend(fibers);
+        for TaskRef(ptr) in fibers {
+            // SAFETY: we hold the owned list's reference to `ptr`, which moves along.
+            unsafe { self.defer_fiber(ptr) };
+        }
         for task in self.inject.close() {
             cancel_queued(task);
         }
@@ -397,14 +401,32 @@ impl Shared {
     /// The last step of shutdown, once the workers have stopped: cancels the fibers
     /// [`cancel_all`](Self::cancel_all) set aside, unwinding their stacks here.
     pub(crate) fn cancel_fibers(&self) {
-        let fibers = std::mem::take(&mut *self.shutdown_fibers.lock());
+        let fibers = {
+            let mut f = self.shutdown_fibers.lock();
+            f.1 = true;
+            std::mem::take(&mut f.0)
+        };
         for TaskRef(ptr) in fibers {
-            // SAFETY: we hold the owned list's reference to the live task `ptr`.
-            unsafe {
-                (ptr.as_ref().vtable.shutdown)(ptr);
-                crate::task::raw::drop_reference(ptr);
+            // SAFETY: we hold a reference to the live task `ptr`.
+            unsafe { cancel_now(ptr) };
+        }
+    }
+
+    /// Sets a started fiber aside for [`cancel_fibers`](Self::cancel_fibers), or
+    /// cancels it at once if that already ran (no worker runs any more).
+    ///
+    /// # Safety
+    /// The caller gives up one reference to the live task `ptr`.
+    unsafe fn defer_fiber(&self, ptr: NonNull<Header>) {
+        {
+            let mut f = self.shutdown_fibers.lock();
+            if !f.1 {
+                f.0.push(TaskRef(ptr));
+                return;
             }
         }
+        // SAFETY: per the contract.
+        unsafe { cancel_now(ptr) };
     }
 
     pub(crate) fn stats(&self) -> PoolStats {
@@ -419,6 +441,18 @@ impl Shared {
             spawned + self.external_spawned.load(Relaxed),
             workers,
         )
+    }
+}
+
+/// Cancels the task `ptr` now and releases one reference.
+///
+/// # Safety
+/// The caller gives up one reference to the live task `ptr`.
+unsafe fn cancel_now(ptr: NonNull<Header>) {
+    // SAFETY: per the contract.
+    unsafe {
+        (ptr.as_ref().vtable.shutdown)(ptr);
+        crate::task::raw::drop_reference(ptr);
     }
 }
 
