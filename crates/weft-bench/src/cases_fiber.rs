@@ -401,11 +401,10 @@ impl Fibers for MayFibers {
     type Handle<T: Send + 'static> = may::coroutine::JoinHandle<T>;
 
     fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Self::Handle<T> {
-        // SAFETY: may's spawn is unsafe because a coroutine may move between
-        // threads while it holds a thread-local's address, and because a
-        // stack overflow is not caught. The benchmark's coroutines keep no
-        // thread-local across a suspension (`thread_id` reads it afresh
-        // in a function of its own) and use far less than their stack.
+        // may's spawn is unsafe because a coroutine may move between threads while it
+        // holds a thread-local's address, and because a stack overflow is not caught.
+        // SAFETY: the benchmark's coroutines keep no thread-local across a suspension
+        // (`thread_id` reads it afresh) and use far less than their stack.
         unsafe { may::coroutine::spawn(f) }
     }
 
