@@ -33,8 +33,13 @@ const HEARTBEAT_JOINS: u32 = 64;
 const HEARTBEAT: Duration = Duration::from_micros(100);
 /// With this many private frames waiting (the oldest, largest pieces), further joins
 /// run as plain calls, except every `HEARTBEAT_JOINS`-th (granularity control, as in
-/// chili).
-const PRIVATE_FRAMES_BEFORE_PLAIN_JOINS: u32 = 3;
+/// chili). A computation starts with one: a join costs a few nanoseconds more with a
+/// frame than without, and until another worker takes part nobody needs a second.
+/// Once the heartbeat shares work with a hungry worker it keeps three, so the next
+/// promotion still finds a large piece (the oldest of three frames, not the one frame
+/// made right after the previous promotion, deep in the recursion).
+const FRAMES_WHILE_ALONE: u32 = 1;
+const FRAMES_WHILE_SHARING: u32 = 3;
 
 /// Polls between looks at the timer wheel while timers are pending (a clock read).
 const TIMER_CHECK_POLLS: u32 = 16;
@@ -74,6 +79,9 @@ pub(crate) struct Core {
     outermost: Cell<*const Frame>,
     outermost_start: Cell<Instant>,
     avg_outermost_ns: Cell<f64>,
+    /// Private frames to keep before joins run as plain calls (see
+    /// `FRAMES_WHILE_ALONE`).
+    frames_before_plain: Cell<u32>,
     /// `scope` bodies in progress on this worker.
     scopes: Cell<u32>,
     /// Joins until the next heartbeat check.
@@ -138,6 +146,7 @@ impl Core {
             outermost: Cell::new(std::ptr::null()),
             outermost_start: Cell::new(Instant::now()),
             avg_outermost_ns: Cell::new(f64::INFINITY),
+            frames_before_plain: Cell::new(FRAMES_WHILE_ALONE),
             scopes: Cell::new(0),
             joins_until_check: Cell::new(HEARTBEAT_JOINS),
             last_heartbeat: Cell::new(Instant::now()),
@@ -278,7 +287,7 @@ impl Core {
     /// (that one makes a frame and runs the check).
     #[inline]
     pub(crate) fn plain_join(&self) -> bool {
-        if self.private_len.get() < PRIVATE_FRAMES_BEFORE_PLAIN_JOINS {
+        if self.private_len.get() < self.frames_before_plain.get() {
             return false;
         }
         let n = self.joins_until_check.get() - 1;
@@ -331,6 +340,7 @@ impl Core {
         self.outermost_start.set(now);
         self.outermost.set(frame);
         self.joins_until_check.set(HEARTBEAT_JOINS);
+        self.frames_before_plain.set(FRAMES_WHILE_ALONE);
         if !self.someone_hungry() {
             return;
         }
@@ -392,6 +402,8 @@ impl Core {
     /// Moves the oldest private frame to the deque and wakes a worker for it.
     #[cold]
     fn promote_oldest(&self) {
+        // Work is being shared from here on: keep more frames (see FRAMES_WHILE_ALONE).
+        self.frames_before_plain.set(FRAMES_WHILE_SHARING);
         if self.promote_oldest_quietly() {
             self.shared.notify_parked();
         }
