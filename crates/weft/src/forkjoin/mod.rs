@@ -22,8 +22,9 @@
 //! lock it holds (rayon's deadlock with a mutex held across a join). A worker blocked in
 //! `join` therefore does not run async tasks or other workers' jobs.
 //!
-//! Once three private frames are waiting, further joins run as plain calls (no frame)
-//! except every 64th, which makes a frame and runs the heartbeat check.
+//! Once enough private frames are waiting (one while the computation runs alone, three
+//! once the heartbeat shared work), further joins run as plain calls (no frame) except
+//! every 64th, which makes a frame and runs the heartbeat check.
 //!
 //! This is the heartbeat scheduling of Spice and chili on top of spec 002's deque and
 //! latch: promotion costs are paid at most once per heartbeat, not per join.
