@@ -825,15 +825,7 @@ mod tests {
 
     #[test]
     fn suite_lists_its_cases() {
-        let opts = Options {
-            workers: 2,
-            rounds: 1,
-            json: None,
-            cases: Vec::new(),
-            timeout: Duration::from_secs(1),
-            idle: Duration::from_secs(1),
-            large: false,
-        };
+        let opts = Options::for_tests();
         let s = suite(&opts);
         assert_eq!(s.command, "fiber");
         for check in &s.checks {

@@ -520,15 +520,7 @@ mod tests {
 
     #[test]
     fn suite_cases_and_checks() {
-        let mut opts = Options {
-            workers: 2,
-            rounds: 1,
-            json: None,
-            cases: Vec::new(),
-            timeout: Duration::from_secs(1),
-            idle: Duration::from_secs(1),
-            large: false,
-        };
+        let mut opts = Options::for_tests();
         let names = |s: &Suite| s.cases.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
         let s = suite(&opts);
         assert_eq!(

@@ -53,6 +53,22 @@ pub struct Options {
     pub large: bool,
 }
 
+#[cfg(test)]
+impl Options {
+    /// Small options for the suites' own tests: 2 workers, 1 round, short limits.
+    pub fn for_tests() -> Options {
+        Options {
+            workers: 2,
+            rounds: 1,
+            json: None,
+            cases: Vec::new(),
+            timeout: Duration::from_secs(1),
+            idle: Duration::from_secs(1),
+            large: false,
+        }
+    }
+}
+
 /// How the values of a metric are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {

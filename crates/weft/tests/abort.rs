@@ -17,13 +17,7 @@ fn abort_before_first_poll() {
     with_timeout(|| {
         let rt = workers(1);
         // Keep the only worker busy so the next task cannot be polled yet.
-        let (started_tx, started_rx) = mpsc::channel();
-        let (release_tx, release_rx) = mpsc::channel::<()>();
-        let blocker = rt.spawn(async move {
-            started_tx.send(()).unwrap();
-            release_rx.recv_timeout(TIMEOUT).unwrap();
-        });
-        started_rx.recv_timeout(TIMEOUT).unwrap();
+        let blocker = block_a_worker(&rt);
 
         let polled = Arc::new(AtomicBool::new(false));
         let drops = counter();
@@ -34,8 +28,7 @@ fn abort_before_first_poll() {
             5
         });
         h.abort();
-        release_tx.send(()).unwrap();
-        blocker.join().unwrap();
+        blocker.release();
 
         let err = h
             .join()

@@ -70,14 +70,6 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-fn fib(n: u64) -> u64 {
-    if n < 2 {
-        return n;
-    }
-    let (a, b) = weft::join(|| fib(n - 1), || fib(n - 2));
-    a + b
-}
-
 // ---------------------------------------------------------------------------------
 // 1. Spawning from every context.
 
@@ -477,13 +469,7 @@ fn abort_before_the_fiber_starts() {
     with_timeout(|| {
         let rt = workers(1);
         // Keep the only worker busy so the fiber cannot start.
-        let (started_tx, started_rx) = mpsc::channel();
-        let (release_tx, release_rx) = mpsc::channel::<()>();
-        let blocker = rt.spawn(async move {
-            started_tx.send(()).unwrap();
-            release_rx.recv_timeout(TIMEOUT).unwrap();
-        });
-        started_rx.recv_timeout(TIMEOUT).unwrap();
+        let blocker = block_a_worker(&rt);
 
         let ran = Arc::new(AtomicBool::new(false));
         let drops = counter();
@@ -497,8 +483,7 @@ fn abort_before_the_fiber_starts() {
         });
         assert!(!h.is_finished());
         h.abort();
-        release_tx.send(()).unwrap();
-        blocker.join().unwrap();
+        blocker.release();
         let err = h
             .join()
             .expect_err("an unstarted aborted fiber returned a value");
@@ -1409,17 +1394,10 @@ fn fiber_stats_count_live_fibers() {
         // Unstarted fibers count as live too: the only worker of a second runtime is
         // kept busy meanwhile.
         let rt1 = workers(1);
-        let (started_tx, started_rx) = mpsc::channel();
-        let (release_tx, release_rx) = mpsc::channel::<()>();
-        let blocker = rt1.spawn(async move {
-            started_tx.send(()).unwrap();
-            let _ = release_rx.recv_timeout(TIMEOUT);
-        });
-        started_rx.recv_timeout(TIMEOUT).unwrap();
+        let blocker = block_a_worker(&rt1);
         let queued: Vec<_> = on(&rt1, || (0..10).map(|i| fiber::spawn(move || i)).collect());
         assert_eq!(fiber::stats().live_fibers, before + 10);
-        release_tx.send(()).unwrap();
-        blocker.join().unwrap();
+        blocker.release();
         for (i, h) in queued.into_iter().enumerate() {
             assert_eq!(h.join().unwrap(), i);
         }

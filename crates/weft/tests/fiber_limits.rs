@@ -47,6 +47,16 @@ struct Output {
     elapsed: Duration,
 }
 
+impl Output {
+    /// Status and output, for assertion messages.
+    fn context(&self) -> String {
+        format!(
+            "child status {}\nstdout:\n{}\nstderr:\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
 /// Runs `child_process_entry` in a child process for `case`; kills it after `limit`.
 fn run_child(case: &str, limit: Duration) -> Output {
     run_child_with(case, limit, &[])
@@ -166,13 +176,7 @@ fn child_no_runtime() {
 #[test]
 fn spawning_with_no_runtime_is_a_no_runtime_error() {
     let out = run_child("no_runtime", common::TIMEOUT);
-    assert!(
-        out.status.success(),
-        "child failed ({})\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        out.stdout,
-        out.stderr
-    );
+    assert!(out.status.success(), "{}", out.context());
     assert_eq!(
         child_report(&out.stdout, "no_runtime"),
         Some("ok"),
@@ -277,10 +281,7 @@ fn the_map_count_limit_is_reported() {
     }
     let out = run_child("map_limit", Duration::from_secs(60));
     eprintln!("map limit child ran for {:?}", out.elapsed);
-    let context = format!(
-        "child status {}\nstdout:\n{}\nstderr:\n{}",
-        out.status, out.stdout, out.stderr
-    );
+    let context = out.context();
     assert!(out.status.success(), "{context}");
     assert_eq!(child_report(&out.stdout, "done"), Some("ok"), "{context}");
     let parked: usize = child_report(&out.stdout, "parked")
@@ -341,10 +342,7 @@ fn a_stack_overflow_aborts_with_a_report() {
     use std::os::unix::process::ExitStatusExt;
 
     let out = run_child("stack_overflow", common::TIMEOUT);
-    let context = format!(
-        "child status {}\nstdout:\n{}\nstderr:\n{}",
-        out.status, out.stdout, out.stderr
-    );
+    let context = out.context();
     assert_eq!(
         out.status.signal(),
         Some(libc::SIGABRT),
@@ -455,10 +453,7 @@ fn stack_sizes_are_rounded_reused_and_set_by_weft_stack_size() {
         let mut all = vars.to_vec();
         all.push((EXPECT_DEFAULT, &expect));
         let out = run_child_with("stack_sizes", common::TIMEOUT, &all);
-        let context = format!(
-            "{vars:?}: child status {}\nstdout:\n{}\nstderr:\n{}",
-            out.status, out.stdout, out.stderr
-        );
+        let context = format!("{vars:?}: {}", out.context());
         assert!(out.status.success(), "{context}");
         assert_eq!(
             child_report(&out.stdout, "stack_sizes"),
@@ -513,12 +508,6 @@ fn child_nested_help() {
 #[test]
 fn a_fiber_started_while_another_waits_inside_join_can_suspend() {
     let out = run_child("nested_help", Duration::from_secs(10));
-    assert!(
-        out.status.success(),
-        "child failed ({})\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        out.stdout,
-        out.stderr
-    );
+    assert!(out.status.success(), "{}", out.context());
     assert_eq!(child_report(&out.stdout, "nested_help"), Some("ok"));
 }

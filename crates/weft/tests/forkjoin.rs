@@ -6,16 +6,8 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::with_timeout;
+use common::{fib, with_timeout};
 use weft::Builder;
-
-fn fib(n: u64) -> u64 {
-    if n < 2 {
-        return n;
-    }
-    let (a, b) = weft::join(|| fib(n - 1), || fib(n - 2));
-    a + b
-}
 
 fn depth(d: u32) -> u32 {
     if d == 0 {

@@ -1,6 +1,9 @@
 //! The join fast path makes no heap allocation: counted with a global allocator while a
 //! worker runs a join-heavy recursion that nobody steals from (one worker).
 
+mod common;
+
+use common::fib;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -27,14 +30,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-fn fib(n: u64) -> u64 {
-    if n < 2 {
-        return n;
-    }
-    let (a, b) = weft::join(|| fib(n - 1), || fib(n - 2));
-    a + b
-}
 
 #[test]
 fn join_on_a_worker_does_not_allocate() {

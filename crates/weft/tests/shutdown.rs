@@ -5,7 +5,7 @@ mod common;
 
 use std::future::poll_fn;
 use std::sync::atomic::Ordering;
-use std::sync::{mpsc, Mutex};
+use std::sync::Mutex;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -47,13 +47,7 @@ fn drop_runtime_drops_tasks_stuck_on_pending() {
 fn drop_runtime_drops_tasks_still_in_the_queue() {
     with_timeout(|| {
         let rt = workers(1);
-        let (started_tx, started_rx) = mpsc::channel();
-        let (release_tx, release_rx) = mpsc::channel::<()>();
-        drop(rt.spawn(async move {
-            started_tx.send(()).unwrap();
-            release_rx.recv_timeout(TIMEOUT).unwrap();
-        }));
-        started_rx.recv_timeout(TIMEOUT).unwrap();
+        let release_tx = block_a_worker(&rt).release;
         // The only worker is blocked, so these stay queued.
         let drops = counter();
         let handles: Vec<_> = (0..1000)
@@ -199,14 +193,8 @@ fn shutdown_timeout_drops_pending_tasks() {
 fn shutdown_timeout_gives_up_on_a_stuck_worker() {
     with_timeout(|| {
         let rt = workers(1);
-        let (started_tx, started_rx) = mpsc::channel();
-        let (release_tx, release_rx) = mpsc::channel::<()>();
-        drop(rt.spawn(async move {
-            started_tx.send(()).unwrap();
-            // Blocks the worker thread (badly behaved task) until released.
-            let _ = release_rx.recv_timeout(TIMEOUT);
-        }));
-        started_rx.recv_timeout(TIMEOUT).unwrap();
+        // Blocks the worker thread (badly behaved task) until released.
+        let release_tx = block_a_worker(&rt).release;
         let t0 = Instant::now();
         rt.shutdown_timeout(Duration::from_millis(200));
         let elapsed = t0.elapsed();

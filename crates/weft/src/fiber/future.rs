@@ -192,8 +192,7 @@ where
     }
 
     /// Ties the fiber to the worker running it: for good at its first poll, or (with
-    /// migration) as a preference refreshed at every poll. Also tells the stall
-    /// reporter that this task is a fiber.
+    /// migration) as a preference refreshed at every poll.
     fn claim_home(&mut self) {
         if self.homed && !self.migrate {
             return;
@@ -211,7 +210,6 @@ where
                 self.homed = true;
             }
         });
-        core.mark_running_fiber(self.ctx.id.get() | sysmon::FIBER_BIT);
     }
 }
 
@@ -238,6 +236,8 @@ where
         // SAFETY: the core of this thread outlives the poll.
         if let Some(core) = unsafe { this.ctx.core.get().as_ref() } {
             this.ctx.join_mark.set(core.join_mark());
+            // For the stall reporter: this task is a fiber.
+            core.mark_running_fiber(this.ctx.id.get() | sysmon::FIBER_BIT);
         }
         let res = {
             let _fiber = current::enter_fiber(&this.ctx);

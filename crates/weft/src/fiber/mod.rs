@@ -82,7 +82,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc as StdArc;
 use std::time::Duration;
 
-use crate::scheduler::{worker, Shared};
+use crate::scheduler::Shared;
 use crate::sync::Arc;
 use crate::task::{current, Id, JoinHandle};
 
@@ -253,17 +253,14 @@ impl Builder {
     }
 }
 
-/// The pool a new fiber goes to: the caller's own pool on a worker, the current
-/// runtime's default pool, or the default pool of the most recently started runtime
-/// that is still alive.
+/// The pool a new fiber goes to: the caller's pool in the current runtime (its own
+/// pool on a worker), else the default pool of the most recently started runtime that
+/// is still alive.
 fn target_pool() -> Option<Arc<Shared>> {
-    if let Some(pool) = worker::with_current(|c| c.map(|c| c.shared().clone())) {
-        return Some(pool);
-    }
     let handle = crate::Handle::try_current()
         .ok()
         .or_else(crate::runtime::latest)?;
-    Some(handle.inner.pools[0].clone())
+    Some(handle.caller_pool().clone())
 }
 
 /// Suspends the current fiber and lets the worker run other work first; on any other

@@ -108,7 +108,7 @@ impl Handle {
 
     /// The pool a plain `spawn` from this thread goes to: the caller's own pool on one of
     /// this runtime's workers, the default pool anywhere else.
-    fn caller_pool(&self) -> &Arc<Shared> {
+    pub(crate) fn caller_pool(&self) -> &Arc<Shared> {
         let own = worker::with_current(|c| {
             c.and_then(|c| self.inner.pools.iter().position(|p| c.belongs_to(p)))
         });

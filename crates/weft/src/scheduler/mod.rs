@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 use crate::forkjoin::deque;
 use crate::forkjoin::job::{Job, JobRef};
 use crate::sync::{fence, Arc, Mutex};
-use crate::task::header::{Header, NO_HOME, SOFT_HOME};
+use crate::task::header::Header;
 use crate::task::owned::OwnedTasks;
 use crate::task::raw::{Notified, Schedule};
 use crate::task::{new_task, JoinHandle};
@@ -195,11 +195,10 @@ impl Shared {
     /// called on one of this runtime's workers (for a fiber with a home worker: only on
     /// that worker), otherwise through [`schedule_remote`](Self::schedule_remote).
     fn schedule_task(self: &Arc<Self>, task: Notified, is_yield: bool) {
-        let home = task.header().home.load(Relaxed);
+        let home = task.header().home();
         let task = worker::with_current(|core| match core {
             Some(core)
-                if core.belongs_to(self)
-                    && (home == NO_HOME || (home & !SOFT_HOME) as usize == core.index()) =>
+                if core.belongs_to(self) && home.is_none_or(|h| h.worker == core.index()) =>
             {
                 core.schedule_local(task, is_yield)
             }
@@ -213,12 +212,9 @@ impl Shared {
     /// Queues a task from outside its worker: a fiber with a home worker goes to that
     /// worker's inbox, anything else to the injection queue.
     pub(crate) fn schedule_remote(&self, task: Notified) {
-        let home = task.header().home.load(Relaxed);
-        if home != NO_HOME {
-            let i = (home & !SOFT_HOME) as usize;
-            let soft = home & SOFT_HOME != 0;
-            if !soft || !self.home_is_congested(i) {
-                return self.push_inbox(i, task);
+        if let Some(home) = task.header().home() {
+            if home.pinned || !self.home_is_congested(home.worker) {
+                return self.push_inbox(home.worker, task);
             }
         }
         match self.inject.push(task) {
@@ -376,8 +372,7 @@ impl Shared {
         let mut fibers = Vec::new();
         self.owned.close_and_drain(|ptr| {
             // SAFETY: we hold the list's reference to the live task `ptr`.
-            let home = unsafe { ptr.as_ref() }.home.load(Relaxed);
-            if home != NO_HOME && home & SOFT_HOME == 0 {
+            if unsafe { ptr.as_ref() }.is_pinned() {
                 fibers.push(TaskRef(ptr));
                 return;
             }

@@ -25,8 +25,6 @@ use crate::sync::{fence, Arc};
 use crate::task::raw::Notified;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
-use crate::task::header::{NO_HOME, SOFT_HOME};
-
 /// Fork-join heartbeat: joins between clock reads, and the period after which the
 /// oldest private frame may be shown to hungry workers.
 const HEARTBEAT_JOINS: u32 = 64;
@@ -100,9 +98,6 @@ pub(crate) struct Core {
     /// Polls since the worker started; drives the global-queue interval.
     tick: Cell<u32>,
     global_interval: Cell<u32>,
-    /// Polls until the next fairness check (counts down from `global_interval`; a
-    /// division per poll was measurable on the fiber switch path).
-    until_global: Cell<u32>,
     avg_task_ns: Cell<f64>,
     tick_start: Cell<Instant>,
     /// Polls since `tick_start` (a park restarts the measurement).
@@ -157,7 +152,6 @@ impl Core {
             budget: Cell::new(BUDGET),
             tick: Cell::new(0),
             global_interval: Cell::new(interval_for(INITIAL_AVG_NS)),
-            until_global: Cell::new(interval_for(INITIAL_AVG_NS)),
             avg_task_ns: Cell::new(INITIAL_AVG_NS),
             tick_start: Cell::new(Instant::now()),
             tick_polls: Cell::new(0),
@@ -257,8 +251,9 @@ impl Core {
         &self.parker
     }
 
-    /// Tells the stall reporter that the task being polled is a fiber (run_task
-    /// restores the outer value after the poll).
+    /// Tells the stall reporter that the task being polled is a fiber (called by the
+    /// fiber's poll after `run_task` stored the plain id; run_task restores the outer
+    /// value after the poll).
     pub(crate) fn mark_running_fiber(&self, tagged_id: u64) {
         self.shared.remotes[self.index]
             .running_task
@@ -532,13 +527,8 @@ impl Core {
         let running = &self.shared.remotes[self.index].running_task;
         // Polls nest when a task helps; the stall reporter names the innermost.
         let outer = running.load(Relaxed);
-        let header = task.header();
-        let fiber = if header.home.load(Relaxed) == NO_HOME {
-            0
-        } else {
-            crate::runtime::sysmon::FIBER_BIT
-        };
-        running.store(header.id.as_u64() | fiber, Relaxed);
+        // A fiber's poll adds `FIBER_BIT` itself (`mark_running_fiber`).
+        running.store(task.header().id.as_u64(), Relaxed);
         task.run();
         running.store(outer, Relaxed);
     }
@@ -600,14 +590,7 @@ impl Core {
             // A busy worker fires due timers itself; nobody may be parked to do it.
             self.shared.time.process();
         }
-        let until = self.until_global.get();
-        let fairness_due = until <= 1;
-        self.until_global.set(if fairness_due {
-            self.global_interval.get()
-        } else {
-            until - 1
-        });
-        if fairness_due {
+        if tick.is_multiple_of(self.global_interval.get()) {
             // About once per millisecond of task time: the global queue and this
             // worker's fibers (fairness).
             if let Some(t) = self.next_global().or_else(|| self.next_pinned()) {
@@ -933,8 +916,7 @@ enum Work {
 
 /// A started fiber that must run on its home worker.
 fn is_pinned(task: &Notified) -> bool {
-    let home = task.header().home.load(Relaxed);
-    home != NO_HOME && home & SOFT_HOME == 0
+    task.header().is_pinned()
 }
 
 fn interval_for(avg_task_ns: f64) -> u32 {

@@ -29,6 +29,34 @@ pub(crate) const NO_HOME: u32 = u32::MAX;
 /// Flag in `Header::home`: the worker is a preference, not a rule (fiber migration).
 pub(crate) const SOFT_HOME: u32 = 1 << 31;
 
+/// The decoded `Header::home`: the worker a started fiber belongs to, and whether that
+/// is a rule (`pinned`) or a preference.
+#[derive(Clone, Copy)]
+pub(crate) struct Home {
+    pub(crate) worker: usize,
+    pub(crate) pinned: bool,
+}
+
+impl Header {
+    /// The task's home worker, if it is a started fiber. Read it after the state-word
+    /// transition that gave the reader the task (see the field).
+    #[inline]
+    pub(crate) fn home(&self) -> Option<Home> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let home = self.home.load(Relaxed);
+        (home != NO_HOME).then_some(Home {
+            worker: (home & !SOFT_HOME) as usize,
+            pinned: home & SOFT_HOME == 0,
+        })
+    }
+
+    /// Whether the task is a started fiber that must run on its home worker.
+    #[inline]
+    pub(crate) fn is_pinned(&self) -> bool {
+        self.home().is_some_and(|h| h.pinned)
+    }
+}
+
 /// Intrusive doubly-linked-list pointers for the owned-task list.
 pub(crate) struct OwnedLinks {
     pub(crate) prev: UnsafeCell<Option<NonNull<Header>>>,

@@ -81,3 +81,40 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> Option<String> {
         payload.downcast_ref::<String>().cloned()
     }
 }
+
+/// fib(n) by recursive `weft::join`, no cutoff.
+pub fn fib(n: u64) -> u64 {
+    if n < 2 {
+        return n;
+    }
+    let (a, b) = weft::join(|| fib(n - 1), || fib(n - 2));
+    a + b
+}
+
+/// A task that keeps one worker of its runtime busy (blocking the thread) until
+/// released, so that what is spawned next stays queued.
+pub struct Blocker {
+    /// Send to (or drop) to let the task finish.
+    pub release: mpsc::Sender<()>,
+    pub handle: weft::JoinHandle<()>,
+}
+
+/// Spawns a [`Blocker`] on `rt` and returns once it occupies a worker.
+pub fn block_a_worker(rt: &Runtime) -> Blocker {
+    let (started_tx, started_rx) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel::<()>();
+    let handle = rt.spawn(async move {
+        started_tx.send(()).unwrap();
+        let _ = release_rx.recv_timeout(TIMEOUT);
+    });
+    started_rx.recv_timeout(TIMEOUT).unwrap();
+    Blocker { release, handle }
+}
+
+impl Blocker {
+    /// Lets the task finish and waits for it.
+    pub fn release(self) {
+        let _ = self.release.send(());
+        self.handle.join().unwrap();
+    }
+}
