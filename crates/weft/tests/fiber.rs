@@ -1705,3 +1705,47 @@ fn shutdown_unwinds_fibers_after_the_workers_stopped() {
     assert_eq!(stopped_then, workers, "unwound while workers still ran");
     assert_eq!(thread, me);
 }
+
+/// The starvation escape hatch of migration: a migrating fiber whose home worker is
+/// stuck in one long poll is woken onto the shared queue (once sysmon marked the worker
+/// stalled), so another worker runs it; the fiber finishes while its home is still
+/// blocked.
+#[test]
+fn a_migrating_fiber_escapes_a_stuck_home_worker() {
+    let _g = shared();
+    with_timeout(|| {
+        let rt = weft::Builder::new()
+            .worker_threads(2)
+            .stall_report(Some(ms(50)))
+            .build()
+            .unwrap();
+        let (wake_tx, wake_rx) = oneshot::channel::<()>();
+        let (blocking_tx, blocking_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let release_rx = Arc::new(std::sync::Mutex::new(release_rx));
+        let fiber = on(&rt, move || {
+            // SAFETY: the fiber keeps only thread ids and a channel end across waits.
+            unsafe { FiberBuilder::new().fiber_migration(true) }.spawn(move || {
+                let home = std::thread::current().id();
+                // Spawned from the fiber, the blocker waits in this worker's LIFO slot
+                // and runs here as soon as the fiber parks: it blocks the home worker.
+                drop(weft::spawn(async move {
+                    blocking_tx.send(()).unwrap();
+                    let _ = release_rx.lock().unwrap().recv_timeout(TIMEOUT);
+                }));
+                weft::wait(wake_rx).unwrap();
+                (home, std::thread::current().id())
+            })
+        });
+        blocking_rx.recv_timeout(TIMEOUT).unwrap();
+        // Past a sysmon period (10 ms here), the home worker counts as stalled.
+        std::thread::sleep(ms(100));
+        wake_tx.send(()).unwrap();
+        let (home, finished_on) = fiber.join().unwrap();
+        assert_ne!(
+            home, finished_on,
+            "the fiber waited for its stuck home worker"
+        );
+        release_tx.send(()).unwrap();
+    })
+}
