@@ -31,6 +31,7 @@
 use std::cell::OnceCell;
 use std::hint::black_box;
 use std::num::NonZero;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -68,6 +69,14 @@ ratios weft/rayon, weft/chili and seq/weft (weft's speed-up over sequential code
 tree_1023, tree_16M, tree_134M (only with --large): sum of a binary tree of boxed nodes
   (i64 value, Option<Box> children) of 1,023 / 16,777,215 / 134,217,727 nodes, joining
   at every node, no cutoff (chili's and Spice's benchmark). Trees are built once.
+  Each contender runs the same source, join(left, right): weft, rayon and seq visit the
+  left child first, chili the right one (its join runs its second closure first).
+tree_16M_rf, tree_134M_rf (only with --large): the same trees, every contender visiting
+  the right child first (weft and rayon get join(right, left), seq recurses right first,
+  chili runs as above). The tree is allocated children before parent, left subtree
+  before right, so right-first visits memory in descending address order, which the
+  prefetcher follows; left-first jumps. This compares the schedulers on equal memory
+  traffic.
 fib32_1t, fib32_<workers>t: fib(32) by recursive join, no cutoff, on 1 thread and on
   --workers threads; time, and time per join (3,524,577 joins: calls with n >= 2).
   seq is the plain recursion, which the compiler partly turns into loops (a reference).
@@ -81,9 +90,16 @@ then times k more calls: the mean per call. Targets (set for 2 threads) follow t
 /// The `forkjoin` suite; `tree_134M` only with `--large`.
 pub fn suite(opts: &Options) -> Suite {
     let workers = opts.workers;
-    let mut cases = vec![tree_case(TREE_SMALL), tree_case(TREE_MEDIUM)];
+    let medium = Rc::new(OnceCell::new());
+    let mut cases = vec![
+        tree_case(TREE_SMALL, Order::AsWritten, Rc::new(OnceCell::new())),
+        tree_case(TREE_MEDIUM, Order::AsWritten, medium.clone()),
+        tree_case(TREE_MEDIUM, Order::RightFirst, medium),
+    ];
     if opts.large {
-        cases.push(tree_case(TREE_LARGE));
+        let large = Rc::new(OnceCell::new());
+        cases.push(tree_case(TREE_LARGE, Order::AsWritten, large.clone()));
+        cases.push(tree_case(TREE_LARGE, Order::RightFirst, large));
     }
     let fib_name = format!("fib32_{workers}t");
     cases.push(fib_case("fib32_1t", Some(1)));
@@ -95,22 +111,28 @@ pub fn suite(opts: &Options) -> Suite {
 
     let large = if opts.large { TREE_LARGE } else { TREE_MEDIUM };
     let mut checks = vec![
-        check(&tree_name(TREE_SMALL), RAYON, 3.0, ""),
+        check(&tree_name(TREE_SMALL, Order::AsWritten), RAYON, 3.0, ""),
         check(&fib_name, RAYON, 3.0, ""),
     ];
     for layers in [TREE_SMALL, TREE_MEDIUM, TREE_LARGE] {
-        checks.push(check(&tree_name(layers), CHILI, 1.0, ""));
+        checks.push(check(&tree_name(layers, Order::AsWritten), CHILI, 1.0, ""));
     }
-    checks.push(check(
-        &tree_name(large),
-        SEQ,
-        1.8,
-        if opts.large {
-            "the large tree"
-        } else {
-            "the large tree: 16.7M nodes, as --large is absent"
-        },
-    ));
+    for layers in [TREE_MEDIUM, TREE_LARGE] {
+        checks.push(check(
+            &tree_name(layers, Order::RightFirst),
+            CHILI,
+            1.0,
+            "every contender visiting the right child first",
+        ));
+    }
+    let large_note = if opts.large {
+        "the large tree"
+    } else {
+        "the large tree: 16.7M nodes, as --large is absent"
+    };
+    for order in [Order::AsWritten, Order::RightFirst] {
+        checks.push(check(&tree_name(large, order), SEQ, 1.8, large_note));
+    }
 
     let mut notes = vec![
         "weft runs the timed computation in one task spawned on a worker (no interactive pool); \
@@ -232,10 +254,23 @@ fn nodes(layers: u32) -> u64 {
     (1u64 << layers) - 1
 }
 
-fn tree_name(layers: u32) -> String {
-    match nodes(layers) {
+/// The order in which a tree case's contenders visit a node's children.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Order {
+    /// Every contender runs `join(left, right)` (chili's join runs `right` first).
+    AsWritten,
+    /// Every contender visits the right child first.
+    RightFirst,
+}
+
+fn tree_name(layers: u32, order: Order) -> String {
+    let base = match nodes(layers) {
         n if n >= 1_000_000 => format!("tree_{}M", n / 1_000_000),
         n => format!("tree_{n}"),
+    };
+    match order {
+        Order::AsWritten => base,
+        Order::RightFirst => format!("{base}_rf"),
     }
 }
 
@@ -259,6 +294,27 @@ fn sum_rayon(node: &Node) -> i64 {
     node.val + l + r
 }
 
+fn sum_seq_rf(node: &Node) -> i64 {
+    let r = node.right.as_deref().map_or(0, sum_seq_rf);
+    node.val + node.left.as_deref().map_or(0, sum_seq_rf) + r
+}
+
+fn sum_weft_rf(node: &Node) -> i64 {
+    let (r, l) = weft::join(
+        || node.right.as_deref().map_or(0, sum_weft_rf),
+        || node.left.as_deref().map_or(0, sum_weft_rf),
+    );
+    node.val + l + r
+}
+
+fn sum_rayon_rf(node: &Node) -> i64 {
+    let (r, l) = rayon::join(
+        || node.right.as_deref().map_or(0, sum_rayon_rf),
+        || node.left.as_deref().map_or(0, sum_rayon_rf),
+    );
+    node.val + l + r
+}
+
 fn sum_chili(node: &Node, s: &mut chili::Scope<'_>) -> i64 {
     let (l, r) = s.join(
         |s| node.left.as_deref().map_or(0, |n| sum_chili(n, s)),
@@ -267,11 +323,12 @@ fn sum_chili(node: &Node, s: &mut chili::Scope<'_>) -> i64 {
     node.val + l + r
 }
 
-fn tree_case(layers: u32) -> Case {
-    let tree: OnceCell<Arc<Node>> = OnceCell::new();
+/// A tree case; cases of one size share `tree` (built on first use).
+fn tree_case(layers: u32, order: Order, tree: Rc<OnceCell<Arc<Node>>>) -> Case {
     let expected = nodes(layers) as i64;
+    let rf = order == Order::RightFirst;
     Case {
-        name: tree_name(layers),
+        name: tree_name(layers, order),
         metrics: vec![Metric::new("time", "sum", Unit::Ns)],
         rounds: None,
         measure: Box::new(move |index, opts: &Options| {
@@ -288,11 +345,19 @@ fn tree_case(layers: u32) -> Case {
             let (ns, sum) = match index {
                 WEFT => {
                     let tree = tree.clone();
-                    on_weft(opts.workers, move || per_call(|| sum_weft(&tree)))
+                    let sum = if rf { sum_weft_rf } else { sum_weft };
+                    on_weft(opts.workers, move || per_call(|| sum(&tree)))
                 }
-                RAYON => on_rayon(opts.workers, || per_call(|| sum_rayon(tree))),
+                RAYON => {
+                    let sum = if rf { sum_rayon_rf } else { sum_rayon };
+                    on_rayon(opts.workers, || per_call(|| sum(tree)))
+                }
+                // chili's join runs `right` first: the same visit order either way.
                 CHILI => on_chili(opts.workers, |s| per_call(|| sum_chili(tree, s))),
-                SEQ => per_call(|| sum_seq(black_box(tree))),
+                SEQ => {
+                    let sum = if rf { sum_seq_rf } else { sum_seq };
+                    per_call(|| sum(black_box(tree)))
+                }
                 _ => unreachable!("no contender #{index}"),
             };
             assert_eq!(sum, expected, "wrong tree sum");
@@ -493,15 +558,19 @@ mod tests {
 
     #[test]
     fn trees_sum_alike() {
-        let tree = Node::tree(8);
+        let tree = Arc::new(Node::tree(8));
         assert_eq!(sum_seq(&tree), 255);
+        assert_eq!(sum_seq_rf(&tree), 255);
         assert_eq!(on_rayon(2, || sum_rayon(&tree)), 255);
+        assert_eq!(on_rayon(2, || sum_rayon_rf(&tree)), 255);
         assert_eq!(on_chili(2, |s| sum_chili(&tree, s)), 255);
-        let tree = Arc::new(tree);
-        assert_eq!(on_weft(2, move || sum_weft(&tree)), 255);
-        assert_eq!(tree_name(TREE_SMALL), "tree_1023");
-        assert_eq!(tree_name(TREE_MEDIUM), "tree_16M");
-        assert_eq!(tree_name(TREE_LARGE), "tree_134M");
+        let t = tree.clone();
+        assert_eq!(on_weft(2, move || sum_weft(&t)), 255);
+        assert_eq!(on_weft(2, move || sum_weft_rf(&tree)), 255);
+        assert_eq!(tree_name(TREE_SMALL, Order::AsWritten), "tree_1023");
+        assert_eq!(tree_name(TREE_MEDIUM, Order::AsWritten), "tree_16M");
+        assert_eq!(tree_name(TREE_MEDIUM, Order::RightFirst), "tree_16M_rf");
+        assert_eq!(tree_name(TREE_LARGE, Order::AsWritten), "tree_134M");
     }
 
     #[test]
@@ -528,6 +597,7 @@ mod tests {
             [
                 "tree_1023",
                 "tree_16M",
+                "tree_16M_rf",
                 "fib32_1t",
                 "fib32_2t",
                 "sort_10M",
@@ -535,9 +605,14 @@ mod tests {
             ]
         );
         assert!(s.checks.iter().any(|c| c.case == "tree_16M" && c.vs == SEQ));
+        assert!(s
+            .checks
+            .iter()
+            .any(|c| c.case == "tree_16M_rf" && c.vs == CHILI));
         opts.large = true;
         let s = suite(&opts);
         assert!(names(&s).contains(&"tree_134M".to_string()));
+        assert!(names(&s).contains(&"tree_134M_rf".to_string()));
         assert!(s
             .checks
             .iter()

@@ -24,7 +24,12 @@
 //!
 //! Once enough private frames are waiting (one while the computation runs alone, three
 //! once the heartbeat shared work), further joins run as plain calls (no frame) except
-//! every 64th, which makes a frame and runs the heartbeat check.
+//! every 64th, which makes a frame and runs the heartbeat check. The countdown to that
+//! join lives in a thread-local allowance while plain calls are allowed
+//! (`worker::take_plain_join`), so the plain path reads and writes one thread-local word
+//! and never looks at the core; the framed path hands the countdown back and forth
+//! (`Core::absorb_plain` before it reads the core's frame state, `Core::grant_plain`
+//! before user code runs). A join from a thread that is not a worker has no allowance.
 //!
 //! This is the heartbeat scheduling of Spice and chili on top of spec 002's deque and
 //! latch: promotion costs are paid at most once per heartbeat, not per join.
@@ -119,9 +124,28 @@ where
     join_routed(a, b, true)
 }
 
-/// Runs the join here on a worker, or on the target pool from any other thread.
+/// Runs the join as two plain calls when this thread's allowance says so (the common
+/// case deep in a recursion), else takes the slow path.
 #[inline]
 fn join_routed<A, B, RA, RB>(a: A, b: B, share: bool) -> (RA, RB)
+where
+    A: FnOnce(FnContext) -> RA + Send,
+    B: FnOnce(FnContext) -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    // The plain path is kept tiny so the compiler can inline a recursion through it
+    // (and overlap its memory accesses), as it does for plain code.
+    if !share && worker::take_plain_join() {
+        return join_plain(a, b);
+    }
+    join_slow(a, b, share)
+}
+
+/// A join that makes a frame here on a worker, or runs on the target pool from any
+/// other thread.
+#[inline(never)]
+fn join_slow<A, B, RA, RB>(a: A, b: B, share: bool) -> (RA, RB)
 where
     A: FnOnce(FnContext) -> RA + Send,
     B: FnOnce(FnContext) -> RB + Send,
@@ -133,15 +157,18 @@ where
         Some(core) => {
             // SAFETY: the core lives as long as its worker thread, which is this thread.
             let core = unsafe { &*core };
-            // The plain path is kept small so the compiler can inline a recursion
-            // through it (and overlap its memory accesses), as it does for plain code.
+            core.absorb_plain();
             if !share && core.plain_join() {
+                core.grant_plain();
                 return join_plain(a, b);
             }
             join_on(core, a, b, share)
         }
         None => in_worker(|core| match core {
-            Some(core) => join_on(core, a, b, share),
+            Some(core) => {
+                core.absorb_plain();
+                join_on(core, a, b, share)
+            }
             None => join_sequential(a, b),
         }),
     }
@@ -179,7 +206,9 @@ fn finish<RA, RB>(ra: std::thread::Result<RA>, rb: std::thread::Result<RB>) -> (
     }
 }
 
-#[inline(never)]
+/// A join with a frame for `b`. The caller has taken back the plain-join allowance
+/// ([`Core::absorb_plain`]).
+#[inline]
 fn join_on<A, B, RA, RB>(core: &Core, a: A, b: B, share: bool) -> (RA, RB)
 where
     A: FnOnce(FnContext) -> RA + Send,
@@ -199,9 +228,12 @@ where
     // If `a` panics, the guard still finishes `b` (it borrows this frame) before the
     // panic continues; no `catch_unwind` on the fast path.
     let guard = FinishOnUnwind { core, job: &job_b };
+    core.grant_plain();
     let ra = a(FnContext { migrated: false });
     std::mem::forget(guard);
     let rb = finish_b(core, &job_b);
+    // Back to the caller's code, which may be a plain-call region of an outer join.
+    core.grant_plain();
     (ra, rb)
 }
 
@@ -242,9 +274,13 @@ where
     F: FnOnce(FnContext) -> R + Send,
     R: Send,
 {
+    core.absorb_plain();
     if core.pop_frame(&job_b.frame) {
         // Never promoted, or promoted and popped back before a thief took it.
-        return job_b.run_inline(FnContext { migrated: false });
+        core.grant_plain();
+        let rb = job_b.run_inline(FnContext { migrated: false });
+        core.absorb_plain();
+        return rb;
     }
     // Stolen: wait, helping the thief with `b`'s own descendants.
     let parker = core.parker();
