@@ -33,10 +33,13 @@ pub struct Slot<T> {
 
 struct SlotState<T> {
     value: Option<T>,
-    /// A receiver waiting for the slot to fill.
+    /// The receiver's and the sender's wakers: kept once registered (a fiber's waker
+    /// is the same on every wait, so the common case neither clones nor drops one).
     receiver: Option<Waker>,
-    /// A sender waiting for the slot to empty.
     sender: Option<Waker>,
+    /// Whether the receiver (sender) is waiting for the slot to fill (empty).
+    receiver_waiting: bool,
+    sender_waiting: bool,
 }
 
 impl<T> Slot<T> {
@@ -47,6 +50,8 @@ impl<T> Slot<T> {
                 value: None,
                 receiver: None,
                 sender: None,
+                receiver_waiting: false,
+                sender_waiting: false,
             }),
         }
     }
@@ -59,13 +64,15 @@ impl<T> Slot<T> {
             let mut s = lock(&self.state);
             if s.value.is_some() {
                 register(&mut s.sender, cx.waker());
+                s.sender_waiting = true;
                 return Poll::Pending;
             }
             s.value = value.take();
-            let receiver = s.receiver.take();
-            drop(s);
-            if let Some(w) = receiver {
-                w.wake();
+            if std::mem::take(&mut s.receiver_waiting) {
+                if let Some(w) = &s.receiver {
+                    // Under the lock: waking only schedules the receiver.
+                    w.wake_by_ref();
+                }
             }
             Poll::Ready(())
         }));
@@ -78,12 +85,13 @@ impl<T> Slot<T> {
             let mut s = lock(&self.state);
             let Some(v) = s.value.take() else {
                 register(&mut s.receiver, cx.waker());
+                s.receiver_waiting = true;
                 return Poll::Pending;
             };
-            let sender = s.sender.take();
-            drop(s);
-            if let Some(w) = sender {
-                w.wake();
+            if std::mem::take(&mut s.sender_waiting) {
+                if let Some(w) = &s.sender {
+                    w.wake_by_ref();
+                }
             }
             Poll::Ready(v)
         }))
