@@ -6,7 +6,8 @@
 //! inline: with nothing stolen, a join costs no allocation and no atomic operation at
 //! all. Other workers cannot see private frames; a *heartbeat* makes work visible:
 //!
-//! * the outermost join of a computation, and then every 64th join once 100 µs have
+//! * the outermost join of a computation, and then every *n*th join (adapted so that a
+//!   check, a clock read, falls about every 50 µs) once 100 µs have
 //!   passed since the last heartbeat, checks whether any worker of the pool is hungry
 //!   (searching or parked);
 //! * if one is, the oldest private frame (the largest piece of the recursion) is
@@ -24,7 +25,7 @@
 //!
 //! Once enough private frames are waiting (one while the computation runs alone, three
 //! once the heartbeat shared work), further joins run as plain calls (no frame) except
-//! every 64th, which makes a frame and runs the heartbeat check. The countdown to that
+//! every *n*th, which makes a frame and runs the heartbeat check. The countdown to that
 //! join lives in a thread-local allowance while plain calls are allowed
 //! (`worker::take_plain_join`), so the plain path reads and writes one thread-local word
 //! and never looks at the core; the framed path hands the countdown back and forth
