@@ -38,15 +38,16 @@
 //!   handle, 1,000 times per iteration; reported per spawn+await. Measures the
 //!   round trip of spawning, running and joining one task.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use futures_channel::oneshot;
 
+use crate::countdown::Countdown;
 use crate::harness::{Case, Suite};
-use crate::runtimes::{AsyncExecutor, JoinOf, Rt, Spawn, Tokio, Weft};
+use crate::runtimes::{build, AsyncExecutor, JoinOf, Rt, Spawn, Tokio, Weft};
 
 /// Contenders, in the index order used by [`measure`].
 pub const CONTENDERS: &[&str] = &[Weft::NAME, Tokio::NAME, AsyncExecutor::NAME];
@@ -126,8 +127,7 @@ fn measure<C: AsyncCase>(index: usize, workers: usize) -> f64 {
 /// Fresh runtime, warm-up, timed iterations, teardown, shutdown. Returns
 /// the mean nanoseconds per unit.
 fn measure_on<C: AsyncCase, R: Rt>(workers: usize) -> f64 {
-    let rt = R::build(workers)
-        .unwrap_or_else(|e| panic!("cannot build {} with {workers} workers: {e}", R::NAME));
+    let rt = build::<R>(workers, false);
     let elapsed = {
         let mut prepared = C::prepare(&rt, workers);
         (prepared.iteration)();
@@ -179,19 +179,15 @@ impl AsyncCase for SpawnManyLocal {
 
     fn prepare<R: Rt>(rt: &R, _workers: usize) -> Prepared<'_> {
         let (tx, rx) = mpsc::sync_channel(1000);
-        let rem = Arc::new(AtomicUsize::new(0));
+        let rem = Arc::new(Countdown::new(0));
         Prepared::new(move || {
-            rem.store(NUM_SPAWN, Relaxed);
+            rem.reset(NUM_SPAWN);
             let (tx, rem, local) = (tx.clone(), rem.clone(), rt.local());
             rt.spawn_detached(async move {
                 for _ in 0..NUM_SPAWN {
                     let tx = tx.clone();
                     let rem = rem.clone();
-                    local.spawn_detached(async move {
-                        if 1 == rem.fetch_sub(1, Relaxed) {
-                            tx.send(()).unwrap();
-                        }
-                    });
+                    local.spawn_detached(async move { rem.count_down(Relaxed, &tx) });
                 }
             });
             rx.recv().unwrap();
@@ -296,10 +292,10 @@ impl AsyncCase for PingPong {
         const NUM_PINGS: usize = 1_000;
 
         let (done_tx, done_rx) = mpsc::sync_channel(1000);
-        let rem = Arc::new(AtomicUsize::new(0));
+        let rem = Arc::new(Countdown::new(0));
         Prepared::new(move || {
             let (done_tx, rem, local) = (done_tx.clone(), rem.clone(), rt.local());
-            rem.store(NUM_PINGS, Relaxed);
+            rem.reset(NUM_PINGS);
             rt.spawn_detached(async move {
                 for _ in 0..NUM_PINGS {
                     let (rem, done_tx, spawner) = (rem.clone(), done_tx.clone(), local.clone());
@@ -312,9 +308,7 @@ impl AsyncCase for PingPong {
                         });
                         tx1.send(()).unwrap();
                         rx2.await.unwrap();
-                        if 1 == rem.fetch_sub(1, Relaxed) {
-                            done_tx.send(()).unwrap();
-                        }
+                        rem.count_down(Relaxed, &done_tx);
                     });
                 }
             });

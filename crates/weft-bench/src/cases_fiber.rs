@@ -33,7 +33,9 @@
 //!   the waker's worker, so its pair may end up on one thread.
 //! * `sleep_10k` — 10,000 fibers each sleep 1 ms 10 times; total time (the
 //!   ideal is ~10 ms plus timer granularity) and the mean lateness per
-//!   sleep (actual - 1 ms). Warm-up: 1,000 fibers sleeping twice.
+//!   sleep (actual - 1 ms). Warm-up: 1,000 fibers sleeping twice. A sleep
+//!   that returns before its 1 ms fails the measurement (checked after the
+//!   timing).
 //! * `rss_per_parked_fiber` — VmRSS (/proc/self/status) before spawning
 //!   10,000 fibers and once all of them are parked (weft: on a shared
 //!   [`Gate`](crate::fiber_sync::Gate) through `weft::wait`; may: in
@@ -53,7 +55,7 @@
 use std::io::Write as _;
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::AtomicUsize;
-use std::sync::atomic::Ordering::{AcqRel, Acquire};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::sync::Arc;
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
@@ -149,18 +151,6 @@ fn sizes() -> Sizes {
 
 /// The `fiber` suite.
 pub fn suite(opts: &Options) -> Suite {
-    fn case(
-        name: &str,
-        metrics: Vec<Metric>,
-        measure: impl Fn(usize, &Options) -> Vec<f64> + 'static,
-    ) -> Case {
-        Case {
-            name: name.to_string(),
-            metrics,
-            rounds: None,
-            measure: Box::new(measure),
-        }
-    }
     let ping_pong_metrics = || {
         vec![
             Metric::new("", "switch", Unit::Ns),
@@ -170,7 +160,7 @@ pub fn suite(opts: &Options) -> Suite {
         ]
     };
     let cases = vec![
-        case(
+        Case::new(
             "spawn_join_100k",
             vec![
                 Metric::new("total", "100k fibers", Unit::Ns),
@@ -178,13 +168,13 @@ pub fn suite(opts: &Options) -> Suite {
             ],
             |who, opts| run_child("spawn_join", who, opts.workers),
         ),
-        case("ping_pong_1w", ping_pong_metrics(), |who, _| {
+        Case::new("ping_pong_1w", ping_pong_metrics(), |who, _| {
             run_child("ping_pong", who, 1)
         }),
-        case("ping_pong_2w", ping_pong_metrics(), |who, _| {
+        Case::new("ping_pong_2w", ping_pong_metrics(), |who, _| {
             run_child("ping_pong", who, 2)
         }),
-        case(
+        Case::new(
             "sleep_10k",
             vec![
                 Metric::new("total", "10k fibers", Unit::Ns),
@@ -192,7 +182,7 @@ pub fn suite(opts: &Options) -> Suite {
             ],
             |who, opts| run_child("sleep", who, opts.workers),
         ),
-        case(
+        Case::new(
             "rss_per_parked_fiber",
             vec![
                 Metric::new("spawn+park", "fiber", Unit::Ns),
@@ -206,13 +196,6 @@ pub fn suite(opts: &Options) -> Suite {
             },
         ),
     ];
-    let check = |case: &str| Check {
-        case: case.to_string(),
-        metric: 0,
-        vs: MAY,
-        factor: 2.0,
-        note: String::new(),
-    };
     let s = sizes();
     let mut notes = vec![
         "every measurement in a fresh child process; weft without its interactive pool; \
@@ -251,9 +234,9 @@ pub fn suite(opts: &Options) -> Suite {
         notes,
         baseline: None,
         checks: vec![
-            check("spawn_join_100k"),
-            check("ping_pong_1w"),
-            check("ping_pong_2w"),
+            Check::new("spawn_join_100k", MAY, 2.0),
+            Check::new("ping_pong_1w", MAY, 2.0),
+            Check::new("ping_pong_2w", MAY, 2.0),
         ],
     }
 }
@@ -444,7 +427,14 @@ fn spawn_join<R: Fibers>(s: Sizes) -> Vec<f64> {
 
 /// `n` fibers each sleep [`SLEEP`] `k` times; returns the time from the
 /// first spawn to the last join and the mean lateness per sleep in ns.
+/// Panics if a sleep returned early.
 fn sleep_once<R: Fibers>(n: usize, k: u32) -> (Duration, f64) {
+    /// Sleeps that returned before [`SLEEP`] (should stay 0). Static, so a
+    /// fiber carries and returns no more than before and touches it only
+    /// when a sleep was early; a child process runs one `sleep_once` at a
+    /// time.
+    static EARLY: AtomicUsize = AtomicUsize::new(0);
+    EARLY.store(0, Relaxed);
     let mut handles = Vec::with_capacity(n);
     let start = Instant::now();
     for _ in 0..n {
@@ -453,13 +443,25 @@ fn sleep_once<R: Fibers>(n: usize, k: u32) -> (Duration, f64) {
             for _ in 0..k {
                 let t = Instant::now();
                 R::sleep(SLEEP);
-                late += t.elapsed().saturating_sub(SLEEP);
+                let elapsed = t.elapsed();
+                if elapsed < SLEEP {
+                    EARLY.fetch_add(1, Relaxed);
+                }
+                late += elapsed.saturating_sub(SLEEP);
             }
             late
         }));
     }
     let late: Duration = handles.into_iter().map(R::join).sum();
     let elapsed = start.elapsed();
+    // Every fiber has been joined, so its adds are visible.
+    let early = EARLY.load(Relaxed);
+    assert_eq!(
+        early,
+        0,
+        "sleep returned before its duration ({early} of {} sleeps)",
+        n as u64 * u64::from(k)
+    );
     (elapsed, late.as_nanos() as f64 / (n as f64 * f64::from(k)))
 }
 

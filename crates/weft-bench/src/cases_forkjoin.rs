@@ -111,19 +111,17 @@ pub fn suite(opts: &Options) -> Suite {
 
     let large = if opts.large { TREE_LARGE } else { TREE_MEDIUM };
     let mut checks = vec![
-        check(&tree_name(TREE_SMALL, Order::AsWritten), RAYON, 3.0, ""),
-        check(&fib_name, RAYON, 3.0, ""),
+        Check::new(&tree_name(TREE_SMALL, Order::AsWritten), RAYON, 3.0),
+        Check::new(&fib_name, RAYON, 3.0),
     ];
     for layers in [TREE_SMALL, TREE_MEDIUM, TREE_LARGE] {
-        checks.push(check(&tree_name(layers, Order::AsWritten), CHILI, 1.0, ""));
+        checks.push(Check::new(&tree_name(layers, Order::AsWritten), CHILI, 1.0));
     }
     for layers in [TREE_MEDIUM, TREE_LARGE] {
-        checks.push(check(
-            &tree_name(layers, Order::RightFirst),
-            CHILI,
-            1.0,
-            "every contender visiting the right child first",
-        ));
+        checks.push(
+            Check::new(&tree_name(layers, Order::RightFirst), CHILI, 1.0)
+                .note("every contender visiting the right child first"),
+        );
     }
     let large_note = if opts.large {
         "the large tree"
@@ -131,7 +129,7 @@ pub fn suite(opts: &Options) -> Suite {
         "the large tree: 16.7M nodes, as --large is absent"
     };
     for order in [Order::AsWritten, Order::RightFirst] {
-        checks.push(check(&tree_name(large, order), SEQ, 1.8, large_note));
+        checks.push(Check::new(&tree_name(large, order), SEQ, 1.8).note(large_note));
     }
 
     let mut notes = vec![
@@ -155,16 +153,6 @@ pub fn suite(opts: &Options) -> Suite {
         notes,
         baseline: Some(SEQ),
         checks,
-    }
-}
-
-fn check(case: &str, vs: usize, factor: f64, note: &str) -> Check {
-    Check {
-        case: case.to_string(),
-        metric: 0,
-        vs,
-        factor,
-        note: note.to_string(),
     }
 }
 
@@ -327,43 +315,39 @@ fn sum_chili(node: &Node, s: &mut chili::Scope<'_>) -> i64 {
 fn tree_case(layers: u32, order: Order, tree: Rc<OnceCell<Arc<Node>>>) -> Case {
     let expected = nodes(layers) as i64;
     let rf = order == Order::RightFirst;
-    Case {
-        name: tree_name(layers, order),
-        metrics: vec![Metric::new("time", "sum", Unit::Ns)],
-        rounds: None,
-        measure: Box::new(move |index, opts: &Options| {
-            let tree = tree.get_or_init(|| {
-                let start = Instant::now();
-                let t = Arc::new(Node::tree(layers));
-                eprintln!(
-                    "  built the tree of {} nodes in {:.1} s",
-                    nodes(layers),
-                    start.elapsed().as_secs_f64()
-                );
-                t
-            });
-            let (ns, sum) = match index {
-                WEFT => {
-                    let tree = tree.clone();
-                    let sum = if rf { sum_weft_rf } else { sum_weft };
-                    on_weft(opts.workers, move || per_call(|| sum(&tree)))
-                }
-                RAYON => {
-                    let sum = if rf { sum_rayon_rf } else { sum_rayon };
-                    on_rayon(opts.workers, || per_call(|| sum(tree)))
-                }
-                // chili's join runs `right` first: the same visit order either way.
-                CHILI => on_chili(opts.workers, |s| per_call(|| sum_chili(tree, s))),
-                SEQ => {
-                    let sum = if rf { sum_seq_rf } else { sum_seq };
-                    per_call(|| sum(black_box(tree)))
-                }
-                _ => unreachable!("no contender #{index}"),
-            };
-            assert_eq!(sum, expected, "wrong tree sum");
-            vec![ns]
-        }),
-    }
+    let metrics = vec![Metric::new("time", "sum", Unit::Ns)];
+    Case::new(&tree_name(layers, order), metrics, move |index, opts| {
+        let tree = tree.get_or_init(|| {
+            let start = Instant::now();
+            let t = Arc::new(Node::tree(layers));
+            eprintln!(
+                "  built the tree of {} nodes in {:.1} s",
+                nodes(layers),
+                start.elapsed().as_secs_f64()
+            );
+            t
+        });
+        let (ns, sum) = match index {
+            WEFT => {
+                let tree = tree.clone();
+                let sum = if rf { sum_weft_rf } else { sum_weft };
+                on_weft(opts.workers, move || per_call(|| sum(&tree)))
+            }
+            RAYON => {
+                let sum = if rf { sum_rayon_rf } else { sum_rayon };
+                on_rayon(opts.workers, || per_call(|| sum(tree)))
+            }
+            // chili's join runs `right` first: the same visit order either way.
+            CHILI => on_chili(opts.workers, |s| per_call(|| sum_chili(tree, s))),
+            SEQ => {
+                let sum = if rf { sum_seq_rf } else { sum_seq };
+                per_call(|| sum(black_box(tree)))
+            }
+            _ => unreachable!("no contender #{index}"),
+        };
+        assert_eq!(sum, expected, "wrong tree sum");
+        vec![ns]
+    })
 }
 
 // --------------------------------------------------------------- fib ----
@@ -412,28 +396,24 @@ pub fn fib_joins(n: u64) -> u64 {
 /// fib(32) on `threads` threads, or on `--workers` threads when `None`.
 fn fib_case(name: &str, threads: Option<usize>) -> Case {
     let joins = fib_joins(FIB_N) as f64;
-    Case {
-        name: name.to_string(),
-        metrics: vec![
-            Metric::new("time", "fib(32)", Unit::Ns),
-            Metric::new("per join", "join", Unit::Ns),
-        ],
-        rounds: None,
-        measure: Box::new(move |index, opts: &Options| {
-            let threads = threads.unwrap_or(opts.workers);
-            let n = black_box(FIB_N);
-            let (ns, fib) = match index {
-                WEFT => on_weft(threads, move || per_call(|| fib_weft(n))),
-                RAYON => on_rayon(threads, || per_call(|| fib_rayon(n))),
-                CHILI => on_chili(threads, |s| per_call(|| fib_chili(n, s))),
-                SEQ => per_call(|| fib_seq(n)),
-                _ => unreachable!("no contender #{index}"),
-            };
-            assert_eq!(fib, FIB_32, "wrong fib(32)");
-            let per_join = if index == SEQ { f64::NAN } else { ns / joins };
-            vec![ns, per_join]
-        }),
-    }
+    let metrics = vec![
+        Metric::new("time", "fib(32)", Unit::Ns),
+        Metric::new("per join", "join", Unit::Ns),
+    ];
+    Case::new(name, metrics, move |index, opts| {
+        let threads = threads.unwrap_or(opts.workers);
+        let n = black_box(FIB_N);
+        let (ns, fib) = match index {
+            WEFT => on_weft(threads, move || per_call(|| fib_weft(n))),
+            RAYON => on_rayon(threads, || per_call(|| fib_rayon(n))),
+            CHILI => on_chili(threads, |s| per_call(|| fib_chili(n, s))),
+            SEQ => per_call(|| fib_seq(n)),
+            _ => unreachable!("no contender #{index}"),
+        };
+        assert_eq!(fib, FIB_32, "wrong fib(32)");
+        let per_join = if index == SEQ { f64::NAN } else { ns / joins };
+        vec![ns, per_join]
+    })
 }
 
 /// fib(32).
@@ -486,52 +466,44 @@ fn seq_map_sum(n: u64) -> u64 {
 
 fn sort_case() -> Case {
     let input: OnceCell<Arc<Vec<u64>>> = OnceCell::new();
-    Case {
-        name: "sort_10M".to_string(),
-        metrics: vec![Metric::new("time", "sort", Unit::Ns)],
-        rounds: None,
-        measure: Box::new(move |index, opts: &Options| {
-            let src = input.get_or_init(|| {
-                let mut rng = Rng::new(SEED);
-                Arc::new((0..SORT_LEN).map(|_| rng.next_u64()).collect())
-            });
-            let ns = match index {
-                WEFT => {
-                    let src = src.clone();
-                    on_weft(opts.workers, move || sort_timed(&src, weft_par::sort))
-                }
-                RAYON => on_rayon(opts.workers, || sort_timed(src, rayon_par::sort)),
-                CHILI => f64::NAN,
-                SEQ => sort_timed(src, <[u64]>::sort_unstable),
-                _ => unreachable!("no contender #{index}"),
-            };
-            vec![ns]
-        }),
-    }
+    let metrics = vec![Metric::new("time", "sort", Unit::Ns)];
+    Case::new("sort_10M", metrics, move |index, opts| {
+        let src = input.get_or_init(|| {
+            let mut rng = Rng::new(SEED);
+            Arc::new((0..SORT_LEN).map(|_| rng.next_u64()).collect())
+        });
+        let ns = match index {
+            WEFT => {
+                let src = src.clone();
+                on_weft(opts.workers, move || sort_timed(&src, weft_par::sort))
+            }
+            RAYON => on_rayon(opts.workers, || sort_timed(src, rayon_par::sort)),
+            CHILI => f64::NAN,
+            SEQ => sort_timed(src, <[u64]>::sort_unstable),
+            _ => unreachable!("no contender #{index}"),
+        };
+        vec![ns]
+    })
 }
 
 // --------------------------------------------------------------- sum ----
 
 fn sum_case() -> Case {
     let expected: OnceCell<u64> = OnceCell::new();
-    Case {
-        name: "sum_100M".to_string(),
-        metrics: vec![Metric::new("time", "map+sum", Unit::Ns)],
-        rounds: None,
-        measure: Box::new(move |index, opts: &Options| {
-            let expected = *expected.get_or_init(|| seq_map_sum(SUM_LEN));
-            let n = black_box(SUM_LEN);
-            let (ns, sum) = match index {
-                WEFT => on_weft(opts.workers, move || per_call(|| weft_par::map_sum(n))),
-                RAYON => on_rayon(opts.workers, || per_call(|| rayon_par::map_sum(n))),
-                CHILI => return vec![f64::NAN],
-                SEQ => per_call(|| seq_map_sum(black_box(n))),
-                _ => unreachable!("no contender #{index}"),
-            };
-            assert_eq!(sum, expected, "wrong sum");
-            vec![ns]
-        }),
-    }
+    let metrics = vec![Metric::new("time", "map+sum", Unit::Ns)];
+    Case::new("sum_100M", metrics, move |index, opts| {
+        let expected = *expected.get_or_init(|| seq_map_sum(SUM_LEN));
+        let n = black_box(SUM_LEN);
+        let (ns, sum) = match index {
+            WEFT => on_weft(opts.workers, move || per_call(|| weft_par::map_sum(n))),
+            RAYON => on_rayon(opts.workers, || per_call(|| rayon_par::map_sum(n))),
+            CHILI => return vec![f64::NAN],
+            SEQ => per_call(|| seq_map_sum(black_box(n))),
+            _ => unreachable!("no contender #{index}"),
+        };
+        assert_eq!(sum, expected, "wrong sum");
+        vec![ns]
+    })
 }
 
 #[cfg(test)]

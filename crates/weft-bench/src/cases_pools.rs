@@ -27,7 +27,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::harness::{median, percentile, Case, Metric, Options, Suite, Unit};
+use crate::harness::{median, percentile, Case, Metric, Suite, Unit};
 use crate::load::Busy;
 use crate::rng::Rng;
 use crate::runtimes::{Rt, Tokio, Weft};
@@ -55,14 +55,14 @@ pub fn suite() -> Suite {
         contenders: CONTENDERS,
         cases: STEPS
             .iter()
-            .map(|&(name, step)| Case {
-                name: name.to_string(),
-                metrics: vec![
+            .map(|&(name, step)| {
+                let metrics = vec![
                     Metric::new("p50", "probe", Unit::Ns),
                     Metric::new("p99", "probe", Unit::Ns),
-                ],
-                rounds: None,
-                measure: Box::new(move |index, opts: &Options| measure(index, opts.workers, step)),
+                ];
+                Case::new(name, metrics, move |index, opts| {
+                    measure(index, opts.workers, step)
+                })
             })
             .collect(),
         notes: vec![format!(

@@ -19,19 +19,23 @@
 //!   [`BUSY_STEP`], yield, repeat), a task sleeps 10 ms 500 times in a row;
 //!   reported: median and 99th percentile of the lateness (actual − 10 ms).
 //!   Warm-up: 5 sleeps.
+//!
+//! In `sleeps_100k` and `accuracy` a sleep that returns before its duration
+//! fails the measurement (checked after the timing).
 
 use std::future::{pending, Future};
 use std::pin::pin;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Relaxed};
-use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{mpsc, Arc};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use crate::countdown::Countdown;
 use crate::harness::{median, percentile, Case, Metric, Options, Suite, Unit};
 use crate::load::Busy;
 use crate::rng::Rng;
-use crate::runtimes::{Rt, Spawn, TimeRt, Tokio, Weft};
+use crate::runtimes::{build, Rt, Spawn, TimeRt, Tokio, Weft};
 
 /// Contenders, in the index order the cases use.
 pub const CONTENDERS: &[&str] = &[Weft::NAME, Tokio::NAME];
@@ -51,19 +55,11 @@ pub const BUSY_STEP: Duration = Duration::from_micros(50);
 
 /// The `timers` suite.
 pub fn suite() -> Suite {
-    fn case(name: &str, metrics: Vec<Metric>, measure: fn(usize, &Options) -> Vec<f64>) -> Case {
-        Case {
-            name: name.to_string(),
-            metrics,
-            rounds: None,
-            measure: Box::new(measure),
-        }
-    }
     Suite {
         command: "timers",
         contenders: CONTENDERS,
         cases: vec![
-            case(
+            Case::new(
                 "sleeps_100k",
                 vec![
                     Metric::new("total", "100k sleeps", Unit::Ns),
@@ -72,12 +68,12 @@ pub fn suite() -> Suite {
                 ],
                 on_contender::<Sleeps>,
             ),
-            case(
+            Case::new(
                 "timeout_cancel",
                 vec![Metric::new("", "create+cancel", Unit::Ns)],
                 on_contender::<TimeoutCancel>,
             ),
-            case(
+            Case::new(
                 "accuracy",
                 vec![
                     Metric::new("p50 late", "10ms sleep", Unit::Ns),
@@ -116,8 +112,7 @@ fn on_contender<C: TimerCase>(index: usize, opts: &Options) -> Vec<f64> {
 
 /// Builds a fresh runtime, runs `C` on it, shuts it down.
 fn fresh<C: TimerCase, R: TimeRt>(workers: usize) -> Vec<f64> {
-    let rt = R::build_one_pool(workers)
-        .unwrap_or_else(|e| panic!("cannot build {} with {workers} workers: {e}", R::NAME));
+    let rt = build::<R>(workers, true);
     let result = C::run(&rt, workers);
     rt.shutdown();
     result
@@ -125,38 +120,56 @@ fn fresh<C: TimerCase, R: TimeRt>(workers: usize) -> Vec<f64> {
 
 struct Sleeps;
 
+/// What the sleeping tasks of [`Sleeps`] add up, in one allocation.
+#[derive(Default)]
+struct Lateness {
+    /// Total lateness in ns.
+    late_ns: AtomicU64,
+    /// Sleeps that returned before their duration (should stay 0).
+    early: AtomicU64,
+}
+
 impl Sleeps {
     /// Spawns `n` sleeping tasks (durations from `seed`, below `max`) from
     /// inside a task; returns the time until the last fired and the mean
-    /// lateness in ns.
+    /// lateness in ns. Panics if a sleep returned early.
     fn once<R: TimeRt>(rt: &R, n: usize, max: Duration, seed: u64) -> (Duration, f64) {
-        let remaining = Arc::new(AtomicUsize::new(n));
-        let late_ns = Arc::new(AtomicU64::new(0));
+        let remaining = Arc::new(Countdown::new(n));
+        let lateness = Arc::new(Lateness::default());
         let (tx, rx) = mpsc::sync_channel(1);
         let max_us = max.as_micros() as u64;
         let start = Instant::now();
         {
-            let (remaining, late_ns, local) = (remaining.clone(), late_ns.clone(), rt.local());
+            let (remaining, lateness, local) = (remaining.clone(), lateness.clone(), rt.local());
             rt.spawn_detached(async move {
                 let mut rng = Rng::new(seed);
                 for _ in 0..n {
                     let d = Duration::from_micros(rng.below(max_us));
-                    let (remaining, late_ns, tx) = (remaining.clone(), late_ns.clone(), tx.clone());
+                    let (remaining, lateness, tx) =
+                        (remaining.clone(), lateness.clone(), tx.clone());
                     local.spawn_detached(async move {
                         let created = Instant::now();
                         R::sleep(d).await;
-                        let late = created.elapsed().saturating_sub(d);
-                        late_ns.fetch_add(late.as_nanos() as u64, Relaxed);
-                        if remaining.fetch_sub(1, AcqRel) == 1 {
-                            tx.send(()).unwrap();
+                        let elapsed = created.elapsed();
+                        if elapsed < d {
+                            lateness.early.fetch_add(1, Relaxed);
                         }
+                        let late = elapsed.saturating_sub(d);
+                        lateness.late_ns.fetch_add(late.as_nanos() as u64, Relaxed);
+                        remaining.count_down(AcqRel, &tx);
                     });
                 }
             });
         }
         rx.recv().expect("a sleeping task was dropped");
         let total = start.elapsed();
-        (total, late_ns.load(Relaxed) as f64 / n as f64)
+        // Acquire-ordered by the countdown that sent the signal.
+        let early = lateness.early.load(Relaxed);
+        assert_eq!(
+            early, 0,
+            "sleep returned before its duration ({early} of {n})"
+        );
+        (total, lateness.late_ns.load(Relaxed) as f64 / n as f64)
     }
 }
 
@@ -207,18 +220,29 @@ struct Accuracy;
 
 impl Accuracy {
     /// `n` sequential sleeps in one task; returns each one's lateness in ns.
+    /// Panics if a sleep returned early.
     fn once<R: TimeRt>(rt: &R, n: usize) -> Vec<f64> {
         let task = rt.spawn(async move {
             let mut late = Vec::with_capacity(n);
+            let mut early = 0usize;
             for _ in 0..n {
                 let start = Instant::now();
                 R::sleep(ACCURACY_SLEEP).await;
-                let l = start.elapsed().saturating_sub(ACCURACY_SLEEP);
+                let elapsed = start.elapsed();
+                if elapsed < ACCURACY_SLEEP {
+                    early += 1;
+                }
+                let l = elapsed.saturating_sub(ACCURACY_SLEEP);
                 late.push(l.as_nanos() as f64);
             }
-            late
+            (late, early)
         });
-        rt.block_on(task)
+        let (late, early) = rt.block_on(task);
+        assert_eq!(
+            early, 0,
+            "sleep returned before its duration ({early} of {n})"
+        );
+        late
     }
 }
 

@@ -36,15 +36,15 @@
 //! The idle cases are one measurement per runtime (one round, not 11): they
 //! take seconds each and count events that should not happen at all.
 
-use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::AcqRel;
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::countdown::Countdown;
 use crate::cputime::CpuClock;
 use crate::harness::{Case, Metric, Options, Suite, Target, Unit};
-use crate::runtimes::{PoolCounters, Rt, TimeRt, Tokio, Weft};
+use crate::runtimes::{build, PoolCounters, Rt, TimeRt, Tokio, Weft};
 
 /// Contenders, in the index order the cases use.
 pub const CONTENDERS: &[&str] = &[Weft::NAME, Tokio::NAME];
@@ -61,42 +61,42 @@ const SETTLE: Duration = Duration::from_millis(20);
 pub fn suite() -> Suite {
     let mut cases: Vec<Case> = BURSTS
         .iter()
-        .map(|&n| Case {
-            name: format!("burst_{n}"),
-            metrics: vec![
+        .map(|&n| {
+            let metrics = vec![
                 Metric::new("wall", "burst", Unit::Ns),
                 Metric::new("cpu", "burst", Unit::Ns),
                 Metric::new("cpu idle", "20 ms", Unit::Ns),
                 Metric::new("wakes", "insert", Unit::Count).target(Target::AtMost(1.0)),
                 Metric::new("spurious", "wake", Unit::Percent).target(Target::Below(10.0)),
-            ],
-            rounds: None,
-            measure: Box::new(move |index, opts: &Options| match index {
-                0 => burst::<Weft>(n, opts.workers),
-                1 => burst::<Tokio>(n, opts.workers),
-                _ => unreachable!("no contender #{index}"),
-            }),
+            ];
+            Case::new(
+                &format!("burst_{n}"),
+                metrics,
+                move |index, opts| match index {
+                    0 => burst::<Weft>(n, opts.workers),
+                    1 => burst::<Tokio>(n, opts.workers),
+                    _ => unreachable!("no contender #{index}"),
+                },
+            )
         })
         .collect();
-    let idle_case = |name: &str, measure: fn(usize, &Options) -> Vec<f64>| Case {
-        name: name.to_string(),
-        metrics: vec![
+    let idle_case = |name: &str, measure: fn(usize, &Options) -> Vec<f64>| {
+        let metrics = vec![
             Metric::new("cpu", "s idle", Unit::Ns).target(Target::Below(1e6)),
             Metric::new("cpu base", "s idle", Unit::Ns),
             Metric::new("wakes", "window", Unit::Count).target(Target::AtMost(0.0)),
             Metric::new("parks", "window", Unit::Count).target(Target::AtMost(0.0)),
-        ],
-        rounds: Some(1),
-        measure: Box::new(measure),
+        ];
+        Case::new(name, metrics, measure).rounds(1)
     };
     cases.push(idle_case("idle", |index, opts| match index {
-        0 => idle(|| build::<Weft>(opts.workers), opts.idle, false),
-        1 => idle(|| build::<Tokio>(opts.workers), opts.idle, false),
+        0 => idle(|| build::<Weft>(opts.workers, true), opts.idle, false),
+        1 => idle(|| build::<Tokio>(opts.workers, true), opts.idle, false),
         _ => unreachable!("no contender #{index}"),
     }));
     cases.push(idle_case("idle_timer", |index, opts| match index {
-        0 => idle(|| build::<Weft>(opts.workers), opts.idle, true),
-        1 => idle(|| build::<Tokio>(opts.workers), opts.idle, true),
+        0 => idle(|| build::<Weft>(opts.workers, true), opts.idle, true),
+        1 => idle(|| build::<Tokio>(opts.workers, true), opts.idle, true),
         _ => unreachable!("no contender #{index}"),
     }));
     cases.push(idle_case("idle_interactive", |index, opts| match index {
@@ -126,11 +126,6 @@ pub fn suite() -> Suite {
     }
 }
 
-fn build<R: Rt>(workers: usize) -> R {
-    R::build_one_pool(workers)
-        .unwrap_or_else(|e| panic!("cannot build {} with {workers} workers: {e}", R::NAME))
-}
-
 /// Spawns `n` trivial tasks from this thread and returns once all have run.
 fn spawn_burst<R: Rt>(
     rt: &R,
@@ -138,14 +133,10 @@ fn spawn_burst<R: Rt>(
     done_tx: &mpsc::SyncSender<()>,
     done_rx: &mpsc::Receiver<()>,
 ) {
-    let remaining = Arc::new(AtomicUsize::new(n));
+    let remaining = Arc::new(Countdown::new(n));
     for _ in 0..n {
         let (remaining, done_tx) = (remaining.clone(), done_tx.clone());
-        rt.spawn_detached(async move {
-            if remaining.fetch_sub(1, AcqRel) == 1 {
-                done_tx.send(()).unwrap();
-            }
-        });
+        rt.spawn_detached(async move { remaining.count_down(AcqRel, &done_tx) });
     }
     done_rx.recv().unwrap();
 }
@@ -156,14 +147,15 @@ fn spawn_burst<R: Rt>(
 /// time (the measuring thread's own sleep and wake-up) is subtracted from
 /// the burst's.
 fn burst<R: Rt>(n: usize, workers: usize) -> Vec<f64> {
-    let rt = build::<R>(workers);
+    let rt = build::<R>(workers, true);
     let (done_tx, done_rx) = mpsc::sync_channel(1);
     thread::sleep(SETTLE);
     spawn_burst(&rt, n, &done_tx, &done_rx);
     thread::sleep(SETTLE);
 
     let (mut wall, mut cpu, mut cpu_idle) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
-    let mut counters = PoolCounters::default();
+    // `None` for a runtime without counters.
+    let mut counters: Option<PoolCounters> = None;
     for _ in 0..REPS {
         // An idle window as long as the settling after the burst: what the
         // measuring thread's own sleep costs, with every worker asleep.
@@ -179,25 +171,23 @@ fn burst<R: Rt>(n: usize, workers: usize) -> Vec<f64> {
         thread::sleep(SETTLE);
         cpu += clock.elapsed();
         if let (Some(b), Some(a)) = (before, rt.pool_counters()) {
-            let d = a.since(b);
-            counters.wake_calls += d.wake_calls;
-            counters.spurious_wakeups += d.spurious_wakeups;
+            *counters.get_or_insert_default() += a.since(b);
         }
     }
-    let has_counters = rt.pool_counters().is_some();
     rt.shutdown();
 
     let reps = f64::from(REPS);
-    let (wakes, spurious) = if has_counters {
-        let wakes = counters.wake_calls as f64 / (reps * n as f64);
-        let spurious = if counters.wake_calls == 0 {
-            0.0
-        } else {
-            100.0 * counters.spurious_wakeups as f64 / counters.wake_calls as f64
-        };
-        (wakes, spurious)
-    } else {
-        (f64::NAN, f64::NAN)
+    let (wakes, spurious) = match counters {
+        Some(c) => {
+            let wakes = c.wake_calls as f64 / (reps * n as f64);
+            let spurious = if c.wake_calls == 0 {
+                0.0
+            } else {
+                100.0 * c.spurious_wakeups as f64 / c.wake_calls as f64
+            };
+            (wakes, spurious)
+        }
+        None => (f64::NAN, f64::NAN),
     };
     vec![
         wall.as_nanos() as f64 / reps,

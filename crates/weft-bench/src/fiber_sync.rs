@@ -11,12 +11,10 @@
 use std::future::poll_fn;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::{AcqRel, Acquire};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::Mutex;
 use std::task::{Poll, Waker};
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use crate::harness::lock;
 
 /// Stores `w` in `slot` unless the waker already there wakes the same task.
 fn register(slot: &mut Option<Waker>, w: &Waker) {

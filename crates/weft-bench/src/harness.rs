@@ -6,9 +6,10 @@
 //! selected case the harness runs `rounds` rounds; in each round it measures
 //! every contender once, one after another, rotating the order from round to
 //! round so that no contender always goes first or last. One measurement
-//! (`Case::measure`) builds a fresh runtime, warms it up, times it and shuts
-//! it down again, so only one runtime is ever alive. Reported numbers are the
-//! median over the rounds.
+//! (`Case::measure`) builds the contender's runtime or pool fresh, warms it
+//! up (each suite its own way), times it and shuts it down again, so no two
+//! contenders are alive at once. Reported numbers are the median over the
+//! rounds.
 //!
 //! A measurement yields one value per [`Metric`] of its case (most cases have
 //! one: nanoseconds per unit); each metric is one row of the table. A value
@@ -180,15 +181,36 @@ pub struct Case {
 }
 
 impl Case {
+    /// A case reporting `metrics`, measured by `measure(index, opts)`, run
+    /// for `--rounds` rounds.
+    pub fn new(
+        name: &str,
+        metrics: Vec<Metric>,
+        measure: impl Fn(usize, &Options) -> Vec<f64> + 'static,
+    ) -> Case {
+        Case {
+            name: name.to_string(),
+            metrics,
+            rounds: None,
+            measure: Box::new(measure),
+        }
+    }
+
     /// A case with a single metric: mean nanoseconds per `unit`, as returned
     /// by `measure(index, workers)`.
     pub fn timed(name: &str, unit: &'static str, measure: fn(usize, usize) -> f64) -> Case {
-        Case {
-            name: name.to_string(),
-            metrics: vec![Metric::new("", unit, Unit::Ns)],
-            rounds: None,
-            measure: Box::new(move |index, opts| vec![measure(index, opts.workers)]),
-        }
+        Case::new(
+            name,
+            vec![Metric::new("", unit, Unit::Ns)],
+            move |index, opts| vec![measure(index, opts.workers)],
+        )
+    }
+
+    /// The same case with a fixed number of rounds that overrides
+    /// `--rounds`.
+    pub fn rounds(mut self, rounds: usize) -> Case {
+        self.rounds = Some(rounds);
+        self
     }
 }
 
@@ -228,6 +250,24 @@ pub struct Check {
 }
 
 impl Check {
+    /// A check of the first metric of `case`: weft at least `factor` times
+    /// as fast as contender `vs`.
+    pub fn new(case: &str, vs: usize, factor: f64) -> Check {
+        Check {
+            case: case.to_string(),
+            metric: 0,
+            vs,
+            factor,
+            note: String::new(),
+        }
+    }
+
+    /// The same check with a note printed after it.
+    pub fn note(mut self, note: &str) -> Check {
+        self.note = note.to_string();
+        self
+    }
+
     /// `vs / weft` and whether it meets the factor, when both medians exist.
     fn evaluate(&self, c: &CaseResult) -> Option<(f64, bool)> {
         let speedup = ratio(
@@ -333,8 +373,23 @@ pub fn run(suite: &Suite, opts: &Options) -> Result<(), Error> {
     let watchdog = Watchdog::start(opts.timeout, report.clone(), opts.json.clone());
     let table = Table::new(suite, &selected);
 
+    let subject = suite.contenders[0];
+    let mut ratios = format!("ratio {subject}/X < 1.0: {subject} lower, i.e. faster for times");
+    if let Some(b) = suite.baseline {
+        let _ = write!(
+            ratios,
+            "; {}/{subject} > 1.0: {subject} faster",
+            suite.contenders[b]
+        );
+    }
+    if selected
+        .iter()
+        .any(|c| c.metrics.iter().any(|m| m.unit == Unit::Rate))
+    {
+        ratios.push_str("; rates: higher is better, no ratio");
+    }
     println!(
-        "weft-bench {}: cores={} workers={} rounds={} (median of rounds; lower is better; ratio < 1.0 = weft faster)",
+        "weft-bench {}: cores={} workers={} rounds={} (median of rounds; {ratios})",
         suite.command,
         cores(),
         opts.workers,
@@ -520,7 +575,8 @@ fn select<'a>(suite: &'a Suite, wanted: &[String]) -> Result<Vec<&'a Case>, Erro
         .collect())
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// Locks `m`; a poisoned lock's data is taken as it is.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -730,7 +786,7 @@ fn json_map(o: &mut String, indent: &str, entries: &[(String, String)]) {
 }
 
 /// The medians, ratios and samples of metric `m` of `c`, as object members
-/// named `{prefix}median{suffix}` etc., at `indent`.
+/// named `median{suffix}`, `ratios` and `samples{suffix}`, at `indent`.
 fn json_metric(o: &mut String, r: &Report, c: &CaseResult, m: usize, indent: &str, suffix: &str) {
     let medians: Vec<_> = r
         .contenders

@@ -1,5 +1,6 @@
-//! `weft-bench`: side-by-side benchmarks of weft against its peers, all in
-//! one process and one run, with one runtime alive at a time.
+//! `weft-bench`: side-by-side benchmarks of weft against its peers, one
+//! command (suite) per run, one contender measured at a time (the `fiber`
+//! suite measures each in a child process of its own).
 //!
 //! ```text
 //! cargo run --release -p weft-bench -- <COMMAND> [--workers N] [--rounds R] [--json FILE] [--case NAME]
@@ -18,6 +19,7 @@ mod cases_forkjoin;
 mod cases_pools;
 mod cases_timers;
 mod cases_wake;
+mod countdown;
 mod cputime;
 mod fiber_sync;
 mod harness;
@@ -141,9 +143,14 @@ fn usage(command: Option<&Command>) -> String {
          \x20   --large          'forkjoin': also run the 134,217,727-node tree (about 4 GB)\n\
          \x20   --list           list the cases of COMMAND and exit\n\
          \x20   -h, --help       print this help and exit\n\n\
-         Every round builds each runtime fresh, warms it up with one untimed\n\
-         iteration, then times it; runtimes take turns in a rotating order and\n\
-         only one is alive at a time. Ratios below 1.0 mean weft is faster.\n\n\
+         Every round measures each contender once, in a rotating order; a\n\
+         measurement builds the contender's runtime or pool fresh (tokio in\n\
+         'pools': two runtimes; 'fiber': in a child process), warms it up untimed\n\
+         (each command its own way, e.g. one iteration in 'async', >= 20 ms of\n\
+         calls in 'forkjoin'), times it and shuts it down before the next one.\n\
+         Ratio columns weft/X: below 1.0 = weft lower (faster, for times); a\n\
+         baseline's column X/weft ('forkjoin' seq/weft): above 1.0 = weft faster;\n\
+         rates (per second, higher is better) get no ratio.\n\n\
          EXIT STATUS: 0 ok, 1 a measurement failed, 2 bad arguments, 3 timeout\n"
     ));
     s

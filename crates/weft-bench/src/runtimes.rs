@@ -16,6 +16,7 @@
 use std::fmt::Debug;
 use std::future::Future;
 use std::io;
+use std::ops::AddAssign;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -36,10 +37,14 @@ pub trait Spawn: Clone + Send + Sync + 'static {
         F: Future + Send + 'static,
         F::Output: Send + 'static;
 
-    /// Spawns `f` and lets it run to completion without a handle.
+    /// Spawns `f` and lets it run to completion without a handle. The
+    /// default drops the handle, which detaches a weft or tokio task.
     fn spawn_detached<F>(&self, f: F)
     where
-        F: Future<Output = ()> + Send + 'static;
+        F: Future<Output = ()> + Send + 'static,
+    {
+        drop(self.spawn(f));
+    }
 }
 
 /// The join handle type of runtime `R` for output `T`.
@@ -53,7 +58,8 @@ pub trait Rt: Sized + 'static {
     /// How tasks of this runtime spawn further tasks.
     type Local: Spawn;
 
-    /// Builds a fresh runtime with exactly `workers` worker threads.
+    /// Builds a fresh runtime whose spawned tasks run on `workers` worker
+    /// threads (weft: plus its one interactive worker, parked).
     fn build(workers: usize) -> io::Result<Self>;
 
     /// Builds a runtime whose only worker threads are the `workers` that
@@ -78,10 +84,14 @@ pub trait Rt: Sized + 'static {
         F: Future + Send + 'static,
         F::Output: Send + 'static;
 
-    /// Remote spawn without keeping a handle.
+    /// Remote spawn without keeping a handle. The default drops the
+    /// handle, which detaches a weft or tokio task.
     fn spawn_detached<F>(&self, f: F)
     where
-        F: Future<Output = ()> + Send + 'static;
+        F: Future<Output = ()> + Send + 'static,
+    {
+        drop(self.spawn(f));
+    }
 
     /// Runs `f` to completion on the calling (non-worker) thread.
     fn block_on<F: Future>(&self, f: F) -> F::Output;
@@ -95,6 +105,17 @@ pub trait Rt: Sized + 'static {
     }
 }
 
+/// Builds a fresh `R` with `workers` workers, with [`Rt::build_one_pool`]
+/// if `one_pool`, else [`Rt::build`]; panics if it cannot.
+pub fn build<R: Rt>(workers: usize, one_pool: bool) -> R {
+    let rt = if one_pool {
+        R::build_one_pool(workers)
+    } else {
+        R::build(workers)
+    };
+    rt.unwrap_or_else(|e| panic!("cannot build {} with {workers} workers: {e}", R::NAME))
+}
+
 /// Sleep/wake counters of a runtime, summed over its pools.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PoolCounters {
@@ -104,6 +125,14 @@ pub struct PoolCounters {
     pub spurious_wakeups: u64,
     /// Times a worker went to sleep.
     pub parks: u64,
+}
+
+impl AddAssign for PoolCounters {
+    fn add_assign(&mut self, other: PoolCounters) {
+        self.wake_calls += other.wake_calls;
+        self.spurious_wakeups += other.spurious_wakeups;
+        self.parks += other.parks;
+    }
 }
 
 impl PoolCounters {
@@ -154,6 +183,10 @@ where
 }
 
 // ---------------------------------------------------------------- weft ----
+//
+// The weft and tokio adapters below look alike but differ in more than crate
+// paths (building, pool counters, `unconstrained`); a macro for the shared
+// part would be harder to read than the two short copies.
 
 /// weft's runtime.
 pub struct Weft(weft::Runtime);
@@ -171,13 +204,6 @@ impl Spawn for WeftAmbient {
         F::Output: Send + 'static,
     {
         Unwrapped(weft::spawn(f))
-    }
-
-    fn spawn_detached<F>(&self, f: F)
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        drop(weft::spawn(f));
     }
 }
 
@@ -204,11 +230,7 @@ impl Rt for Weft {
     type Local = WeftAmbient;
 
     fn build(workers: usize) -> io::Result<Self> {
-        weft::Builder::new()
-            .worker_threads(workers)
-            .thread_name("weft-bench-worker")
-            .build()
-            .map(Weft)
+        Weft::with_pools(workers, 1)
     }
 
     fn build_one_pool(workers: usize) -> io::Result<Self> {
@@ -234,13 +256,6 @@ impl Rt for Weft {
         F::Output: Send + 'static,
     {
         Unwrapped(self.0.spawn(f))
-    }
-
-    fn spawn_detached<F>(&self, f: F)
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        drop(self.0.spawn(f));
     }
 
     fn block_on<F: Future>(&self, f: F) -> F::Output {
@@ -294,13 +309,6 @@ impl Spawn for TokioAmbient {
     {
         Unwrapped(tokio::spawn(f))
     }
-
-    fn spawn_detached<F>(&self, f: F)
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        drop(tokio::spawn(f));
-    }
 }
 
 impl Rt for Tokio {
@@ -326,13 +334,6 @@ impl Rt for Tokio {
         F::Output: Send + 'static,
     {
         Unwrapped(self.0.spawn(f))
-    }
-
-    fn spawn_detached<F>(&self, f: F)
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        drop(self.0.spawn(f));
     }
 
     fn block_on<F: Future>(&self, f: F) -> F::Output {
