@@ -66,7 +66,7 @@ where
     // pool is closed, where there is no core and jobs then run inline).
     let core: Option<&Core> = core.map(|c| unsafe { &*c });
     let parker: Arc<Parker> = match core {
-        Some(c) => c.shared().remotes[c.index()].parker.clone(),
+        Some(c) => c.parker().clone(),
         None => Arc::new(Parker::new()),
     };
     // Jobs this scope pushes sit above this mark on the worker's deque.

@@ -167,13 +167,18 @@ impl Builder {
                 format!("weft: interactive_threads must be at most {MAX_WORKERS} (got {n})"),
             ));
         }
+        Ok(n)
+    }
+
+    /// The blocking-pool cap this builder will use.
+    pub(crate) fn resolved_max_blocking_threads(&self) -> io::Result<usize> {
         if self.max_blocking_threads == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "weft: max_blocking_threads must be at least 1 (got 0)",
             ));
         }
-        Ok(n)
+        Ok(self.max_blocking_threads)
     }
 
     /// Starts the worker threads.

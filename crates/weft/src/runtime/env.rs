@@ -1,6 +1,6 @@
 //! Configuration from the environment: `WEFT_WORKERS`, `WEFT_INTERACTIVE`, `WEFT_STATS`,
 //! `WEFT_VERBOSE`, `WEFT_DEBUG_STALL` (and `WEFT_STACK_SIZE`, read by `fiber::stack`).
-//! A malformed value is reported on stderr and ignored.
+//! A malformed value is reported on stderr and ignored (a malformed flag reads as off).
 
 /// A positive count from `var`, or `None` (unset, or malformed and reported).
 pub(crate) fn count(var: &str) -> Option<usize> {
@@ -35,7 +35,9 @@ fn parse_count(raw: &str) -> Result<usize, String> {
     }
 }
 
-/// A boolean flag that is on unless set to a false value.
+/// A boolean flag that is `default` while unset or empty, and otherwise read as by
+/// [`flag`]: any value other than a true one (a malformed one too, which is reported)
+/// turns it off.
 pub(crate) fn flag_default(var: &str, default: bool) -> bool {
     match std::env::var(var) {
         Ok(raw) if raw.trim().is_empty() => default,

@@ -215,10 +215,15 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    if let Some(pool) = worker::with_current(|core| core.map(|c| c.shared().clone())) {
-        return pool.spawn(future);
+    // On a worker: its own pool (no handle needed, nor a count on the pool's `Arc`).
+    let spawned = worker::with_current(|core| match core {
+        Some(core) => Ok(core.shared().spawn(future)),
+        None => Err(future),
+    });
+    match spawned {
+        Ok(handle) => handle,
+        Err(future) => Handle::current().spawn(future),
     }
-    Handle::current().spawn(future)
 }
 
 /// Spawns a task onto a pool of the current runtime. A task spawned into another pool

@@ -125,19 +125,21 @@ impl Runtime {
         let workers = b.resolved_workers()?;
         let verbose = env::flag("WEFT_VERBOSE");
         let print_stats = env::flag("WEFT_STATS");
+        let interactive = b.resolved_interactive();
         if verbose {
             eprintln!(
                 "weft: starting runtime: {workers} workers named {}-N, {} interactive, up to {} \
                  blocking threads, budget {} polls/tick, local queue {} slots, global batch {}",
                 b.thread_name,
-                b.resolved_interactive().unwrap_or(0),
+                interactive.as_ref().map_or(0, |&n| n),
                 b.max_blocking_threads,
                 crate::scheduler::worker::BUDGET,
                 crate::scheduler::queue::CAPACITY,
                 crate::scheduler::worker::GLOBAL_BATCH,
             );
         }
-        let interactive = b.resolved_interactive()?;
+        let interactive = interactive?;
+        let max_blocking_threads = b.resolved_max_blocking_threads()?;
         let stall = b.resolved_stall_report();
         let mut locals = Vec::new();
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
@@ -152,7 +154,7 @@ impl Runtime {
             }
             let enter_weak = weak.clone();
             let blocking = Arc::new(BlockingPool::new(
-                b.max_blocking_threads,
+                max_blocking_threads,
                 b.blocking_keep_alive,
                 format!("{}-blocking", b.thread_name),
                 Box::new(move || {
@@ -337,19 +339,18 @@ impl Runtime {
         });
         let others_left = usize::from(on_own_worker);
         let deadline = timeout.map(|t| Instant::now() + t);
-        let mut running = self.exits.running.lock().unwrap();
-        while *running > others_left {
-            match deadline {
-                None => running = self.exits.cv.wait(running).unwrap(),
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        break;
-                    }
-                    running = self.exits.cv.wait_timeout(running, d - now).unwrap().0;
-                }
+        let running = self.exits.running.lock().unwrap();
+        let others_running = |n: &mut usize| *n > others_left;
+        let cv = &self.exits.cv;
+        let running = match deadline {
+            None => cv.wait_while(running, others_running).unwrap(),
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                cv.wait_timeout_while(running, left, others_running)
+                    .unwrap()
+                    .0
             }
-        }
+        };
         let all_done = *running == 0;
         let stopped = *running <= others_left;
         drop(running);

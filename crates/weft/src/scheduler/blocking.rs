@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 use std::ptr::NonNull;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::sync::Arc;
@@ -92,7 +92,11 @@ impl BlockingPool {
     }
 
     fn enqueue(self: &Arc<Self>, task: Notified) {
-        let mut s = self.state.lock().unwrap();
+        self.enqueue_locked(self.state.lock().unwrap(), task);
+    }
+
+    /// [`enqueue`](Self::enqueue) with the state lock already taken (`s`).
+    fn enqueue_locked(self: &Arc<Self>, mut s: MutexGuard<'_, State>, task: Notified) {
         if s.shutdown {
             drop(s);
             super::cancel_queued(task);
@@ -130,8 +134,9 @@ impl BlockingPool {
 
     /// Submits a new blocking task (counted in the statistics).
     pub(crate) fn submit(self: &Arc<Self>, task: Notified) {
-        self.state.lock().unwrap().tasks += 1;
-        self.enqueue(task);
+        let mut s = self.state.lock().unwrap();
+        s.tasks += 1;
+        self.enqueue_locked(s, task);
     }
 
     fn run(self: Arc<Self>) {
@@ -179,27 +184,17 @@ impl BlockingPool {
         self.cv.notify_all();
         self.cancel_queue();
         self.owned.close_and_drain(|ptr| {
-            // SAFETY: we hold the list's reference to the live task `ptr`.
-            unsafe {
-                (ptr.as_ref().vtable.shutdown)(ptr);
-                crate::task::raw::drop_reference(ptr);
-            }
+            // SAFETY: we hold the list's reference to the live task `ptr`; it moves to
+            // `cancel_now`.
+            unsafe { super::cancel_now(ptr) };
         });
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
-        let mut s = self.state.lock().unwrap();
-        while s.threads > 0 {
-            match deadline {
-                None => s = self.exited.wait(s).unwrap(),
-                Some(d) => {
-                    let now = std::time::Instant::now();
-                    if now >= d {
-                        return false;
-                    }
-                    s = self.exited.wait_timeout(s, d - now).unwrap().0;
-                }
-            }
-        }
-        true
+        let s = self.state.lock().unwrap();
+        let running = |s: &mut State| s.threads > 0;
+        let s = match timeout {
+            None => self.exited.wait_while(s, running).unwrap(),
+            Some(t) => self.exited.wait_timeout_while(s, t, running).unwrap().0,
+        };
+        s.threads == 0
     }
 }
 
@@ -244,14 +239,9 @@ impl BlockingPool {
         R: Send + 'static,
     {
         let (task, handle) = crate::task::new_task(BlockingTask(Some(f)), self.clone());
-        let ptr = NonNull::from(task.header());
-        if !self.owned.bind(ptr) {
-            super::cancel_queued(task);
-            // SAFETY: the owned-list reference was never handed to the list.
-            unsafe { crate::task::raw::drop_reference(ptr) };
-            return handle;
+        if let Some(task) = super::bind_or_cancel(&self.owned, task) {
+            self.submit(task);
         }
-        self.submit(task);
         handle
     }
 }

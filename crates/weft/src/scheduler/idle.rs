@@ -22,7 +22,8 @@
 //!
 //! Each insert claims at most one bit, so a burst of N inserts wakes at most N workers,
 //! and a woken worker wakes another only through the last-searcher rule, when the work
-//! it still sees is worth a wake (see `Worker::worth_a_wake`). A worker that sleeps holding the timer driver is claimed last.
+//! it still sees is worth a wake (see `Core::worth_a_wake`). A worker that sleeps
+//! holding the timer driver is claimed last.
 //!
 //! Pools: each pool has its own `Idle`, queues and bitmap, and an insert only ever
 //! looks at the target pool's, so a wake is pool-local and a busy pool cannot hide a

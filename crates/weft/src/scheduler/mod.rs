@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 use crate::forkjoin::deque;
 use crate::forkjoin::job::{Job, JobRef};
 use crate::sync::{fence, Arc, Mutex};
-use crate::task::header::Header;
+use crate::task::header::{Header, Home};
 use crate::task::owned::OwnedTasks;
 use crate::task::raw::{Notified, Schedule};
 use crate::task::{new_task, JoinHandle};
@@ -168,32 +168,30 @@ impl Shared {
         F::Output: Send + 'static,
     {
         let (task, handle) = new_task(future, self.clone());
-        let ptr = NonNull::from(task.header());
-        if !self.owned.bind(ptr) {
-            // Shutting down: the task is cancelled before it ever runs. We still hold
-            // the owned-list reference that was never handed to the list.
-            cancel_queued(task);
-            // SAFETY: that reference is ours to release.
-            unsafe { crate::task::raw::drop_reference(ptr) };
+        let Some(task) = bind_or_cancel(&self.owned, task) else {
             return handle;
-        }
-        let counted = worker::with_current(|core| match core {
+        };
+        // A new task has no home worker: on one of this pool's workers it is queued
+        // there, anywhere else it goes to the injection queue.
+        let task = worker::with_current(|core| match core {
             Some(core) if core.belongs_to(self) => {
                 core.count_spawn();
-                true
+                core.schedule_local(task, false)
             }
-            _ => false,
+            _ => {
+                self.external_spawned.fetch_add(1, Relaxed);
+                Some(task)
+            }
         });
-        if !counted {
-            self.external_spawned.fetch_add(1, Relaxed);
+        if let Some(task) = task {
+            self.schedule_remote_to(task, None);
         }
-        self.schedule_task(task, false);
         handle
     }
 
     /// Routes a task made SCHEDULED: to the current worker's LIFO slot or queue when
     /// called on one of this runtime's workers (for a fiber with a home worker: only on
-    /// that worker), otherwise through [`schedule_remote`](Self::schedule_remote).
+    /// that worker), otherwise through [`schedule_remote_to`](Self::schedule_remote_to).
     fn schedule_task(self: &Arc<Self>, task: Notified, is_yield: bool) {
         let home = task.header().home();
         let task = worker::with_current(|core| match core {
@@ -205,14 +203,23 @@ impl Shared {
             _ => Some(task),
         });
         if let Some(task) = task {
-            self.schedule_remote(task);
+            self.schedule_remote_to(task, home);
         }
     }
 
-    /// Queues a task from outside its worker: a fiber with a home worker goes to that
-    /// worker's inbox, anything else to the injection queue.
+    /// Queues a task from outside its worker (see
+    /// [`schedule_remote_to`](Self::schedule_remote_to)).
+    #[cfg(all(test, loom))]
     pub(crate) fn schedule_remote(&self, task: Notified) {
-        if let Some(home) = task.header().home() {
+        let home = task.header().home();
+        self.schedule_remote_to(task, home);
+    }
+
+    /// Queues a task from outside its worker: a fiber with a home worker goes to that
+    /// worker's inbox, anything else to the injection queue. `home` is the task's
+    /// decoded [`Header::home`].
+    fn schedule_remote_to(&self, task: Notified, home: Option<Home>) {
+        if let Some(home) = home {
             if home.pinned || !self.home_is_congested(home.worker) {
                 return self.push_inbox(home.worker, task);
             }
@@ -457,10 +464,22 @@ const INITIAL_WAKE_LATENCY_NS: u64 = 40_000;
 /// Cancels a task that was made SCHEDULED but will not be queued (the runtime is
 /// shutting down), then drops the queue reference.
 pub(crate) fn cancel_queued(task: Notified) {
+    // SAFETY: `task` owns one reference to its live task, which `into_raw` hands over.
+    unsafe { cancel_now(task.into_raw()) };
+}
+
+/// Links a new task into `owned`. If the list is closed (the runtime is shutting down)
+/// the task is cancelled before it ever runs, and `None` is returned.
+fn bind_or_cancel(owned: &OwnedTasks, task: Notified) -> Option<Notified> {
     let ptr = NonNull::from(task.header());
-    // SAFETY: `task` holds a reference, so the header is alive for the call.
-    unsafe { (ptr.as_ref().vtable.shutdown)(ptr) };
-    drop(task);
+    if owned.bind(ptr) {
+        return Some(task);
+    }
+    cancel_queued(task);
+    // SAFETY: the owned-list reference was never handed to the list: it is ours to
+    // release, and it kept the task alive through the cancel.
+    unsafe { crate::task::raw::drop_reference(ptr) };
+    None
 }
 
 impl Schedule for Arc<Shared> {

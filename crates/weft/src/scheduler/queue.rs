@@ -96,9 +96,7 @@ impl Local {
             let (steal, real) = unpack(head);
             let tail = self.inner.tail.load(Relaxed) as u16;
             if (tail.wrapping_sub(steal) as usize) < CAPACITY {
-                let ptr = task.into_raw();
-                self.inner.buffer[tail as usize & MASK].store(ptr.as_ptr(), Relaxed);
-                self.inner.tail.store(tail.wrapping_add(1) as u32, Release);
+                self.write_tail(tail, task);
                 return false;
             }
             if steal != real {
@@ -160,6 +158,12 @@ impl Local {
             (tail.wrapping_sub(steal) as usize) < CAPACITY,
             "weft: local queue full"
         );
+        self.write_tail(tail, task);
+    }
+
+    /// Stores `task` in the free slot at `tail` (the caller checked that it is free)
+    /// and publishes it by advancing the tail.
+    fn write_tail(&self, tail: u16, task: Notified) {
         let ptr = task.into_raw();
         self.inner.buffer[tail as usize & MASK].store(ptr.as_ptr(), Relaxed);
         self.inner.tail.store(tail.wrapping_add(1) as u32, Release);

@@ -1,12 +1,13 @@
 //! A worker's private state and its run loop (spec 001).
 //!
 //! Search order: every 16 polls while timers are pending, due timers; every
-//! `global_interval` polls the injection queue first (fairness); then the LIFO slot (at
-//! most [`MAX_LIFO_POLLS`] in a row), the local queue, the injection queue, the tasks
-//! that yielded, fork-join jobs left on this worker's deque, jobs injected from outside
-//! the pool, then stealing from peers as a searcher (a peer's oldest fork-join job, then
-//! half its task queue), and finally the sleep transition of [`super::idle`], which
-//! re-checks before it parks.
+//! `global_interval` polls the injection queue, then this worker's fibers, first
+//! (fairness); then the LIFO slot (at most [`MAX_LIFO_POLLS`] in a row), the local
+//! queue, this worker's fibers (the pinned-fiber queue, refilled from the worker's
+//! inbox when empty), the injection queue, the tasks that yielded, fork-join jobs left
+//! on this worker's deque, jobs injected from outside the pool, then stealing from peers
+//! as a searcher (a peer's oldest fork-join job, then half its task queue), and finally
+//! the sleep transition of [`super::idle`], which re-checks before it parks.
 //!
 //! The loop is re-entrant: a task that blocks in `JoinHandle::join` or `block_on` on a
 //! worker runs [`Core::run_until`] again from inside its poll, so the worker keeps
@@ -102,9 +103,8 @@ pub(crate) struct Core {
     /// Started fibers tied to this worker that are ready to run: taken from the inbox,
     /// evicted from the LIFO slot, or yielded. Never stealable.
     pinned: Cell<VecDeque<Notified>>,
-    /// Polls left in this tick.
-    budget: Cell<u32>,
-    /// Polls since the worker started; drives the global-queue interval.
+    /// Polls since the worker started; drives the global-queue interval, and a tick
+    /// ends every `BUDGET` of them.
     tick: Cell<u32>,
     global_interval: Cell<u32>,
     avg_task_ns: Cell<f64>,
@@ -200,7 +200,6 @@ impl Core {
             lifo_polls: Cell::new(0),
             deferred: Cell::new(Vec::new()),
             pinned: Cell::new(VecDeque::new()),
-            budget: Cell::new(BUDGET),
             tick: Cell::new(0),
             global_interval: Cell::new(interval_for(INITIAL_AVG_NS)),
             avg_task_ns: Cell::new(INITIAL_AVG_NS),
@@ -273,17 +272,13 @@ impl Core {
                 }
             }
         }
-        if self.searching.replace(false) {
-            self.stop_searching();
-        }
+        self.leave_searching();
     }
 
     /// Runs a fork-join job forked by another thread.
     fn run_job(&self, job: JobRef) {
         self.woken.set(false);
-        if self.searching.replace(false) {
-            self.stop_searching();
-        }
+        self.leave_searching();
         self.counters().jobs_run.bump(1);
         crate::forkjoin::execute(job);
     }
@@ -593,17 +588,14 @@ impl Core {
 
     fn run_task(&self, task: Notified) {
         self.woken.set(false);
-        if self.searching.replace(false) {
-            self.stop_searching();
-        }
+        self.leave_searching();
         self.counters().polled.bump(1);
-        self.tick.set(self.tick.get().wrapping_add(1));
+        let tick = self.tick.get().wrapping_add(1);
+        self.tick.set(tick);
         self.tick_polls.set(self.tick_polls.get() + 1);
-        let budget = self.budget.get() - 1;
-        if budget == 0 {
+        // Every `BUDGET` polls (`BUDGET` divides 2^32, so this holds across the wrap).
+        if tick.is_multiple_of(BUDGET) {
             self.end_tick();
-        } else {
-            self.budget.set(budget);
         }
         let running = &self.shared.remotes[self.index].running_task;
         // Polls nest when a task helps; the stall reporter names the innermost.
@@ -612,6 +604,14 @@ impl Core {
         running.store(task.header().id.as_u64(), Relaxed);
         task.run();
         running.store(outer, Relaxed);
+    }
+
+    /// Stops searching, if this worker is a searcher (see
+    /// [`stop_searching`](Self::stop_searching)).
+    fn leave_searching(&self) {
+        if self.searching.replace(false) {
+            self.stop_searching();
+        }
     }
 
     /// A searcher stops searching; the last one hands leftover work to a sleeper
@@ -640,7 +640,6 @@ impl Core {
     /// End of a tick: refresh the EWMA of task length and the global-queue interval.
     fn end_tick(&self) {
         self.sample_task_time(Instant::now());
-        self.budget.set(BUDGET);
     }
 
     /// Folds the polls since `tick_start` into the EWMA of task time (the first
@@ -702,9 +701,6 @@ impl Core {
         // through this same borrow.
         let pinned = unsafe { self.pinned_mut() };
         if pinned.is_empty() {
-            if self.inbox().is_empty() {
-                return None;
-            }
             self.inbox().pop_batch(usize::MAX, |t| pinned.push_back(t));
         }
         pinned.pop_front()
@@ -801,11 +797,9 @@ impl Core {
             self.counters().spurious.bump(1);
         }
         self.transitioning_to_park.set(true);
-        if self.searching.replace(false) {
-            // With the last-searcher hand-off: work that producers left to this
-            // searcher must not wait behind a busy worker while this one sleeps.
-            self.stop_searching();
-        }
+        // With the last-searcher hand-off: work that producers left to this searcher
+        // must not wait behind a busy worker while this one sleeps.
+        self.leave_searching();
         let idle = &self.shared.idle;
         idle.publish_parked(self.index);
         fence(SeqCst);
@@ -817,7 +811,7 @@ impl Core {
             self.unpublish();
         } else {
             self.counters().parked.bump(1);
-            let parker = &self.shared.remotes[self.index].parker;
+            let parker = &self.parker;
             let time = &self.shared.time;
             let mut holds_driver = false;
             loop {
@@ -896,9 +890,9 @@ impl Core {
             return None;
         }
         if let Some(t) = self.lifo.replace(Some(task)) {
-            let stealable = !is_pinned(&t);
-            self.push_local(t);
-            if stealable {
+            let pinned = is_pinned(&t);
+            self.push_local_as(t, pinned);
+            if !pinned {
                 self.shared.notify_parked();
             }
         }
@@ -906,7 +900,13 @@ impl Core {
     }
 
     fn push_local(&self, task: Notified) {
-        if is_pinned(&task) {
+        let pinned = is_pinned(&task);
+        self.push_local_as(task, pinned);
+    }
+
+    /// [`push_local`](Self::push_local) for a task whose [`is_pinned`] the caller read.
+    fn push_local_as(&self, task: Notified, pinned: bool) {
+        if pinned {
             // The stealable queue is no place for a fiber tied to this worker.
             // SAFETY: see `pinned_mut`; the push calls nothing of ours.
             unsafe { self.pinned_mut() }.push_back(task);
@@ -955,11 +955,9 @@ impl Core {
             Some(Work::Job(_)) => unreachable!("no jobs in this model"),
             None => None,
         };
-        self.next_task().or_else(stolen).inspect(|_| {
-            if self.searching.replace(false) {
-                self.stop_searching();
-            }
-        })
+        self.next_task()
+            .or_else(stolen)
+            .inspect(|_| self.leave_searching())
     }
 
     /// One sleep transition; returns when woken (or at once if work is visible).
@@ -982,9 +980,7 @@ impl Core {
         if self.shared.idle.is_parked(self.index) {
             self.unpublish();
         }
-        if self.searching.replace(false) {
-            self.stop_searching();
-        }
+        self.leave_searching();
         self.drain();
     }
 }

@@ -14,7 +14,8 @@ pub(crate) struct Header {
     /// Link for the injection queue. Written only by whoever holds the task's queue
     /// reference and the queue lock.
     pub(crate) queue_next: UnsafeCell<Option<NonNull<Header>>>,
-    /// Links of the owned-task list; guarded by the lock of shard `owned_shard`.
+    /// Links of the owned-task list; guarded by the lock of the task's shard of that
+    /// list (`OwnedTasks::shard`: the id masked by the shard count).
     pub(crate) owned: OwnedLinks,
     pub(crate) id: Id,
     /// The worker a started fiber is tied to ([`NO_HOME`] for async tasks and fibers

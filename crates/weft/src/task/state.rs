@@ -30,10 +30,9 @@ const COMPLETE: u64 = 3 << LIFECYCLE_SHIFT;
 const NOTIFIED: u64 = 1 << 24;
 /// Cancellation was requested.
 const CANCELLED: u64 = 1 << 25;
-/// A `JoinHandle` still exists and will read the output.
+/// A `JoinHandle` still exists and will read the output (cleared when it is dropped:
+/// the task is then detached).
 const JOIN_INTEREST: u64 = 1 << 26;
-/// The `JoinHandle` was dropped: nobody will read the output.
-const DETACHED: u64 = 1 << 27;
 /// The join waker slot holds a waker that the task owns (weft's use of a reserved flag
 /// bit: it hands the slot between the handle and the task without a lock).
 const JOIN_WAKER: u64 = 1 << 28;
@@ -73,9 +72,6 @@ impl Snapshot {
     pub(crate) fn is_join_interested(self) -> bool {
         self.0 & JOIN_INTEREST != 0
     }
-    pub(crate) fn is_detached(self) -> bool {
-        self.0 & DETACHED != 0
-    }
     pub(crate) fn has_join_waker(self) -> bool {
         self.0 & JOIN_WAKER != 0
     }
@@ -104,7 +100,7 @@ impl fmt::Debug for Snapshot {
             .field("notified", &self.is_notified())
             .field("cancelled", &self.is_cancelled())
             .field("join_interest", &self.is_join_interested())
-            .field("detached", &self.is_detached())
+            .field("detached", &!self.is_join_interested())
             .field("join_waker", &self.has_join_waker())
             .field("shield_depth", &self.shield_depth())
             .field("refs", &self.ref_count())
@@ -305,7 +301,7 @@ impl State {
             if s.is_complete() {
                 (None, ())
             } else {
-                (Some((s.0 & !JOIN_INTEREST & !JOIN_WAKER) | DETACHED), ())
+                (Some(s.0 & !JOIN_INTEREST & !JOIN_WAKER), ())
             }
         });
         if prev.is_complete() {
