@@ -6,8 +6,9 @@
 //! queue is not committed to sleep.* Two orders keep it:
 //!
 //! * **Sleep:** a worker publishes itself in the parked bitmap, issues a SeqCst fence,
-//!   re-checks every queue it could be handed work through (the injection queue and its
-//!   peers' local queues), and only then sleeps.
+//!   re-checks every queue it could be handed work through (the injection queue, its
+//!   fiber inbox, its peers' local queues and deques, and fork-join jobs injected from
+//!   outside), and only then sleeps.
 //! * **Insert:** a producer pushes the task, issues a SeqCst fence, then reads the
 //!   searching count and the bitmap; unless a worker is searching it claims one parked
 //!   worker (counting it as a searcher first, then clearing its bit) and unparks it.
