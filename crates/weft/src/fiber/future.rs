@@ -11,6 +11,7 @@
 
 use std::cell::Cell;
 use std::future::Future;
+use std::marker::PhantomPinned;
 use std::pin::Pin;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering::Relaxed;
@@ -48,6 +49,9 @@ pub(crate) struct FiberCtx {
     pub(crate) lock_depth: Cell<u32>,
     /// What the overflow handler reports about this fiber (set when it starts).
     frame: Cell<overflow::Frame>,
+    /// How many times the fiber has come back from a suspension in [`suspend_on`]: a
+    /// change during a poll says that a wait nested in that poll suspended the fiber.
+    resumes: Cell<u32>,
 }
 
 impl FiberCtx {
@@ -63,6 +67,7 @@ impl FiberCtx {
             join_mark: Cell::new((0, 0)),
             lock_depth: Cell::new(0),
             frame: Cell::new(overflow::Frame::NONE),
+            resumes: Cell::new(0),
         }
     }
 
@@ -99,28 +104,43 @@ pub(crate) fn suspendable() -> Option<NonNull<FiberCtx>> {
 
 /// Runs `fut` to completion on the fiber `ctx` (from [`suspendable`]), suspending the
 /// fiber (not the thread) while it is pending.
+///
+/// Waits nest: `fut`'s poll may call `wait`, which suspends the fiber in a nested
+/// `suspend_on`. Both levels share the task's waker, so the wake-up that resumed the
+/// nested level may have been meant for `fut`, and the nested loop consumed it (it
+/// re-polls only its own future). When the fiber was resumed during `fut`'s poll, `fut`
+/// is therefore polled again instead of suspending on a wake that may never come.
 pub(crate) fn suspend_on<F: Future + ?Sized>(
     ctx: NonNull<FiberCtx>,
     mut fut: Pin<&mut F>,
 ) -> F::Output {
     loop {
-        // A fresh shared borrow after every suspension: between two resumes the poller
-        // holds the future mutably.
+        // A fresh shared borrow after every suspension and every poll: between two
+        // resumes the poller holds the future mutably, and a nested wait in the poll
+        // may suspend.
         // SAFETY: the fiber is running, so its context is alive and not borrowed
         // mutably; the poll that resumed it stored its waker and is still on the stack
         // below us.
-        let (waker, yielder) = unsafe {
+        let (waker, yielder, resumes) = unsafe {
             let c = ctx.as_ref();
-            (&*c.waker.get(), c.yielder.get())
+            (&*c.waker.get(), c.yielder.get(), c.resumes.get())
         };
         if let Poll::Ready(v) = fut.as_mut().poll(&mut Context::from_waker(waker)) {
             return v;
         }
         // SAFETY: as above.
-        super::before_park(unsafe { ctx.as_ref() });
+        let c = unsafe { ctx.as_ref() };
+        if c.resumes.get() != resumes {
+            // A nested wait suspended the fiber during the poll.
+            continue;
+        }
+        super::before_park(c);
         // SAFETY: the yielder lives at the base of this fiber's stack for as long as the
         // fiber runs, and we are running on that stack.
         unsafe { &*yielder }.suspend(());
+        // SAFETY: as above (a fresh borrow: the fiber has been resumed).
+        let c = unsafe { ctx.as_ref() };
+        c.resumes.set(c.resumes.get().wrapping_add(1));
     }
 }
 
@@ -131,12 +151,17 @@ enum Run<F, T> {
 }
 
 /// The future of a fiber's task.
+///
+/// Not `Unpin`: once the fiber has started, its stack keeps the address of `ctx`
+/// (`suspend_on` holds a `NonNull<FiberCtx>` across suspensions, and the overflow
+/// handler may read `ctx.frame` during a resume), so `ctx` must stay where it is until
+/// the future is dropped.
 pub(crate) struct FiberFuture<F, T> {
     run: Run<F, T>,
     ctx: FiberCtx,
     /// `Builder::fiber_migration(true)`: the home worker is only a preference.
     migrate: bool,
-    homed: bool,
+    _pinned: PhantomPinned,
 }
 
 // SAFETY: `F` and `T` are `Send`. What lives on a suspended fiber's stack may not be:
@@ -157,7 +182,7 @@ where
             run: Run::Unstarted(f, stack),
             ctx: FiberCtx::new(name),
             migrate,
-            homed: false,
+            _pinned: PhantomPinned,
         }
     }
 
@@ -191,10 +216,11 @@ where
         self.run = Run::Started(co);
     }
 
-    /// Ties the fiber to the worker running it: for good at its first poll, or (with
-    /// migration) as a preference refreshed at every poll.
+    /// Ties the fiber to the worker running it: for good at its first poll on a worker
+    /// (from then on `ctx.core` is that worker's core), or (with migration) as a
+    /// preference refreshed at every poll.
     fn claim_home(&mut self) {
-        if self.homed && !self.migrate {
+        if !self.ctx.core.get().is_null() && !self.migrate {
             return;
         }
         let core = worker::with_current(|c| c.map(|c| c as *const worker::Core));
@@ -204,10 +230,10 @@ where
             return;
         };
         let home = core.index() as u32 | if self.migrate { SOFT_HOME } else { 0 };
+        // The task harness polls the fiber, so a task is current.
         current::with(|h| {
             if let Some(h) = h {
                 h.home.store(home, Relaxed);
-                self.homed = true;
             }
         });
     }
@@ -221,9 +247,11 @@ where
     type Output = T;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
-        // SAFETY: no field is structurally pinned: the closure is moved out once, and
-        // the context's address matters only during this call, while `self` is
-        // borrowed.
+        // `ctx` is structurally pinned: from the fiber's start until the future is
+        // dropped, the fiber's stack keeps its address (see `FiberFuture`). What is
+        // moved out of `run` (the closure `F` and the stack at the start, the coroutine
+        // at the end) does not depend on its own address.
+        // SAFETY: the pin guarantees that `ctx` stays put, and nothing here moves it.
         let this = unsafe { self.get_unchecked_mut() };
         if matches!(this.run, Run::Unstarted(..)) {
             this.start();

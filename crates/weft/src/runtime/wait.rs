@@ -3,23 +3,29 @@
 //! On a worker thread the worker helps: it runs other tasks (the full search order,
 //! including stealing and the parking handshake) until the future's waker fires, then
 //! polls the future again. Anywhere else the thread sleeps on a futex until woken.
+//!
+//! Waits nest: a future's poll may itself call `wait`. Each level must keep its own
+//! wake-ups, or a wake meant for the outer future is consumed by the inner loop (which
+//! polls only the inner future) and the outer one then sleeps for ever. The worker path
+//! makes a signal per call; a plain thread uses a fresh one when nested (see
+//! [`block_thread`]); a fiber re-polls after a nested suspension (`fiber::suspend_on`).
 
+use std::cell::Cell;
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc as StdArc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::scheduler::park::Parker;
-use crate::scheduler::worker::{self, Core};
-use crate::scheduler::Shared;
+use crate::scheduler::worker;
 use crate::sync::Arc;
 
 /// Wakes a helping worker: marks the wait as woken and unparks that worker.
 struct WorkerSignal {
     woken: AtomicBool,
-    shared: Arc<Shared>,
-    index: usize,
+    /// The parker of the helping worker.
+    parker: Arc<Parker>,
 }
 
 impl Wake for WorkerSignal {
@@ -29,7 +35,7 @@ impl Wake for WorkerSignal {
 
     fn wake_by_ref(self: &StdArc<Self>) {
         self.woken.store(true, Ordering::Release);
-        self.shared.remotes[self.index].parker.unpark();
+        self.parker.unpark();
     }
 }
 
@@ -75,39 +81,60 @@ pub fn wait<F: Future>(future: F) -> F::Output {
         if core.shared().is_shutdown() {
             return None;
         }
-        // SAFETY: `core` lives for the whole worker thread, which is this thread, and
-        // outlives this call; the reference does not escape it.
-        let core: &'static Core = unsafe { &*(core as *const Core) };
-        Some(core)
-    });
-    if let Some(core) = helped {
         let signal = StdArc::new(WorkerSignal {
             woken: AtomicBool::new(false),
-            shared: core.shared().clone(),
-            index: core.index(),
+            parker: core.parker().clone(),
         });
         let waker = Waker::from(signal.clone());
         let mut cx = Context::from_waker(&waker);
         loop {
             signal.woken.store(false, Ordering::Relaxed);
             if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
-                return v;
+                return Some(v);
             }
             core.run_until(&|| signal.woken.load(Ordering::Acquire));
             if core.shared().is_shutdown() && !signal.woken.load(Ordering::Acquire) {
                 // The worker stops running tasks; wait for the future like a thread.
-                break;
+                return None;
             }
         }
+    });
+    match helped {
+        Some(v) => v,
+        None => block_thread(future),
     }
-    block_thread(future)
 }
 
-fn block_thread<F: Future>(mut future: std::pin::Pin<&mut F>) -> F::Output {
-    thread_local! {
-        static SIGNAL: StdArc<ThreadSignal> = StdArc::new(ThreadSignal(Parker::new()));
+thread_local! {
+    /// The signal of this thread's outermost `block_thread`, kept between calls so that
+    /// a wait that does not nest allocates nothing.
+    static SIGNAL: StdArc<ThreadSignal> = StdArc::new(ThreadSignal(Parker::new()));
+    /// Whether a `block_thread` using [`SIGNAL`] runs on this thread.
+    static SIGNAL_IN_USE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Clears [`SIGNAL_IN_USE`] when the outermost wait ends (also when a poll panics).
+struct InUse;
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        SIGNAL_IN_USE.with(|u| u.set(false));
     }
-    let signal = SIGNAL.with(|s| s.clone());
+}
+
+/// Polls `future` on this thread, sleeping between polls until its waker fires.
+///
+/// Every level of nested waits has a signal of its own: with a shared one, a wake-up
+/// for the outer future would be consumed by the inner loop, which re-polls only the
+/// inner future, and the outer wait would then sleep for ever. The outermost level
+/// uses the thread's [`SIGNAL`]; nested levels make a fresh one.
+fn block_thread<F: Future>(mut future: Pin<&mut F>) -> F::Output {
+    let outermost = !SIGNAL_IN_USE.with(|u| u.replace(true));
+    let _in_use = outermost.then_some(InUse);
+    let signal = outermost
+        .then(|| SIGNAL.try_with(StdArc::clone).ok())
+        .flatten()
+        .unwrap_or_else(|| StdArc::new(ThreadSignal(Parker::new())));
     let waker = Waker::from(signal.clone());
     let mut cx = Context::from_waker(&waker);
     loop {
