@@ -78,6 +78,7 @@ pub use local::{AccessError, LocalKey};
 
 pub(crate) use future::{suspend_on, suspendable, FiberCtx};
 
+use std::pin::pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc as StdArc;
 use std::time::Duration;
@@ -277,10 +278,9 @@ fn target_pool() -> Option<Arc<Shared>> {
 /// # drop(rt);
 /// ```
 pub fn yield_now() {
-    if future::suspendable().is_some() {
-        crate::wait(crate::task::yield_now());
-    } else {
-        std::thread::yield_now();
+    match future::suspendable() {
+        Some(fiber) => future::suspend_on(fiber, pin!(crate::task::yield_now())),
+        None => std::thread::yield_now(),
     }
 }
 

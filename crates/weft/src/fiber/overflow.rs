@@ -22,7 +22,7 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Once;
 
-use super::stack::page_size;
+use super::stack::{map_guarded, page_size};
 
 /// How much of a fiber's name the report keeps.
 const NAME_CAP: usize = 64;
@@ -38,8 +38,9 @@ pub(crate) struct Frame {
     stack_size: usize,
     id: u64,
     /// The first `name_len` bytes of the name, cut at a character boundary. Copied,
-    /// not borrowed, so that a leaked or misordered [`Running`] cannot leave the
-    /// handler a dangling pointer.
+    /// not borrowed, so that the handler finds everything in the frame itself and
+    /// follows no second pointer. The frame, though, is read through a raw pointer:
+    /// it must stay valid until its [`Running`] guard drops (see [`enter`]).
     name: [u8; NAME_CAP],
     name_len: usize,
     named: bool,
@@ -346,29 +347,11 @@ impl AltStack {
         let page = page_size();
         let size = libc::SIGSTKSZ.max(MIN_ALTSTACK).next_multiple_of(page);
         let len = size + page;
-        // SAFETY: a new private anonymous mapping at an address the kernel picks.
-        let raw = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            return None;
-        }
         // From here on, dropping `alt` unmaps the memory.
         let alt = AltStack {
-            low: NonNull::new(raw.cast())?,
+            low: map_guarded(len, 0).ok()?,
             len,
         };
-        // SAFETY: the first page of the mapping `alt` owns; nothing uses it yet.
-        if unsafe { libc::mprotect(raw, page, libc::PROT_NONE) } != 0 {
-            return None;
-        }
         let stack = libc::stack_t {
             ss_sp: alt.sp(),
             ss_flags: 0,

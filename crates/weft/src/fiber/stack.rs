@@ -128,6 +128,38 @@ fn parse_size(raw: &str) -> Result<usize, String> {
     }
 }
 
+/// Maps `len` bytes (whole pages, more than one) of private anonymous read-write memory,
+/// with `flags` added to `MAP_PRIVATE | MAP_ANONYMOUS`, and turns its lowest page into a
+/// `PROT_NONE` guard. The caller owns the mapping and unmaps it with `munmap`; on an
+/// error nothing stays mapped. (Fiber stacks and the alternate signal stacks of
+/// [`overflow`](super::overflow) are made this way.)
+pub(crate) fn map_guarded(len: usize, flags: libc::c_int) -> io::Result<NonNull<u8>> {
+    // SAFETY: a new private anonymous mapping at an address the kernel picks; it cannot
+    // overlap any memory that already exists.
+    let raw = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
+            -1,
+            0,
+        )
+    };
+    if raw == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the first page of the mapping made above; nothing points into it yet.
+    if unsafe { libc::mprotect(raw, page_size(), libc::PROT_NONE) } != 0 {
+        // At the map limit it is this call that fails: the split adds the second map.
+        let err = io::Error::last_os_error();
+        // SAFETY: the mapping made above, which nothing refers to.
+        unsafe { libc::munmap(raw, len) };
+        return Err(err);
+    }
+    Ok(NonNull::new(raw.cast::<u8>()).expect("mmap never maps page 0 unasked"))
+}
+
 /// One fiber stack: a private anonymous mapping whose lowest page is a `PROT_NONE`
 /// guard, and whose other pages are readable and writable.
 pub(crate) struct Stack {
@@ -145,24 +177,8 @@ unsafe impl Send for Stack {}
 impl Stack {
     /// Maps a stack of `usable` bytes (already rounded) plus its guard page.
     fn map(usable: usize) -> Result<Stack, SpawnError> {
-        let page = page_size();
-        let len = usable + page;
-        // SAFETY: a new private anonymous mapping at an address the kernel picks; it
-        // cannot overlap any memory that already exists.
-        let raw = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            return Err(map_error(len, io::Error::last_os_error()));
-        }
-        let low = NonNull::new(raw.cast::<u8>()).expect("mmap never maps page 0 unasked");
+        let len = usable + page_size();
+        let low = map_guarded(len, libc::MAP_NORESERVE).map_err(|e| map_error(len, e))?;
         MAPPED.fetch_add(1, Relaxed);
         RESERVED.fetch_add(len as u64, Relaxed);
         // From here on, dropping `stack` unmaps it (and undoes the counts).
@@ -172,14 +188,7 @@ impl Stack {
         // stack with a 2 MiB page on the first touch. Failure (no THP in this
         // kernel) costs nothing, so it is ignored.
         // SAFETY: the range is exactly the mapping made above, which `stack` owns.
-        unsafe { libc::madvise(raw, len, libc::MADV_NOHUGEPAGE) };
-
-        // SAFETY: the first page of the mapping owned by `stack`; nothing points into
-        // it yet.
-        if unsafe { libc::mprotect(raw, page, libc::PROT_NONE) } != 0 {
-            // At the map limit it is this call that fails: the split adds the second map.
-            return Err(map_error(len, io::Error::last_os_error()));
-        }
+        unsafe { libc::madvise(low.as_ptr().cast(), len, libc::MADV_NOHUGEPAGE) };
         Ok(stack)
     }
 

@@ -100,8 +100,8 @@ impl Sleep {
     pub fn reset(&mut self, deadline: Instant) {
         self.deadline = deadline;
         self.done = false;
-        // The entry is moved lazily at the next poll, which has the waker; a stale entry
-        // firing early only causes a spurious poll.
+        // The old entry is cancelled now; the next poll, which has the waker, registers
+        // a new one for the new deadline.
         self.cancel();
     }
 

@@ -4,7 +4,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use super::sleep::{far_future, sleep_until, Sleep};
+use super::sleep::{sleep, sleep_until, Sleep};
 
 /// Runs `future` with a time limit: `Err(Elapsed)` if it has not finished within
 /// `duration` (it is then dropped).
@@ -23,10 +23,10 @@ use super::sleep::{far_future, sleep_until, Sleep};
 /// ```
 #[track_caller]
 pub fn timeout<F: Future>(duration: Duration, future: F) -> Timeout<F> {
-    let deadline = Instant::now()
-        .checked_add(duration)
-        .unwrap_or_else(far_future);
-    timeout_at(deadline, future)
+    Timeout {
+        future,
+        sleep: sleep(duration),
+    }
 }
 
 /// Like [`timeout`] with an absolute deadline.

@@ -109,7 +109,7 @@ impl Wheel {
 
     /// Current time of the wheel in ms (the last `advance` target). New deadlines are
     /// filed relative to it, so it is the origin the caller should measure from.
-    #[allow(dead_code)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn elapsed(&self) -> u64 {
         self.elapsed
     }
@@ -179,7 +179,7 @@ impl Wheel {
     }
 
     /// True if the entry is still pending (registered and not yet fired).
-    #[allow(dead_code)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn is_pending(&self, key: TimerKey) -> bool {
         self.lookup(key).is_some()
     }
