@@ -531,6 +531,36 @@ mod forkjoin_models {
             setter.join().unwrap();
         });
     }
+
+    /// The waiter helps right after announcing SLEEPY while the setter sets: however the
+    /// two interleave, the waiter returns only after it has synchronized with the set,
+    /// so it reads the result the setter wrote before (loom reports a racy read).
+    #[test]
+    fn loom_latch_result_visible_after_help_while_sleepy() {
+        loom::model(|| {
+            let parker = Arc::new(Parker::new());
+            let latch = Arc::new(OnceLatch::new(&parker));
+            let result = Arc::new(loom::cell::UnsafeCell::new(0u32));
+            let (l2, r2) = (latch.clone(), result.clone());
+            let setter = thread::spawn(move || {
+                // SAFETY: the waiter reads the cell only after the latch is set.
+                r2.with_mut(|p| unsafe { *p = 7 });
+                // SAFETY: the latch is alive (held by this Arc) and its waiter has not
+                // returned before the set.
+                unsafe { OnceLatch::set(&*l2) };
+            });
+            // Helps (does "work") only on its third call: with loom's one spin, the one
+            // made right after announcing SLEEPY when the setter has not run yet.
+            let mut calls = 0;
+            latch.wait(&parker, || {
+                calls += 1;
+                calls == 3
+            });
+            // SAFETY: the latch is set, and the setter wrote before setting it.
+            assert_eq!(result.with(|p| unsafe { *p }), 7);
+            setter.join().unwrap();
+        });
+    }
 }
 
 /// Fibers: the real fiber future (a corosensei stack switch inside a loom thread) on

@@ -106,7 +106,9 @@ impl OnceLatch {
                     .compare_exchange(SLEEPY, UNSET, Acquire, Relaxed)
                     .is_err()
                 {
-                    return; // SET meanwhile
+                    // SET meanwhile: go round, so `probe` acquires the set (returning
+                    // here would read the result unsynchronized).
+                    continue;
                 }
                 spins = 0;
                 continue;
