@@ -527,15 +527,15 @@ impl Core {
         // Promoted frames leave the private list, oldest first; everything newer was
         // unlinked by nested joins, and everything older was promoted before it.
         debug_assert!(self.private_newest.get().is_null());
-        match self.pop_job() {
-            Some(j) if j == frame.job_ref() => true,
-            Some(other) => {
-                // Our deque holds our promoted frames in order, so this cannot happen;
-                // a job of ours is still ours to run.
-                crate::forkjoin::execute(other);
-                self.pop_job() == Some(frame.job_ref())
+        // Above our frame the deque may hold jobs pushed while `a` ran (`scope` spawns
+        // from inside `a`): they are ours, and nobody else may be left to run them, so
+        // run them until our frame comes back, or the deque runs dry (a thief took it).
+        loop {
+            match self.pop_job() {
+                Some(j) if j == frame.job_ref() => return true,
+                Some(other) => crate::forkjoin::execute(other),
+                None => return false,
             }
-            None => false,
         }
     }
 
