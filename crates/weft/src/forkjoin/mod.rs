@@ -3,8 +3,8 @@
 //!
 //! `join(a, b)` on a worker makes `b` a stack-allocated job and links it into the
 //! worker's *private* frame list (two plain stores), runs `a`, and unlinks `b` to run it
-//! inline: with nothing stolen, a join costs no allocation and no atomic operation at
-//! all. Other workers cannot see private frames; a *heartbeat* makes work visible:
+//! inline: with nothing promoted (shown to thieves), a join costs no allocation and no
+//! atomic operation at all. Other workers cannot see private frames; a *heartbeat* makes work visible:
 //!
 //! * the outermost join of a computation, and then every *n*th join (adapted so that a
 //!   check, a clock read, falls about every 50 µs) once 100 µs have
@@ -47,7 +47,7 @@ mod scope;
 
 pub use scope::{scope, Scope};
 
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 
 use crate::scheduler::park::Parker;
@@ -99,7 +99,8 @@ where
     join_context(|_| a(), |_| b())
 }
 
-/// [`join`] whose closures learn whether they were stolen.
+/// [`join`] whose closures learn whether they were stolen: two plain calls when this
+/// thread's allowance says so (the common case deep in a recursion), else the slow path.
 #[inline]
 pub(crate) fn join_context<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
 where
@@ -108,7 +109,12 @@ where
     RA: Send,
     RB: Send,
 {
-    join_routed(a, b, false)
+    // The plain path is kept tiny so the compiler can inline a recursion through it
+    // (and overlap its memory accesses), as it does for plain code.
+    if worker::take_plain_join() {
+        return join_plain(a, b);
+    }
+    join_slow(a, b, false)
 }
 
 /// [`join_context`] for splits made on purpose to share work (parallel iterators):
@@ -122,25 +128,7 @@ where
     RA: Send,
     RB: Send,
 {
-    join_routed(a, b, true)
-}
-
-/// Runs the join as two plain calls when this thread's allowance says so (the common
-/// case deep in a recursion), else takes the slow path.
-#[inline]
-fn join_routed<A, B, RA, RB>(a: A, b: B, share: bool) -> (RA, RB)
-where
-    A: FnOnce(FnContext) -> RA + Send,
-    B: FnOnce(FnContext) -> RB + Send,
-    RA: Send,
-    RB: Send,
-{
-    // The plain path is kept tiny so the compiler can inline a recursion through it
-    // (and overlap its memory accesses), as it does for plain code.
-    if !share && worker::take_plain_join() {
-        return join_plain(a, b);
-    }
-    join_slow(a, b, share)
+    join_slow(a, b, true)
 }
 
 /// A join that makes a frame here on a worker, or runs on the target pool from any
@@ -159,10 +147,6 @@ where
             // SAFETY: the core lives as long as its worker thread, which is this thread.
             let core = unsafe { &*core };
             core.absorb_plain();
-            if !share && core.plain_join() {
-                core.grant_plain();
-                return join_plain(a, b);
-            }
             join_on(core, a, b, share)
         }
         None => in_worker(|core| match core {
@@ -170,7 +154,8 @@ where
                 core.absorb_plain();
                 join_on(core, a, b, share)
             }
-            None => join_sequential(a, b),
+            // The pool no longer runs jobs: both halves here, with join's panic rules.
+            None => join_plain(a, b),
         }),
     }
 }
@@ -186,24 +171,6 @@ pub(crate) fn current_num_threads() -> usize {
     match worker::with_current(|c| c.map(|c| c.shared().num_workers())) {
         Some(n) => n,
         None => target_pool().num_workers(),
-    }
-}
-
-fn join_sequential<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
-where
-    A: FnOnce(FnContext) -> RA,
-    B: FnOnce(FnContext) -> RB,
-{
-    let ctx = FnContext { migrated: false };
-    let ra = catch_unwind(AssertUnwindSafe(|| a(ctx)));
-    let rb = catch_unwind(AssertUnwindSafe(|| b(ctx)));
-    finish(ra, rb)
-}
-
-fn finish<RA, RB>(ra: std::thread::Result<RA>, rb: std::thread::Result<RB>) -> (RA, RB) {
-    match (ra, rb) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(p), _) | (_, Err(p)) => resume_unwind(p),
     }
 }
 
@@ -358,14 +325,7 @@ where
     }
     let pool = target_pool();
     let parker = PARKER.with(|p| p.clone());
-    let job = StackJob::new(
-        |_| {
-            let core = worker::with_current(|c| c.map(|c| c as *const Core));
-            // SAFETY: a job runs on a worker thread whose core outlives it.
-            op(core.map(|c| unsafe { &*c }))
-        },
-        &parker,
-    );
+    let job = StackJob::new(|_| worker::with_current(op), &parker);
     // SAFETY: we wait for the latch below before `job` leaves this frame.
     let job_ref = unsafe { job.as_job_ref() };
     if !pool.inject_job(job_ref) {

@@ -62,8 +62,8 @@ where
     OP: FnOnce(&Scope<'scope>) -> R,
 {
     let core = worker::with_current(|c| c.map(|c| c as *const Core));
-    // SAFETY: join_context runs us on a worker (or sequentially on the caller when the
-    // pool is closed, where there is no core and jobs then run inline).
+    // SAFETY: `on_worker` runs us on a worker, whose core outlives this call (or on the
+    // caller when the pool no longer runs jobs: no core, and jobs then run inline).
     let core: Option<&Core> = core.map(|c| unsafe { &*c });
     let parker: Arc<Parker> = match core {
         Some(c) => c.parker().clone(),

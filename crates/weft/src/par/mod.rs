@@ -47,7 +47,7 @@
 //!
 //! # How the input is split
 //!
-//! Splitting is adaptive, as in rayon. A piece of `len` items is cut in half only if
+//! Splitting is adaptive, as in rayon. A piece of `len` items is cut in half when
 //! both:
 //!
 //! - **it is large enough**: `len >= 2 * min_len`, so neither half is smaller than
@@ -62,9 +62,13 @@
 //!   reset to at least the number of workers: a steal shows that workers are idle, so
 //!   the stolen piece may be spread out again.
 //!
-//! A piece that is not split is processed sequentially: its items go through the whole
-//! chain of adaptors as one ordinary iterator. Tiny inputs therefore pay for at most a
-//! few joins, and an input with `len < 2 * min_len` runs with no join at all. Raise
+//! A piece the budget no longer splits is folded sequentially, 1,024 items (or
+//! `min_len`, if larger) at a time, each chunk through the whole chain of adaptors with
+//! a folder of its own (so `fold`'s identity and `collect`'s vectors are made per
+//! chunk). Between chunks, if a worker of the pool is hungry and the rest is still
+//! worth halving (both halves at least `min_len`), the rest is split again, budget or
+//! not. Tiny inputs therefore pay for at most a few joins, and an input with
+//! `len < 2 * min_len` runs with no join at all. Raise
 //! `min_len` when each item is very cheap and the input is small.
 //!
 //! The [`plumbing`] module holds the producer and consumer traits behind this, for

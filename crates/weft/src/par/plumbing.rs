@@ -14,7 +14,8 @@
 //! - [`bridge_producer_consumer`] connects the two. It cuts producer and consumer at the
 //!   same index and hands the halves to weft's fork-join `join` while the
 //!   [splitting rule](super#how-the-input-is-split) allows, then folds each piece
-//!   sequentially and reduces the results back up the tree.
+//!   sequentially, chunk by chunk (splitting again when a worker is hungry), and
+//!   reduces the results back up the tree.
 //!
 //! Adaptors such as [`map`](super::ParallelIterator::map) and
 //! [`filter`](super::ParallelIterator::filter) wrap the consumer (for `map`, also the

@@ -323,22 +323,6 @@ impl Core {
         self.scopes.set(if entered { n + 1 } else { n - 1 });
     }
 
-    /// Whether a join may run as two plain calls: enough private frames are already
-    /// waiting to be shared, and this is not the join on which the heartbeat is due
-    /// (that one makes a frame and runs the check).
-    #[inline]
-    pub(crate) fn plain_join(&self) -> bool {
-        if self.private_len.get() < self.frames_before_plain.get() {
-            return false;
-        }
-        let n = self.joins_until_check.get() - 1;
-        if n == 0 {
-            return false;
-        }
-        self.joins_until_check.set(n);
-        true
-    }
-
     /// Takes the heartbeat countdown back from the plain-join allowance: the slow path
     /// of a join calls this first, and every piece of user code that ran with an
     /// allowance is followed by it.
