@@ -50,28 +50,31 @@ verify() {
     fi
 }
 
+# expect_verified NAME LABEL SPIN_FLAGS WHAT: the NAME model must verify (no error, and
+# a search that was not cut short); prints one line, or on failure pan's output and the
+# error trail.
+expect_verified() {
+    verify "$1" "$3" ""
+    if [ "$errors" -eq 0 ] && ! grep -q 'max search depth too small\|Search not completed' "$dir/pan.out"; then
+        echo "$2 $states states, depth $depth, errors: 0 -> OK ($4)"
+    else
+        echo "$2 $states states, depth $depth, errors: $errors -> FAILED"
+        cat "$dir/pan.out"
+        # shellcheck disable=SC2086
+        if [ -f "$dir/handshake.pml.trail" ]; then (cd "$dir" && spin $3 -t -p -B handshake.pml); fi
+        status=1
+    fi
+}
+
 status=0
 
 # ---- the handshake as weft implements it: depth-first, full state space ------------
-verify sound "-DCHECK_HANDOFF -DCHECK_SEARCHING_WRAP" ""
-if [ "$errors" -eq 0 ] && ! grep -q 'max search depth too small\|Search not completed' "$dir/pan.out"; then
-    echo "sound model:   $states states, depth $depth, errors: 0 -> OK (no lost wakeup, no invalid end state, hand-off, counter never wraps)"
-else
-    echo "sound model:   $states states, depth $depth, errors: $errors -> FAILED"
-    cat "$dir/pan.out"
-    [ -f "$dir/handshake.pml.trail" ] && (cd "$dir" && spin -DCHECK_HANDOFF -DCHECK_SEARCHING_WRAP -t -p -B handshake.pml)
-    status=1
-fi
+expect_verified sound "sound model:  " "-DCHECK_HANDOFF -DCHECK_SEARCHING_WRAP" \
+    "no lost wakeup, no invalid end state, hand-off, counter never wraps"
 
 # ---- with the wake-worth heuristic: the hand-off may be skipped, nothing is lost ----
-verify short "-DSHORT_WORK -DCHECK_SEARCHING_WRAP" ""
-if [ "$errors" -eq 0 ] && ! grep -q 'max search depth too small\|Search not completed' "$dir/pan.out"; then
-    echo "short-work:    $states states, depth $depth, errors: 0 -> OK (no lost wakeup when the last searcher may skip its hand-off)"
-else
-    echo "short-work:    $states states, depth $depth, errors: $errors -> FAILED"
-    cat "$dir/pan.out"
-    status=1
-fi
+expect_verified short "short-work:   " "-DSHORT_WORK -DCHECK_SEARCHING_WRAP" \
+    "no lost wakeup when the last searcher may skip its hand-off"
 
 # ---- with the unsound shortcut: breadth-first, so the trail is a shortest one ------
 verify unsound "-DUNSOUND" "-DBFS"

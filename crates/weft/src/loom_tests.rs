@@ -622,7 +622,15 @@ mod fiber {
         rec: &Arc<Recorder>,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> (Notified, JoinHandle<T>) {
-        let stack = stack::acquire(64 * 1024).expect("stack");
+        fiber_task_on(rec, stack::acquire(64 * 1024).expect("stack"), f)
+    }
+
+    /// [`fiber_task`] on a stack the caller acquired.
+    fn fiber_task_on<T: Send + 'static>(
+        rec: &Arc<Recorder>,
+        stack: stack::Stack,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> (Notified, JoinHandle<T>) {
         let (task, handle) = new_task(FiberFuture::new(f, stack, None, false), rec.clone());
         // The owned-list reference: not linked in a list here.
         // SAFETY: the spawner owns that reference.
@@ -737,22 +745,40 @@ mod fiber {
     }
 
     /// A finished fiber's stack goes back to the pool while another thread takes stacks
-    /// for new fibers: a stack is handed out only after its fiber left it.
+    /// for new fibers: a stack is handed out only after its fiber left it. The stack is
+    /// modelled by the token: the first fiber touches it last thing, and the second
+    /// fiber touches it if (and only if) it was given the first fiber's stack, so a
+    /// stack handed out before its fiber is done with it is a race that loom reports.
     #[test]
     fn loom_stack_return_vs_reuse() {
+        // Executions in which the second fiber got the first one's stack: some must,
+        // or the model checks nothing.
+        static REUSED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         loom::model(|| {
             let rec = Arc::new(Recorder::default());
             let token = Arc::new(StackToken(loom::cell::UnsafeCell::new(0)));
+            let first = stack::acquire(64 * 1024).expect("stack");
+            // The stack's identity: the start of its guard page.
+            let first_low = first.guard_range().0;
             let t = token.clone();
-            let (task, handle) = fiber_task(&rec, move || t.touch());
+            let (task, handle) = fiber_task_on(&rec, first, move || t.touch());
             let spawner = {
                 let (rec, token) = (rec.clone(), token.clone());
                 thread::spawn(move || {
-                    let (task, handle) = fiber_task(&rec, || 1);
+                    let stack = stack::acquire(64 * 1024).expect("stack");
+                    let reused = stack.guard_range().0 == first_low;
+                    let (task, handle) = fiber_task_on(&rec, stack, move || {
+                        if reused {
+                            token.touch();
+                        }
+                        1
+                    });
                     task.run();
                     assert!(handle.is_finished());
                     drop(handle);
-                    drop(token);
+                    if reused {
+                        REUSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                 })
             };
             task.run();
@@ -760,5 +786,9 @@ mod fiber {
             assert!(handle.is_finished());
             token.touch();
         });
+        assert!(
+            REUSED.load(std::sync::atomic::Ordering::Relaxed) > 0,
+            "no execution handed the first fiber's stack to the second"
+        );
     }
 }

@@ -3,10 +3,7 @@
 
 mod common;
 
-use std::io::Read;
-use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use common::*;
 use weft::{Builder, Handle, Runtime};
@@ -148,59 +145,21 @@ fn child_print_workers() {
 
 /// Runs `child_print_workers` in a child process; returns (num_workers, stderr).
 fn run_child(mode: &str, weft_workers: Option<&str>) -> (usize, String) {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "child_print_workers",
-        "--exact",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env(CHILD, mode)
-    .env_remove("WEFT_WORKERS")
-    .env_remove("WEFT_VERBOSE")
-    .env_remove("WEFT_STATS")
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    let mut vars = vec![(CHILD, mode)];
     if let Some(value) = weft_workers {
-        cmd.env("WEFT_WORKERS", value);
+        vars.push(("WEFT_WORKERS", value));
     }
-    let mut child = cmd.spawn().unwrap();
-    let deadline = Instant::now() + TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("hang: child process with WEFT_WORKERS={weft_workers:?} did not exit");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    };
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut stdout)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let out = child::run("child_print_workers", &vars, child::LIMIT);
+    let (status, stdout, stderr) = (out.status, &out.stdout, &out.stderr);
     assert!(status.success(), "child failed ({status}) with WEFT_WORKERS={weft_workers:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
-    let workers = stdout
-        .lines()
-        // libtest may print "test child_print_workers ... " on the same line.
-        .find_map(|l| l.split("CHILD num_workers=").nth(1))
+    let workers = out
+        .report("num_workers")
         .unwrap_or_else(|| {
             panic!("child printed no worker count\nstdout:\n{stdout}\nstderr:\n{stderr}")
         })
-        .trim()
         .parse()
         .unwrap();
-    (workers, stderr)
+    (workers, out.stderr)
 }
 
 #[test]

@@ -33,12 +33,6 @@ fn exclusive() -> RwLockWriteGuard<'static, ()> {
     RUNTIMES.write().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Runs `f` with `rt` as this thread's current runtime (inside `block_on`), so that the
-/// fibers it spawns go to `rt` whatever the other tests do meanwhile.
-fn on<R>(rt: &Runtime, f: impl FnOnce() -> R) -> R {
-    on_handle(rt.handle(), f)
-}
-
 /// [`on`] through a handle.
 fn on_handle<R>(handle: &weft::Handle, f: impl FnOnce() -> R) -> R {
     handle.block_on(async move { f() })
@@ -60,6 +54,34 @@ fn park_forever(i: usize) {
     } else {
         fiber::sleep(Duration::from_secs(3_600));
     }
+}
+
+/// Spawns `n` fibers on `rt`, the `i`th holding `guard(i)` (for its drop) while it
+/// parks for good ([`park_forever`]); returns once all are parked, with their handles
+/// and a flag that a fiber sets if it ever runs past its wait.
+fn spawn_parked<G: Send + 'static>(
+    rt: &Runtime,
+    n: usize,
+    guard: impl Fn(usize) -> G,
+) -> (Vec<JoinHandle<()>>, Arc<AtomicBool>) {
+    let parked = counter();
+    let resumed = Arc::new(AtomicBool::new(false));
+    let handles = on(rt, || {
+        (0..n)
+            .map(|i| {
+                let guard = guard(i);
+                let (parked, resumed) = (parked.clone(), resumed.clone());
+                fiber::spawn(move || {
+                    let _guard = guard;
+                    parked.fetch_add(1, SeqCst);
+                    park_forever(i);
+                    resumed.store(true, SeqCst);
+                })
+            })
+            .collect()
+    });
+    wait_until(&format!("all {n} fibers parked"), || load(&parked) == n);
+    (handles, resumed)
 }
 
 fn thread_name() -> String {
@@ -418,25 +440,13 @@ fn abort_unwinds_parked_fibers() {
         let rt = workers(2);
         let drops = counter();
         let waiting_drops = counter();
-        let parked = counter();
-        let resumed = Arc::new(AtomicBool::new(false));
-        let handles: Vec<JoinHandle<()>> = on(&rt, || {
-            (0..100)
-                .map(|i| {
-                    let guard = DropCounter(drops.clone());
-                    let waiting = WaitingGuard(waiting_drops.clone());
-                    let (parked, resumed) = (parked.clone(), resumed.clone());
-                    fiber::spawn(move || {
-                        let _guard = guard;
-                        let _waiting = waiting;
-                        parked.fetch_add(1, SeqCst);
-                        park_forever(i);
-                        resumed.store(true, SeqCst);
-                    })
-                })
-                .collect()
+        // (Dropped in this order: the waiting guard first.)
+        let (handles, resumed) = spawn_parked(&rt, 100, |_| {
+            (
+                WaitingGuard(waiting_drops.clone()),
+                DropCounter(drops.clone()),
+            )
         });
-        wait_until("all 100 fibers parked", || load(&parked) == 100);
         std::thread::sleep(ms(20));
         assert_eq!(load(&drops), 0, "a parked fiber dropped its locals");
         for h in &handles {
@@ -1468,27 +1478,11 @@ fn dropping_the_runtime_unwinds_suspended_fibers() {
     let _rt_lock = shared();
     with_timeout(|| {
         let rt = workers(2);
-        let parked = counter();
         let drops = counter();
         let threads = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let resumed = Arc::new(AtomicBool::new(false));
-        let handles: Vec<JoinHandle<()>> = on(&rt, || {
-            (0..20)
-                .map(|i| {
-                    let guard = DropCounter(drops.clone());
-                    let recorder = ThreadRecorder(threads.clone());
-                    let (parked, resumed) = (parked.clone(), resumed.clone());
-                    fiber::spawn(move || {
-                        let _guard = guard;
-                        let _recorder = recorder;
-                        parked.fetch_add(1, SeqCst);
-                        park_forever(i);
-                        resumed.store(true, SeqCst);
-                    })
-                })
-                .collect()
+        let (handles, resumed) = spawn_parked(&rt, 20, |_| {
+            (ThreadRecorder(threads.clone()), DropCounter(drops.clone()))
         });
-        wait_until("all 20 fibers parked", || load(&parked) == 20);
         drop(rt);
         assert_eq!(
             load(&drops),
@@ -1556,7 +1550,7 @@ fn a_detached_fiber_keeps_running() {
 }
 
 // ---------------------------------------------------------------------------------
-// Bugs found while writing these tests (ignored until fixed).
+// Bugs found while writing these tests, now fixed.
 
 /// Reads a fiber-local in its destructor (allowed: `Locals::take` documents that a
 /// destructor may touch fiber-locals again).
@@ -1638,19 +1632,21 @@ fn fiber_local_destructors_may_use_fiber_locals_after_abort_and_panic() {
 #[test]
 fn a_fiber_spawned_from_a_fiber_starts_on_its_spawners_worker() {
     let _g = shared();
-    let rt = named_runtime("fiber-locality", 2);
-    for _ in 0..20 {
-        let (spawner, partner) = on(&rt, || {
-            weft::fiber::spawn(|| {
-                let me = std::thread::current().id();
-                let partner = weft::fiber::spawn(|| std::thread::current().id());
-                (me, partner.join().unwrap())
+    with_timeout(|| {
+        let rt = named_runtime("fiber-locality", 2);
+        for _ in 0..20 {
+            let (spawner, partner) = on(&rt, || {
+                weft::fiber::spawn(|| {
+                    let me = std::thread::current().id();
+                    let partner = weft::fiber::spawn(|| std::thread::current().id());
+                    (me, partner.join().unwrap())
+                })
             })
-        })
-        .join()
-        .unwrap();
-        assert_eq!(spawner, partner);
-    }
+            .join()
+            .unwrap();
+            assert_eq!(spawner, partner);
+        }
+    })
 }
 
 /// At runtime drop, a suspended fiber is unwound only after every worker thread has
@@ -1659,51 +1655,53 @@ fn a_fiber_spawned_from_a_fiber_starts_on_its_spawners_worker() {
 #[test]
 fn shutdown_unwinds_fibers_after_the_workers_stopped() {
     let _g = shared();
-    let stopped = Arc::new(AtomicUsize::new(0));
-    let s = stopped.clone();
-    let rt = weft::Builder::new()
-        .worker_threads(2)
-        .on_thread_stop(move || {
-            s.fetch_add(1, SeqCst);
-        })
-        .build()
-        .unwrap();
-    let workers = rt
-        .stats()
-        .pools
-        .iter()
-        .map(|p| p.num_workers)
-        .sum::<usize>();
-    struct Probe {
-        stopped: Arc<AtomicUsize>,
-        seen: Arc<std::sync::Mutex<Option<(usize, String)>>>,
-    }
-    impl Drop for Probe {
-        fn drop(&mut self) {
-            *self.seen.lock().unwrap() = Some((self.stopped.load(SeqCst), thread_name()));
+    with_timeout(|| {
+        let stopped = Arc::new(AtomicUsize::new(0));
+        let s = stopped.clone();
+        let rt = weft::Builder::new()
+            .worker_threads(2)
+            .on_thread_stop(move || {
+                s.fetch_add(1, SeqCst);
+            })
+            .build()
+            .unwrap();
+        let workers = rt
+            .stats()
+            .pools
+            .iter()
+            .map(|p| p.num_workers)
+            .sum::<usize>();
+        struct Probe {
+            stopped: Arc<AtomicUsize>,
+            seen: Arc<std::sync::Mutex<Option<(usize, String)>>>,
         }
-    }
-    let seen = Arc::new(std::sync::Mutex::new(None));
-    let parked = counter();
-    let probe = Probe {
-        stopped: stopped.clone(),
-        seen: seen.clone(),
-    };
-    let p = parked.clone();
-    let h = on(&rt, move || {
-        fiber::spawn(move || {
-            let _probe = probe;
-            p.fetch_add(1, SeqCst);
-            park_forever(0);
-        })
-    });
-    wait_until("the fiber parked", || load(&parked) == 1);
-    let me = thread_name();
-    drop(rt);
-    assert!(h.join().unwrap_err().is_cancelled());
-    let (stopped_then, thread) = seen.lock().unwrap().clone().expect("the fiber was unwound");
-    assert_eq!(stopped_then, workers, "unwound while workers still ran");
-    assert_eq!(thread, me);
+        impl Drop for Probe {
+            fn drop(&mut self) {
+                *self.seen.lock().unwrap() = Some((self.stopped.load(SeqCst), thread_name()));
+            }
+        }
+        let seen = Arc::new(std::sync::Mutex::new(None));
+        let parked = counter();
+        let probe = Probe {
+            stopped: stopped.clone(),
+            seen: seen.clone(),
+        };
+        let p = parked.clone();
+        let h = on(&rt, move || {
+            fiber::spawn(move || {
+                let _probe = probe;
+                p.fetch_add(1, SeqCst);
+                park_forever(0);
+            })
+        });
+        wait_until("the fiber parked", || load(&parked) == 1);
+        let me = thread_name();
+        drop(rt);
+        assert!(h.join().unwrap_err().is_cancelled());
+        let (stopped_then, thread) = seen.lock().unwrap().clone().expect("the fiber was unwound");
+        assert_eq!(stopped_then, workers, "unwound while workers still ran");
+        assert_eq!(thread, me);
+    })
 }
 
 /// The starvation escape hatch of migration: a migrating fiber whose home worker is

@@ -6,8 +6,7 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::{fib, with_timeout};
-use weft::Builder;
+use common::{fib, with_timeout, workers};
 
 fn depth(d: u32) -> u32 {
     if d == 0 {
@@ -22,7 +21,7 @@ fn join_from_every_context() {
     with_timeout(|| {
         // A thread with no runtime: the global runtime.
         assert_eq!(fib(20), 6765);
-        let rt = Builder::new().worker_threads(2).build().unwrap();
+        let rt = workers(2);
         // Inside an async task, on a worker.
         assert_eq!(rt.spawn(async { fib(20) }).join().unwrap(), 6765);
         // Inside block_on on a plain thread: runs on that runtime's pool.
@@ -47,8 +46,8 @@ fn join_from_every_context() {
 #[test]
 fn nested_joins_twenty_deep_on_one_and_two_workers() {
     with_timeout(|| {
-        for workers in [1, 2] {
-            let rt = Builder::new().worker_threads(workers).build().unwrap();
+        for n in [1, 2] {
+            let rt = workers(n);
             assert_eq!(rt.spawn(async { depth(20) }).join().unwrap(), 20);
             assert_eq!(rt.spawn(async { fib(22) }).join().unwrap(), 17711);
         }
@@ -58,7 +57,7 @@ fn nested_joins_twenty_deep_on_one_and_two_workers() {
 #[test]
 fn join_borrows_from_the_stack_and_work_really_spreads() {
     with_timeout(|| {
-        let rt = Builder::new().worker_threads(2).build().unwrap();
+        let rt = workers(2);
         let mut data: Vec<u64> = (0..100_000).collect();
         let threads = Mutex::new(std::collections::HashSet::new());
         rt.block_on(async {
@@ -86,7 +85,7 @@ fn join_borrows_from_the_stack_and_work_really_spreads() {
 #[test]
 fn a_panic_on_either_side_propagates_after_both_finished() {
     with_timeout(|| {
-        let rt = Builder::new().worker_threads(2).build().unwrap();
+        let rt = workers(2);
         for case in 0..3 {
             let finished = Arc::new(AtomicUsize::new(0));
             let f = finished.clone();
@@ -129,7 +128,7 @@ fn a_panic_on_either_side_propagates_after_both_finished() {
 #[test]
 fn scope_borrows_nests_and_waits_for_everything() {
     with_timeout(|| {
-        let rt = Builder::new().worker_threads(2).build().unwrap();
+        let rt = workers(2);
         let mut v = vec![0u64; 1000];
         let count = AtomicUsize::new(0);
         rt.block_on(async {
@@ -180,23 +179,51 @@ fn a_panic_in_a_scope_job_propagates_after_all_jobs_finished() {
 /// stolen half it must not pick up an unrelated job that takes the same mutex on the
 /// same thread. weft's waiting worker only helps the thief with the stolen half's own
 /// jobs, so this finishes.
+///
+/// Each round, one job takes the lock and joins two slow halves, so that an idle
+/// worker steals the second half and the holder waits for it; meanwhile 100 short
+/// unrelated jobs of the same scope sit in the deques. Each takes the lock if it finds
+/// itself on a thread that already holds it (a deadlock, which `with_timeout`
+/// reports), and otherwise leaves it alone. With rayon's rule in `finish_b` (a waiting
+/// worker helps with any deque's jobs) this test hangs.
 #[test]
 fn a_lock_held_across_a_join_does_not_deadlock() {
+    use std::cell::Cell;
+    use std::time::Duration;
+
+    thread_local! {
+        static HOLDING: Cell<bool> = const { Cell::new(false) };
+    }
     with_timeout(|| {
-        let rt = Builder::new().worker_threads(2).build().unwrap();
+        let rt = workers(3);
         let m = Mutex::new(0u64);
-        rt.block_on(async {
-            weft::scope(|s| {
-                for _ in 0..64 {
+        let slow_fib = || {
+            std::thread::sleep(Duration::from_millis(3));
+            fib(12)
+        };
+        for _ in 0..64 {
+            rt.block_on(async {
+                weft::scope(|s| {
                     let m = &m;
                     s.spawn(move |_| {
                         let mut g = m.lock().unwrap();
-                        let (a, b) = weft::join(|| fib(12), || fib(12));
+                        HOLDING.set(true);
+                        let (a, b) = weft::join(slow_fib, slow_fib);
+                        HOLDING.set(false);
                         *g += a + b;
                     });
-                }
+                    for _ in 0..100 {
+                        s.spawn(move |_| {
+                            std::thread::sleep(Duration::from_micros(100));
+                            if HOLDING.get() {
+                                // Only a helping lock holder gets here: it deadlocks.
+                                drop(m.lock().unwrap());
+                            }
+                        });
+                    }
+                });
             });
-        });
+        }
         assert_eq!(m.into_inner().unwrap(), 64 * 2 * 144);
     });
 }
@@ -205,7 +232,7 @@ fn a_lock_held_across_a_join_does_not_deadlock() {
 fn join_while_the_pool_shuts_down_still_completes() {
     with_timeout(|| {
         for _ in 0..20 {
-            let rt = Builder::new().worker_threads(2).build().unwrap();
+            let rt = workers(2);
             let h = rt.handle().clone();
             let joiner = std::thread::spawn(move || {
                 let mut sum = 0;
@@ -244,7 +271,7 @@ fn a_panic_deep_in_a_recursion_still_runs_the_other_side() {
                 },
             );
         }
-        let rt = Builder::new().worker_threads(1).build().unwrap();
+        let rt = workers(1);
         let ran = Arc::new(AtomicUsize::new(0));
         let r = ran.clone();
         let err = rt.spawn(async move { down(12, &r) }).join().unwrap_err();

@@ -76,12 +76,14 @@ fn join_inside_a_task_on_one_worker_waits_for_a_foreign_wakeup() {
     })
 }
 
-fn fib(n: u64) -> u64 {
+/// fib(n) by spawning a task for each half and blocking in `JoinHandle::join` (unlike
+/// `common::fib`, which uses `weft::join`).
+fn task_fib(n: u64) -> u64 {
     if n < 2 {
         return n;
     }
-    let a = weft::spawn(async move { fib(n - 1) });
-    let b = weft::spawn(async move { fib(n - 2) });
+    let a = weft::spawn(async move { task_fib(n - 1) });
+    let b = weft::spawn(async move { task_fib(n - 2) });
     a.join().unwrap() + b.join().unwrap()
 }
 
@@ -89,7 +91,7 @@ fn fib(n: u64) -> u64 {
 fn fork_join_with_blocking_join_one_worker() {
     with_timeout(|| {
         let rt = workers(1);
-        assert_eq!(rt.spawn(async { fib(10) }).join().unwrap(), 55);
+        assert_eq!(rt.spawn(async { task_fib(10) }).join().unwrap(), 55);
     })
 }
 
@@ -97,7 +99,7 @@ fn fork_join_with_blocking_join_one_worker() {
 fn fork_join_with_blocking_join_two_workers() {
     with_timeout(|| {
         let rt = workers(2);
-        assert_eq!(rt.spawn(async { fib(12) }).join().unwrap(), 144);
+        assert_eq!(rt.spawn(async { task_fib(12) }).join().unwrap(), 144);
     })
 }
 

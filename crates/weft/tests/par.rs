@@ -15,7 +15,7 @@ use weft::par::prelude::*;
 
 fn pool() -> &'static weft::Runtime {
     static RT: OnceLock<weft::Runtime> = OnceLock::new();
-    RT.get_or_init(|| weft::Builder::new().worker_threads(4).build().unwrap())
+    RT.get_or_init(|| common::workers(4))
 }
 
 /// Runs `f` in a task on the shared runtime's workers and returns its result,
@@ -613,23 +613,21 @@ fn works_from_a_thread_outside_the_runtime() {
 /// hungry: every worker of a 4-worker pool takes part in one long `for_each`.
 #[test]
 fn hungry_workers_get_a_share_of_an_unsplit_piece() {
-    let rt = weft::Builder::new()
-        .worker_threads(4)
-        .interactive_threads(0)
-        .build()
-        .unwrap();
-    let seen = Mutex::new(std::collections::HashSet::new());
-    rt.block_on(async {
-        (0..4_000u32).into_par_iter().for_each(|_| {
-            seen.lock()
-                .unwrap()
-                .insert(std::thread::current().name().unwrap().to_string());
-            std::thread::sleep(std::time::Duration::from_micros(50));
+    common::with_timeout(|| {
+        let rt = common::runtime(4, 0);
+        let seen = Mutex::new(std::collections::HashSet::new());
+        rt.block_on(async {
+            (0..4_000u32).into_par_iter().for_each(|_| {
+                seen.lock()
+                    .unwrap()
+                    .insert(std::thread::current().name().unwrap().to_string());
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            });
         });
-    });
-    assert_eq!(
-        seen.into_inner().unwrap().len(),
-        4,
-        "every worker took part"
-    );
+        assert_eq!(
+            seen.into_inner().unwrap().len(),
+            4,
+            "every worker took part"
+        );
+    })
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::Duration;
 
-use common::with_timeout;
+use common::{runtime, with_timeout, workers};
 use weft::{Builder, Pool};
 
 fn thread_name() -> String {
@@ -46,11 +46,7 @@ fn spawn_on_interactive_runs_on_an_interactive_worker_and_spawn_keeps_the_pool()
 #[test]
 fn cross_pool_insert_wakes_the_target_pool_while_the_callers_pool_is_saturated() {
     with_timeout(|| {
-        let rt = Builder::new()
-            .worker_threads(2)
-            .interactive_threads(1)
-            .build()
-            .unwrap();
+        let rt = runtime(2, 1);
         let barrier = Arc::new(Barrier::new(3));
         let (release_tx, release_rx) = mpsc::channel::<()>();
         let release_rx = Arc::new(std::sync::Mutex::new(release_rx));
@@ -186,7 +182,7 @@ fn idle_blocking_threads_retire_after_the_keep_alive() {
 #[test]
 fn a_panicking_blocking_closure_is_reported_through_its_handle() {
     with_timeout(|| {
-        let rt = Builder::new().worker_threads(1).build().unwrap();
+        let rt = workers(1);
         let err = rt
             .spawn_blocking(|| panic!("blocking boom"))
             .join()
@@ -199,7 +195,7 @@ fn a_panicking_blocking_closure_is_reported_through_its_handle() {
 #[test]
 fn blocking_work_after_shutdown_is_cancelled() {
     with_timeout(|| {
-        let rt = Builder::new().worker_threads(1).build().unwrap();
+        let rt = workers(1);
         let handle = rt.handle().clone();
         drop(rt);
         let err = handle.spawn_blocking(|| 1).join().unwrap_err();

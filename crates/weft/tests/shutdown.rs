@@ -212,7 +212,7 @@ fn shutdown_timeout_gives_up_on_a_stuck_worker() {
 #[test]
 fn dropping_a_runtime_inside_its_own_task_does_not_deadlock() {
     common::with_timeout(|| {
-        let rt = weft::Builder::new().worker_threads(2).build().unwrap();
+        let rt = workers(2);
         let (tx, rx) = std::sync::mpsc::channel();
         let slot = std::sync::Arc::new(std::sync::Mutex::new(None::<weft::Runtime>));
         let s2 = slot.clone();

@@ -1,7 +1,11 @@
 //! The stall reporter (sysmon): a task or fiber that keeps a worker past the threshold
 //! is reported once; ordinary work is not.
 
+mod common;
+
 use std::time::Duration;
+
+use common::{block_workers, child, on, with_timeout};
 
 fn runtime(threshold: Duration) -> weft::Runtime {
     weft::Builder::new()
@@ -13,89 +17,102 @@ fn runtime(threshold: Duration) -> weft::Runtime {
 
 #[test]
 fn a_task_blocking_its_worker_is_reported_once() {
-    let rt = runtime(Duration::from_millis(50));
-    rt.spawn(async { std::thread::sleep(Duration::from_millis(400)) })
-        .join()
-        .unwrap();
-    assert_eq!(rt.stats().stalls_reported, 1);
+    with_timeout(|| {
+        let rt = runtime(Duration::from_millis(50));
+        rt.spawn(async { std::thread::sleep(Duration::from_millis(400)) })
+            .join()
+            .unwrap();
+        assert_eq!(rt.stats().stalls_reported, 1);
+    })
 }
 
 #[test]
 fn a_fiber_spinning_without_waiting_is_reported() {
-    let rt = runtime(Duration::from_millis(50));
-    let h = weft::fiber::Builder::new()
-        .name("spinner")
-        .spawn(|| std::thread::sleep(Duration::from_millis(400)));
-    h.join().unwrap();
-    assert!(rt.stats().stalls_reported >= 1);
+    with_timeout(|| {
+        let rt = runtime(Duration::from_millis(50));
+        let h = on(&rt, || {
+            weft::fiber::Builder::new()
+                .name("spinner")
+                .spawn(|| std::thread::sleep(Duration::from_millis(400)))
+        });
+        h.join().unwrap();
+        assert!(rt.stats().stalls_reported >= 1);
+    })
 }
 
 #[test]
 fn short_tasks_and_waiting_fibers_are_not_reported() {
-    let rt = runtime(Duration::from_millis(100));
-    let fibers: Vec<_> = (0..50)
-        .map(|_| {
-            weft::fiber::spawn(|| {
-                for _ in 0..5 {
-                    weft::fiber::sleep(Duration::from_millis(30));
-                }
-            })
-        })
-        .collect();
-    rt.block_on(async {
-        for _ in 0..200 {
-            weft::spawn(async { weft::time::sleep(Duration::from_millis(1)).await })
-                .await
-                .unwrap();
+    with_timeout(|| {
+        let rt = runtime(Duration::from_millis(100));
+        let fibers: Vec<_> = on(&rt, || {
+            (0..50)
+                .map(|_| {
+                    weft::fiber::spawn(|| {
+                        for _ in 0..5 {
+                            weft::fiber::sleep(Duration::from_millis(30));
+                        }
+                    })
+                })
+                .collect()
+        });
+        rt.block_on(async {
+            for _ in 0..200 {
+                weft::spawn(async { weft::time::sleep(Duration::from_millis(1)).await })
+                    .await
+                    .unwrap();
+            }
+        });
+        for f in fibers {
+            f.join().unwrap();
         }
-    });
-    for f in fibers {
-        f.join().unwrap();
-    }
-    assert_eq!(rt.stats().stalls_reported, 0);
+        assert_eq!(rt.stats().stalls_reported, 0);
+    })
 }
 
 #[test]
 fn a_stall_report_names_the_fiber_on_stderr() {
-    if std::env::var_os("WEFT_STALL_CHILD").is_some() {
-        let rt = runtime(Duration::from_millis(50));
-        weft::fiber::Builder::new()
-            .name("spinner")
-            .spawn(|| std::thread::sleep(Duration::from_millis(400)))
+    const CHILD: &str = "WEFT_STALL_CHILD";
+    with_timeout(|| {
+        if std::env::var_os(CHILD).is_some() {
+            let rt = runtime(Duration::from_millis(50));
+            on(&rt, || {
+                weft::fiber::Builder::new()
+                    .name("spinner")
+                    .spawn(|| std::thread::sleep(Duration::from_millis(400)))
+            })
             .join()
             .unwrap();
-        drop(rt);
-        return;
-    }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
+            drop(rt);
+            return;
+        }
+        let out = child::run(
             "a_stall_report_names_the_fiber_on_stderr",
-            "--nocapture",
-        ])
-        .env("WEFT_STALL_CHILD", "1")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("weft: stall: fiber 'spinner'"),
-        "stderr: {err}"
-    );
-    assert!(err.contains("WEFT_DEBUG_STALL=0"), "stderr: {err}");
+            &[(CHILD, "1")],
+            child::LIMIT,
+        );
+        assert!(out.status.success());
+        let err = &out.stderr;
+        assert!(
+            err.contains("weft: stall: fiber 'spinner'"),
+            "stderr: {err}"
+        );
+        assert!(err.contains("WEFT_DEBUG_STALL=0"), "stderr: {err}");
+    })
 }
 
 #[test]
 fn the_report_can_be_turned_off() {
-    let rt = weft::Builder::new()
-        .worker_threads(1)
-        .stall_report(None)
-        .build()
-        .unwrap();
-    rt.spawn(async { std::thread::sleep(Duration::from_millis(100)) })
-        .join()
-        .unwrap();
-    assert_eq!(rt.stats().stalls_reported, 0);
+    with_timeout(|| {
+        let rt = weft::Builder::new()
+            .worker_threads(1)
+            .stall_report(None)
+            .build()
+            .unwrap();
+        rt.spawn(async { std::thread::sleep(Duration::from_millis(100)) })
+            .join()
+            .unwrap();
+        assert_eq!(rt.stats().stalls_reported, 0);
+    })
 }
 
 /// Tasks queued behind a worker stuck in one poll are not stranded: sysmon wakes an
@@ -103,37 +120,22 @@ fn the_report_can_be_turned_off() {
 /// be worth a wake (they had measured the earlier tasks as tiny).
 #[test]
 fn tasks_queued_behind_a_blocked_worker_are_taken_by_an_idle_one() {
-    let rt = runtime(Duration::from_secs(5));
-    for _ in 0..5 {
-        let tiny: Vec<_> = (0..50)
-            .map(|_| rt.spawn(async { weft::task::yield_now().await }))
-            .collect();
-        for t in tiny {
-            t.join().unwrap();
-        }
-        let (started, seen) = std::sync::mpsc::channel();
-        let (release, blocked) = std::sync::mpsc::channel::<()>();
-        let blocked = std::sync::Arc::new(std::sync::Mutex::new(blocked));
-        let blockers: Vec<_> = (0..2)
-            .map(|_| {
-                let (started, blocked) = (started.clone(), blocked.clone());
-                rt.spawn(async move {
-                    started.send(()).unwrap();
-                    // Blocks its worker (what async code should not do, but does).
-                    let _ = blocked
-                        .lock()
-                        .unwrap()
-                        .recv_timeout(Duration::from_secs(10));
-                })
-            })
-            .collect();
-        for _ in 0..2 {
-            seen.recv_timeout(Duration::from_secs(3))
+    with_timeout(|| {
+        let rt = runtime(Duration::from_secs(5));
+        for _ in 0..5 {
+            let tiny: Vec<_> = (0..50)
+                .map(|_| rt.spawn(async { weft::task::yield_now().await }))
+                .collect();
+            for t in tiny {
+                t.join().unwrap();
+            }
+            // Two tasks that block their workers (what async code should not do, but
+            // does), spawned together: the second may queue behind the first.
+            let blockers = block_workers(&rt, 2, Duration::from_secs(3))
                 .expect("a task stayed queued behind a blocked worker");
+            for b in blockers {
+                b.release();
+            }
         }
-        drop(release);
-        for b in blockers {
-            b.join().unwrap();
-        }
-    }
+    })
 }

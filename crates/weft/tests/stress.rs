@@ -14,10 +14,7 @@ use futures_channel::oneshot;
 fn remote_spawn_into_an_idle_runtime_never_strands_a_task() {
     common::with_timeout(|| {
         for workers in [1, 2, 4] {
-            let rt = weft::Builder::new()
-                .worker_threads(workers)
-                .build()
-                .unwrap();
+            let rt = common::workers(workers);
             for i in 0..2_000u64 {
                 if i % 500 == 0 {
                     // Give every worker time to park.
@@ -34,7 +31,7 @@ fn remote_spawn_into_an_idle_runtime_never_strands_a_task() {
 #[test]
 fn cross_worker_ping_pong_with_remote_spawns() {
     common::with_timeout(|| {
-        let rt = weft::Builder::new().worker_threads(4).build().unwrap();
+        let rt = common::workers(4);
         let done = Arc::new(AtomicUsize::new(0));
         let pairs: Vec<_> = (0..50)
             .map(|_| {
@@ -80,7 +77,7 @@ fn cross_worker_ping_pong_with_remote_spawns() {
 #[test]
 fn bursts_with_overflow_and_idle_gaps() {
     common::with_timeout(|| {
-        let rt = weft::Builder::new().worker_threads(3).build().unwrap();
+        let rt = common::workers(3);
         for round in 0..20u64 {
             let sum = rt.block_on(async move {
                 let hs: Vec<_> = (0..1_000u64)
@@ -106,7 +103,7 @@ fn bursts_with_overflow_and_idle_gaps() {
 fn build_and_drop_with_concurrent_wakes() {
     common::with_timeout(|| {
         for _ in 0..50 {
-            let rt = weft::Builder::new().worker_threads(2).build().unwrap();
+            let rt = common::workers(2);
             let (tx, rx) = oneshot::channel::<()>();
             let h = rt.spawn(async move {
                 let _ = rx.await;

@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::with_timeout;
+use common::{block_a_worker, panic_message, runtime, with_timeout, workers};
 use weft::time::{self, Instant, MissedTickBehavior};
-use weft::Builder;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -17,7 +16,7 @@ fn ms(n: u64) -> Duration {
 #[test]
 fn sleep_never_fires_early() {
     with_timeout(|| {
-        let rt = Builder::new().worker_threads(2).build().unwrap();
+        let rt = workers(2);
         rt.block_on(async {
             for d in [0, 1, 2, 5, 13] {
                 let start = Instant::now();
@@ -35,7 +34,7 @@ fn sleep_never_fires_early() {
 #[test]
 fn many_timers_fire_in_deadline_order() {
     with_timeout(|| {
-        let rt = Builder::new().worker_threads(2).build().unwrap();
+        let rt = workers(2);
         let order = Arc::new(Mutex::new(Vec::new()));
         rt.block_on(async {
             let start = Instant::now();
@@ -68,7 +67,7 @@ fn many_timers_fire_in_deadline_order() {
 #[test]
 fn dropping_a_sleep_cancels_its_timer() {
     with_timeout(|| {
-        let rt = Builder::new().worker_threads(1).build().unwrap();
+        let rt = workers(1);
         rt.block_on(async {
             let mut sleeps: Vec<_> = (0..1000)
                 .map(|_| time::sleep(Duration::from_secs(60)))
@@ -87,7 +86,7 @@ fn dropping_a_sleep_cancels_its_timer() {
 #[test]
 fn timeout_around_the_boundary() {
     with_timeout(|| {
-        let rt = Builder::new().worker_threads(2).build().unwrap();
+        let rt = workers(2);
         rt.block_on(async {
             // Finishes well before the deadline: Ok.
             let r = time::timeout(ms(200), time::sleep(ms(5))).await;
@@ -116,11 +115,7 @@ fn timeout_around_the_boundary() {
 #[test]
 fn timer_registered_while_every_worker_is_parked_fires_on_time() {
     with_timeout(|| {
-        let rt = Builder::new()
-            .worker_threads(2)
-            .interactive_threads(1)
-            .build()
-            .unwrap();
+        let rt = runtime(2, 1);
         // Let every worker go to sleep.
         std::thread::sleep(ms(50));
         assert_eq!(rt.stats().timers_pending, 0);
@@ -143,7 +138,7 @@ fn timer_registered_while_every_worker_is_parked_fires_on_time() {
 #[test]
 fn a_sleep_created_in_a_runtime_can_be_polled_from_a_plain_thread() {
     with_timeout(|| {
-        let rt = Builder::new().worker_threads(1).build().unwrap();
+        let rt = workers(1);
         // Created (and bound) inside the runtime, then polled elsewhere.
         let sleep = rt.spawn_blocking(|| time::sleep(ms(20))).join().unwrap();
         let start = Instant::now();
@@ -178,7 +173,7 @@ fn futures_block_on<F: std::future::Future>(f: F) -> F::Output {
 #[test]
 fn sleep_reset_moves_the_deadline_both_ways() {
     with_timeout(|| {
-        let rt = Builder::new().worker_threads(1).build().unwrap();
+        let rt = workers(1);
         rt.block_on(async {
             let start = Instant::now();
             let mut s = time::sleep(Duration::from_secs(60));
@@ -200,7 +195,7 @@ fn sleep_reset_moves_the_deadline_both_ways() {
 #[test]
 fn interval_ticks_on_schedule_and_handles_missed_ticks() {
     with_timeout(|| {
-        let rt = Builder::new().worker_threads(1).build().unwrap();
+        let rt = workers(1);
         rt.block_on(async {
             let start = Instant::now();
             let mut iv = time::interval(ms(10));
@@ -251,7 +246,7 @@ fn interval_ticks_on_schedule_and_handles_missed_ticks() {
 #[test]
 fn timers_from_many_tasks_and_threads() {
     with_timeout(|| {
-        let rt = Builder::new().worker_threads(2).build().unwrap();
+        let rt = workers(2);
         let done = Arc::new(AtomicUsize::new(0));
         let threads: Vec<_> = (0..4)
             .map(|t| {
@@ -292,11 +287,7 @@ fn sleep_outside_a_runtime_panics_with_a_clear_message_when_polled() {
     let s = time::sleep(ms(1));
     let err =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| futures_block_on(s))).unwrap_err();
-    let msg = err
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap();
+    let msg = panic_message(&*err).unwrap();
     assert!(msg.contains("no weft runtime"), "{msg}");
 }
 
@@ -305,19 +296,10 @@ fn sleep_outside_a_runtime_panics_with_a_clear_message_when_polled() {
 #[test]
 fn timers_fire_on_time_while_a_worker_is_stuck() {
     with_timeout(|| {
-        let rt = Builder::new()
-            .worker_threads(2)
-            .interactive_threads(0)
-            .build()
-            .unwrap();
+        let rt = runtime(2, 0);
         for round in 0..3 {
             std::thread::sleep(ms(20)); // both workers asleep, one holding the driver
-            let (started_tx, started_rx) = std::sync::mpsc::channel();
-            let hog = rt.spawn(async move {
-                started_tx.send(()).unwrap();
-                std::thread::sleep(ms(300)); // a badly behaved task blocks its worker
-            });
-            started_rx.recv().unwrap();
+            let hog = block_a_worker(&rt); // a badly behaved task blocks its worker
             let late = rt
                 .spawn(async {
                     let start = Instant::now();
@@ -328,7 +310,7 @@ fn timers_fire_on_time_while_a_worker_is_stuck() {
                 .unwrap();
             assert!(late >= ms(30));
             assert!(late < ms(200), "round {round}: a 30 ms sleep took {late:?}");
-            hog.join().unwrap();
+            hog.release();
         }
     });
 }

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod child;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -73,6 +75,22 @@ pub fn workers(n: usize) -> Runtime {
         .expect("failed to build the runtime")
 }
 
+/// A runtime with `workers` default workers and `interactive` interactive ones.
+pub fn runtime(workers: usize, interactive: usize) -> Runtime {
+    Builder::new()
+        .worker_threads(workers)
+        .interactive_threads(interactive)
+        .build()
+        .expect("failed to build the runtime")
+}
+
+/// Runs `f` with `rt` as this thread's current runtime (inside `block_on`), so that the
+/// fibers it spawns go to `rt` whatever the other tests do meanwhile (from a plain
+/// thread they would go to the most recently started runtime, maybe another test's).
+pub fn on<R>(rt: &Runtime, f: impl FnOnce() -> R) -> R {
+    rt.block_on(async move { f() })
+}
+
 /// The panic message in a panic payload, if it is a string.
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> Option<String> {
     if let Some(s) = payload.downcast_ref::<&'static str>() {
@@ -101,14 +119,33 @@ pub struct Blocker {
 
 /// Spawns a [`Blocker`] on `rt` and returns once it occupies a worker.
 pub fn block_a_worker(rt: &Runtime) -> Blocker {
+    block_workers(rt, 1, TIMEOUT)
+        .expect("hang: the blocker did not start")
+        .pop()
+        .unwrap()
+}
+
+/// Spawns `n` [`Blocker`]s on `rt` at once and returns them once each occupies a
+/// worker, or `None` if that took longer than `within`.
+pub fn block_workers(rt: &Runtime, n: usize, within: Duration) -> Option<Vec<Blocker>> {
     let (started_tx, started_rx) = mpsc::channel();
-    let (release, release_rx) = mpsc::channel::<()>();
-    let handle = rt.spawn(async move {
-        started_tx.send(()).unwrap();
-        let _ = release_rx.recv_timeout(TIMEOUT);
-    });
-    started_rx.recv_timeout(TIMEOUT).unwrap();
-    Blocker { release, handle }
+    let blockers: Vec<Blocker> = (0..n)
+        .map(|_| {
+            let started_tx = started_tx.clone();
+            let (release, release_rx) = mpsc::channel::<()>();
+            let handle = rt.spawn(async move {
+                started_tx.send(()).unwrap();
+                let _ = release_rx.recv_timeout(TIMEOUT);
+            });
+            Blocker { release, handle }
+        })
+        .collect();
+    let deadline = Instant::now() + within;
+    for _ in 0..n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        started_rx.recv_timeout(left).ok()?;
+    }
+    Some(blockers)
 }
 
 impl Blocker {
