@@ -5,6 +5,7 @@
 //! Each worker's private half lives in [`worker::Core`] on its own thread.
 
 pub(crate) mod blocking;
+pub(crate) mod clock;
 pub(crate) mod idle;
 pub(crate) mod inject;
 pub(crate) mod park;

@@ -16,8 +16,9 @@
 
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use super::clock;
 use super::queue::Local;
 use super::{cancel_queued, Shared, WorkerParts};
 use crate::forkjoin::deque::{self, Steal};
@@ -82,7 +83,8 @@ pub(crate) struct Core {
     /// The frame of the outermost join in progress, when it began, and an EWMA of how
     /// long outermost joins last on this worker (infinite until measured).
     outermost: Cell<*const Frame>,
-    outermost_start: Cell<Instant>,
+    /// (Times are [`clock::now_ns`] readings.)
+    outermost_start: Cell<u64>,
     avg_outermost_ns: Cell<f64>,
     /// Private frames to keep before joins run as plain calls (see
     /// `FRAMES_WHILE_ALONE`).
@@ -91,10 +93,10 @@ pub(crate) struct Core {
     scopes: Cell<u32>,
     /// Joins until the next heartbeat check.
     joins_until_check: Cell<u32>,
-    last_heartbeat: Cell<Instant>,
+    last_heartbeat: Cell<u64>,
     /// The adapted number of joins between heartbeat checks, and the last check.
     heartbeat_joins: Cell<u32>,
-    last_check: Cell<Instant>,
+    last_check: Cell<u64>,
     lifo: Cell<Option<Notified>>,
     lifo_polls: Cell<u32>,
     /// Tasks that yielded: they run again once the local and global queues are empty,
@@ -108,7 +110,7 @@ pub(crate) struct Core {
     tick: Cell<u32>,
     global_interval: Cell<u32>,
     avg_task_ns: Cell<f64>,
-    tick_start: Cell<Instant>,
+    tick_start: Cell<u64>,
     /// Polls since `tick_start` (a park restarts the measurement).
     tick_polls: Cell<u32>,
     task_time_measured: Cell<bool>,
@@ -188,14 +190,14 @@ impl Core {
             private_oldest: Cell::new(std::ptr::null()),
             private_len: Cell::new(0),
             outermost: Cell::new(std::ptr::null()),
-            outermost_start: Cell::new(Instant::now()),
+            outermost_start: Cell::new(clock::now_ns()),
             avg_outermost_ns: Cell::new(f64::INFINITY),
             frames_before_plain: Cell::new(FRAMES_WHILE_ALONE),
             scopes: Cell::new(0),
             joins_until_check: Cell::new(HEARTBEAT_JOINS),
-            last_heartbeat: Cell::new(Instant::now()),
+            last_heartbeat: Cell::new(clock::now_ns()),
             heartbeat_joins: Cell::new(HEARTBEAT_JOINS),
-            last_check: Cell::new(Instant::now()),
+            last_check: Cell::new(clock::now_ns()),
             lifo: Cell::new(None),
             lifo_polls: Cell::new(0),
             deferred: Cell::new(Vec::new()),
@@ -203,7 +205,7 @@ impl Core {
             tick: Cell::new(0),
             global_interval: Cell::new(interval_for(INITIAL_AVG_NS)),
             avg_task_ns: Cell::new(INITIAL_AVG_NS),
-            tick_start: Cell::new(Instant::now()),
+            tick_start: Cell::new(clock::now_ns()),
             tick_polls: Cell::new(0),
             task_time_measured: Cell::new(false),
             // xorshift needs a non-zero seed.
@@ -383,7 +385,7 @@ impl Core {
     /// the computation is still running, so a tiny computation never pays a futex wake.
     #[cold]
     fn outermost_join(&self, frame: &Frame) {
-        let now = Instant::now();
+        let now = clock::now_ns();
         self.last_heartbeat.set(now);
         self.last_check.set(now);
         self.outermost_start.set(now);
@@ -406,7 +408,7 @@ impl Core {
     #[cold]
     fn outermost_done(&self) {
         self.outermost.set(std::ptr::null());
-        let took = self.outermost_start.get().elapsed().as_nanos() as f64;
+        let took = clock::now_ns().saturating_sub(self.outermost_start.get()) as f64;
         let avg = self.avg_outermost_ns.get();
         self.avg_outermost_ns.set(if avg.is_finite() {
             0.75 * avg + 0.25 * took
@@ -417,15 +419,15 @@ impl Core {
 
     #[cold]
     fn heartbeat(&self) {
-        let now = Instant::now();
+        let now = clock::now_ns();
         let joins = adapt_heartbeat(
             self.heartbeat_joins.get(),
-            now.duration_since(self.last_check.get()),
+            clock::since(now, self.last_check.get()),
         );
         self.last_check.set(now);
         self.heartbeat_joins.set(joins);
         self.joins_until_check.set(joins);
-        if now.duration_since(self.last_heartbeat.get()) >= HEARTBEAT {
+        if clock::since(now, self.last_heartbeat.get()) >= HEARTBEAT {
             self.last_heartbeat.set(now);
             if self.someone_hungry() {
                 if self.private_oldest.get().is_null() {
@@ -623,12 +625,12 @@ impl Core {
 
     /// End of a tick: refresh the EWMA of task length and the global-queue interval.
     fn end_tick(&self) {
-        self.sample_task_time(Instant::now());
+        self.sample_task_time(clock::now_ns());
     }
 
     /// Folds the polls since `tick_start` into the EWMA of task time (the first
     /// measurement replaces the initial guess) and restarts the measurement.
-    fn sample_task_time(&self, now: Instant) {
+    fn sample_task_time(&self, now: u64) {
         if cfg!(loom) {
             // As in `Shared::record_wake`: models must not branch on measured time.
             return;
@@ -636,7 +638,7 @@ impl Core {
         let polls = self.tick_polls.replace(0);
         if polls >= MIN_SAMPLE_POLLS {
             let per_task =
-                now.duration_since(self.tick_start.get()).as_nanos() as f64 / polls as f64;
+                clock::since(now, self.tick_start.get()).as_nanos() as f64 / polls as f64;
             let avg = if self.task_time_measured.replace(true) {
                 0.1 * per_task + 0.9 * self.avg_task_ns.get()
             } else {
@@ -787,7 +789,7 @@ impl Core {
         let idle = &self.shared.idle;
         idle.publish_parked(self.index);
         fence(SeqCst);
-        self.sample_task_time(Instant::now());
+        self.sample_task_time(clock::now_ns());
         let has_work = !self.shared.inject.is_empty()
             || !self.inbox().is_empty()
             || (idle.num_searching() == 0 && self.shared.has_work_for(self.index));
@@ -844,7 +846,7 @@ impl Core {
                 }
             }
             // Time asleep is not task time: sample up to the park, restart after it.
-            self.tick_start.set(Instant::now());
+            self.tick_start.set(clock::now_ns());
         }
         self.transitioning_to_park.set(false);
     }
