@@ -512,6 +512,46 @@ mod forkjoin_models {
         });
     }
 
+    /// Leapfrogging: a worker waits for the thief of its job (worker 1), which then
+    /// offers a piece of that job and waits for the piece. The waiter must take it:
+    /// either its steal after registering sees the piece, or the thief's offer sees the
+    /// registration and wakes it from the latch. A lost wake leaves both asleep (a loom
+    /// deadlock); then the thief finishes and sets the waiter's latch.
+    #[test]
+    fn loom_leapfrog_offer_vs_waiter_sleep() {
+        use crate::forkjoin::job::StackJob;
+        use crate::forkjoin::FnContext;
+        loom::model(|| {
+            let (shared, mut locals) = new_pool(2);
+            let l1 = locals.pop().unwrap();
+            let l0 = locals.pop().unwrap();
+            let waiter_parker = shared.remotes[0].parker.clone();
+            // The waiter's stolen job: its latch and the thief's index.
+            let stolen = Arc::new(StackJob::new(|_: FnContext| (), &waiter_parker));
+            stolen.thief.store(1, SeqCst);
+            let (s1, st) = (shared.clone(), stolen.clone());
+            let thief = thread::spawn(move || {
+                let core = Core::new(1, s1.clone(), l1);
+                let parker = s1.remotes[1].parker.clone();
+                let piece = StackJob::new(|_: FnContext| 7u32, &parker);
+                // SAFETY: `piece` lives on this frame until its latch is observed set.
+                core.offer_job(unsafe { piece.as_job_ref() });
+                // Only the waiter may run it: the thief sleeps until it is done.
+                piece.latch.wait(&parker, || false);
+                assert_eq!(piece.take_result(), 7);
+                // The stolen job is done: set the waiter's latch.
+                // SAFETY: the Arc keeps the latch alive; the waiter has not returned.
+                unsafe { OnceLatch::set(&st.latch) };
+                core.finish_for_test();
+            });
+            let core = Core::new(0, shared.clone(), l0);
+            core.wait_for_thief(&stolen.latch, &stolen.thief);
+            thief.join().unwrap();
+            assert_eq!(shared.remotes[1].leapfroggers.load(SeqCst), 0);
+            core.finish_for_test();
+        });
+    }
+
     /// Setting the latch races the waiter going through SLEEPY and SLEEPING: the waiter
     /// always returns (a lost wake is a loom deadlock), and the setter's parker
     /// reference keeps the parker alive.

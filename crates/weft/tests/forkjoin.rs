@@ -279,3 +279,53 @@ fn a_panic_deep_in_a_recursion_still_runs_the_other_side() {
         assert_eq!(ran.load(Ordering::SeqCst), 12, "every second side ran");
     });
 }
+
+/// A worker whose stolen half is the bigger one must not sit idle until the thief is
+/// done: waiting in `join`, it registers with the thief, whose heartbeat then shares
+/// the rest of that half with it (leapfrogging).
+#[test]
+fn the_owner_of_a_stolen_half_helps_the_thief_with_it() {
+    fn spin(d: std::time::Duration) {
+        let start = std::time::Instant::now();
+        while start.elapsed() < d {
+            std::hint::spin_loop();
+        }
+    }
+    fn leaves(depth: u32, owner: std::thread::ThreadId, on_owner: &AtomicUsize) {
+        if depth == 0 {
+            spin(std::time::Duration::from_micros(50));
+            if std::thread::current().id() == owner {
+                on_owner.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
+        weft::join(
+            || leaves(depth - 1, owner, on_owner),
+            || leaves(depth - 1, owner, on_owner),
+        );
+    }
+    with_timeout(|| {
+        let rt = workers(2);
+        // Let both workers settle into sleep, so the outermost join finds one hungry
+        // and offers `b` to it.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let (on_owner, total) = rt
+            .spawn(async {
+                let owner = std::thread::current().id();
+                let on_owner = AtomicUsize::new(0);
+                // `a` runs long enough for the other worker to wake and steal `b`
+                // (256 leaves of 50 µs), which then outlasts `a` by ~8 ms.
+                weft::join(
+                    || spin(std::time::Duration::from_millis(5)),
+                    || leaves(8, owner, &on_owner),
+                );
+                (on_owner.load(Ordering::Relaxed), 256)
+            })
+            .join()
+            .unwrap();
+        assert!(
+            on_owner > 0,
+            "the worker that waited ran none of the {total} leaves of its stolen half"
+        );
+    });
+}

@@ -6,12 +6,12 @@ use std::any::Any;
 use std::cell::{Cell, UnsafeCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
 use super::latch::OnceLatch;
 use super::FnContext;
 use crate::scheduler::park::Parker;
-use crate::sync::Arc;
+use crate::sync::{Arc, AtomicUsize};
 
 /// The job header: one function pointer.
 #[repr(C)]

@@ -77,7 +77,8 @@ impl OnceLatch {
 
     /// Waits until set. `help` is called while waiting; it returns true if it did some
     /// work (the wait then starts over without sleeping). `parker` is the one given to
-    /// [`OnceLatch::new`].
+    /// [`OnceLatch::new`]; an unpark of it while the waiter sleeps (other than the
+    /// setter's) makes the waiter call `help` again before it sleeps anew.
     pub(crate) fn wait(&self, parker: &Parker, mut help: impl FnMut() -> bool) {
         let mut spins = 0;
         loop {
@@ -120,10 +121,18 @@ impl OnceLatch {
             {
                 continue; // SET
             }
-            while self.state.load(Acquire) == SLEEPING {
-                parker.park();
+            parker.park();
+            // Woken: by the setter (SET), or to help (a thief this waiter helps shared
+            // work, see `Core::wake_leapfroggers`), or spuriously. Unless SET, take the
+            // sleep back and go round; a setter that now finds UNSET wakes nobody, and
+            // the waiter's next probe sees SET.
+            if self
+                .state
+                .compare_exchange(SLEEPING, UNSET, Acquire, Relaxed)
+                .is_ok()
+            {
+                spins = 0;
             }
-            // SET, or never: SLEEPING only leaves through the setter.
         }
     }
 }

@@ -251,11 +251,7 @@ where
         return rb;
     }
     // Stolen: wait, helping the thief with `b`'s own descendants.
-    let parker = core.parker();
-    job_b.latch.wait(parker, || {
-        let thief = job_b.thief.load(std::sync::atomic::Ordering::Relaxed);
-        thief != usize::MAX && core.help_thief(thief)
-    });
+    core.wait_for_thief(&job_b.latch, &job_b.thief);
     job_b.take_result()
 }
 

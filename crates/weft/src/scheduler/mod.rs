@@ -54,6 +54,12 @@ pub(crate) struct Remote {
     /// Set by the stall reporter while this worker has been inside one poll for longer
     /// than a sysmon period; soft-homed fibers then go elsewhere.
     pub(crate) stalled: AtomicBool,
+    /// Workers waiting in `join` for a job this worker stole from them (leapfroggers,
+    /// see `forkjoin`): while any wait, this worker's heartbeat counts as hungry, and
+    /// promoting a frame wakes them to take it.
+    pub(crate) leapfroggers: crate::sync::AtomicUsize,
+    /// The worker whose theft this worker is waiting on in `join` (`usize::MAX`: none).
+    pub(crate) waiting_on: crate::sync::AtomicUsize,
 }
 
 /// A soft-homed fiber is diverted to the injection queue when its home worker has this
@@ -130,6 +136,8 @@ impl Shared {
                     inbox: Inject::new(),
                     running_task: AtomicU64::new(0),
                     stalled: AtomicBool::new(false),
+                    leapfroggers: crate::sync::AtomicUsize::new(0),
+                    waiting_on: crate::sync::AtomicUsize::new(usize::MAX),
                 })
             })
             .collect();

@@ -23,6 +23,8 @@ use super::queue::Local;
 use super::{cancel_queued, Shared, WorkerParts};
 use crate::forkjoin::deque::{self, Steal};
 use crate::forkjoin::job::{Frame, Job, JobRef};
+use crate::forkjoin::latch::OnceLatch;
+use crate::sync::AtomicUsize;
 use crate::sync::{fence, Arc};
 use crate::task::raw::Notified;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
@@ -440,10 +442,13 @@ impl Core {
         }
     }
 
+    /// Whether another worker would take work from this one: one searches or sleeps,
+    /// or waits in `join` for a job this worker stole (and can help with its parts).
     #[inline]
     pub(crate) fn someone_hungry(&self) -> bool {
         self.shared.idle.num_searching() > 0
             || self.shared.idle.any_parked_except(self.index).is_some()
+            || self.shared.remotes[self.index].leapfroggers.load(Relaxed) > 0
     }
 
     /// When a worker is hungry, moves every private frame to the deque (oldest first,
@@ -485,8 +490,64 @@ impl Core {
         }
         frame.promoted.set(true);
         self.private_len.set(self.private_len.get() - 1);
-        self.jobs.push(frame.job_ref().as_ptr());
+        self.offer_job(frame.job_ref());
         true
+    }
+
+    /// Pushes a job for thieves, and wakes the workers waiting for a theft of ours.
+    pub(crate) fn offer_job(&self, job: JobRef) {
+        self.jobs.push(job.as_ptr());
+        self.wake_leapfroggers();
+    }
+
+    /// After a push to the deque: wakes the workers that wait in `join` for a job this
+    /// worker stole from them, so they take the new job instead of sleeping on.
+    fn wake_leapfroggers(&self) {
+        // Pairs with the SeqCst registration in `leapfrog`: either the waiter's steal
+        // after registering sees the job, or this load sees the registration.
+        fence(SeqCst);
+        if self.shared.remotes[self.index].leapfroggers.load(SeqCst) == 0 {
+            return;
+        }
+        for (i, remote) in self.shared.remotes.iter().enumerate() {
+            if i != self.index && remote.waiting_on.load(Relaxed) == self.index {
+                remote.parker.unpark();
+            }
+        }
+    }
+
+    /// Waits in `join` until `latch` (of a job of ours that a thief took) is set,
+    /// running only jobs stolen back from that thief (`b`'s own descendants; see
+    /// `forkjoin`). Once the thief is known this worker registers as its leapfrogger,
+    /// so the thief's heartbeat shares work with it (and wakes it) instead of leaving
+    /// it idle until the thief is done.
+    pub(crate) fn wait_for_thief(&self, latch: &OnceLatch, thief: &AtomicUsize) {
+        let mut leapfrog = None;
+        latch.wait(&self.parker, || {
+            let thief = thief.load(Relaxed);
+            if thief == usize::MAX {
+                return false;
+            }
+            if leapfrog.is_none() {
+                // Before the steal below: see `wake_leapfroggers`.
+                leapfrog = Some(self.leapfrog(thief));
+            }
+            self.help_thief(thief)
+        });
+    }
+
+    /// Registers this worker as waiting in `join` for `thief` to finish a job it stole
+    /// from us (see [`Core::wake_leapfroggers`]) until the guard drops.
+    fn leapfrog(&self, thief: usize) -> Leapfrog<'_> {
+        let prev = self.shared.remotes[self.index]
+            .waiting_on
+            .swap(thief, SeqCst);
+        self.shared.remotes[thief].leapfroggers.fetch_add(1, SeqCst);
+        Leapfrog {
+            core: self,
+            thief,
+            prev,
+        }
     }
 
     /// Unlinks `frame` at the end of its `join`. Returns true if the caller may run the
@@ -546,7 +607,7 @@ impl Core {
 
     /// While waiting for a stolen job: steal one of its descendants from the thief and
     /// run it (leapfrogging). Returns whether it ran something.
-    pub(crate) fn help_thief(&self, thief: usize) -> bool {
+    fn help_thief(&self, thief: usize) -> bool {
         match self.steal_job_from(thief) {
             Some(job) => {
                 self.counters().jobs_run.bump(1);
@@ -968,6 +1029,25 @@ impl Core {
         }
         self.leave_searching();
         self.drain();
+    }
+}
+
+/// A worker's registration as a leapfrogger (see [`Core::leapfrog`]).
+pub(crate) struct Leapfrog<'c> {
+    core: &'c Core,
+    thief: usize,
+    prev: usize,
+}
+
+impl Drop for Leapfrog<'_> {
+    fn drop(&mut self) {
+        let remotes = &self.core.shared.remotes;
+        // Nested waits (helping runs joins whose halves get stolen too) restore the
+        // outer wait's thief.
+        remotes[self.core.index]
+            .waiting_on
+            .store(self.prev, Relaxed);
+        remotes[self.thief].leapfroggers.fetch_sub(1, Relaxed);
     }
 }
 
