@@ -16,6 +16,10 @@
 //!   `workers - 1` threads and the thread that opens the `Scope` (the
 //!   benchmark's thread) is the last one, as in chili's own benchmarks.
 //! * `seq` — plain sequential code on the benchmark's thread.
+//! * `split` — large trees only: the tree cut by hand into one group of
+//!   subtrees per thread, each group summed by sequential code on its own
+//!   scoped thread (started inside the timing, ~0.1 ms). No scheduler at all:
+//!   what this machine's cores and memory allow, the ceiling for `seq/weft`.
 //!
 //! Timing happens on the thread that runs the computation, so it covers the
 //! computation only, not the hand-over into the pool. Each measurement
@@ -40,11 +44,12 @@ use crate::rng::Rng;
 use crate::runtimes::Weft;
 
 /// Contenders, in the index order the measurements use.
-pub const CONTENDERS: &[&str] = &["weft", "rayon", "chili", "seq"];
+pub const CONTENDERS: &[&str] = &["weft", "rayon", "chili", "seq", "split"];
 const WEFT: usize = 0;
 const RAYON: usize = 1;
 const CHILI: usize = 2;
 const SEQ: usize = 3;
+const SPLIT: usize = 4;
 
 /// How long the untimed calibration (and so roughly the timed part) of one
 /// measurement runs at least.
@@ -64,8 +69,10 @@ const SEED: u64 = 0x5EED_F0C5;
 
 /// What `forkjoin --help` prints above the options.
 pub const HELP: &str = "\
-Contenders: weft, rayon, chili, each with --workers threads, and seq (sequential code);
-ratios weft/rayon, weft/chili and seq/weft (weft's speed-up over sequential code).
+Contenders: weft, rayon, chili, each with --workers threads, seq (sequential code) and,
+for the large trees, split: the tree cut by hand into one group of subtrees per thread,
+each summed by sequential code on its own thread (no scheduler; what the machine allows);
+ratios weft/rayon, weft/chili, seq/weft (weft's speed-up over sequential code), weft/split.
 tree_1023, tree_16M, tree_134M (only with --large): sum of a binary tree of boxed nodes
   (i64 value, Option<Box> children) of 1,023 / 16,777,215 / 134,217,727 nodes, joining
   at every node, no cutoff (chili's and Spice's benchmark). Trees are built once.
@@ -137,7 +144,12 @@ pub fn suite(opts: &Options) -> Suite {
          rayon inside ThreadPool::install; chili in a Scope on the benchmark thread plus \
          workers - 1 pool threads; seq on the benchmark thread; mean per call over >= 20 ms"
             .to_string(),
-        "'-': the contender has no such operation (chili: no iterators, no sort; seq: no joins)"
+        "'-': the contender has no such operation (chili: no iterators, no sort; seq: no joins; \
+         split: large trees only)"
+            .to_string(),
+        "split: the tree cut by hand into one part per thread, summed sequentially on plain \
+         threads (no scheduler): the most this machine gives over seq; weft/split < 1.0 = \
+         weft faster"
             .to_string(),
         "seq/weft is weft's speed-up over sequential code: above 1.0 = weft faster".to_string(),
     ];
@@ -311,6 +323,32 @@ fn sum_chili(node: &Node, s: &mut chili::Scope<'_>) -> i64 {
     node.val + l + r
 }
 
+/// The `split` contender: the smallest set of subtrees (one level of the tree) with
+/// at least one per thread, dealt round-robin to `threads` scoped threads that sum
+/// them with `sum`; the nodes above that level are summed here.
+fn sum_split(tree: &Node, threads: usize, sum: fn(&Node) -> i64) -> i64 {
+    let mut level = vec![tree];
+    let mut above = 0;
+    while level.len() < threads {
+        let next: Vec<&Node> = level
+            .iter()
+            .flat_map(|n| [n.left.as_deref(), n.right.as_deref()])
+            .flatten()
+            .collect();
+        if next.is_empty() {
+            break;
+        }
+        above += level.iter().map(|n| n.val).sum::<i64>();
+        level = next;
+    }
+    let share = |t: usize| -> i64 { level.iter().skip(t).step_by(threads).map(|n| sum(n)).sum() };
+    std::thread::scope(|s| {
+        let others: Vec<_> = (1..threads).map(|t| s.spawn(move || share(t))).collect();
+        let mine = share(0);
+        above + mine + others.into_iter().map(|h| h.join().unwrap()).sum::<i64>()
+    })
+}
+
 /// A tree case; cases of one size share `tree` (built on first use).
 fn tree_case(layers: u32, order: Order, tree: Rc<OnceCell<Arc<Node>>>) -> Case {
     let expected = nodes(layers) as i64;
@@ -342,6 +380,12 @@ fn tree_case(layers: u32, order: Order, tree: Rc<OnceCell<Arc<Node>>>) -> Case {
             SEQ => {
                 let sum = if rf { sum_seq_rf } else { sum_seq };
                 per_call(|| sum(black_box(tree)))
+            }
+            // Thread start-up would dominate a microsecond sum.
+            SPLIT if layers < TREE_MEDIUM => return vec![f64::NAN],
+            SPLIT => {
+                let sum = if rf { sum_seq_rf } else { sum_seq };
+                per_call(|| sum_split(black_box(tree), opts.workers, sum))
             }
             _ => unreachable!("no contender #{index}"),
         };
@@ -408,6 +452,7 @@ fn fib_case(name: &str, threads: Option<usize>) -> Case {
             RAYON => on_rayon(threads, || per_call(|| fib_rayon(n))),
             CHILI => on_chili(threads, |s| per_call(|| fib_chili(n, s))),
             SEQ => per_call(|| fib_seq(n)),
+            SPLIT => return vec![f64::NAN, f64::NAN],
             _ => unreachable!("no contender #{index}"),
         };
         assert_eq!(fib, FIB_32, "wrong fib(32)");
@@ -480,6 +525,7 @@ fn sort_case() -> Case {
             RAYON => on_rayon(opts.workers, || sort_timed(src, rayon_par::sort)),
             CHILI => f64::NAN,
             SEQ => sort_timed(src, <[u64]>::sort_unstable),
+            SPLIT => f64::NAN,
             _ => unreachable!("no contender #{index}"),
         };
         vec![ns]
@@ -499,6 +545,7 @@ fn sum_case() -> Case {
             RAYON => on_rayon(opts.workers, || per_call(|| rayon_par::map_sum(n))),
             CHILI => return vec![f64::NAN],
             SEQ => per_call(|| seq_map_sum(black_box(n))),
+            SPLIT => return vec![f64::NAN],
             _ => unreachable!("no contender #{index}"),
         };
         assert_eq!(sum, expected, "wrong sum");
@@ -538,7 +585,13 @@ mod tests {
         assert_eq!(on_chili(2, |s| sum_chili(&tree, s)), 255);
         let t = tree.clone();
         assert_eq!(on_weft(2, move || sum_weft(&t)), 255);
-        assert_eq!(on_weft(2, move || sum_weft_rf(&tree)), 255);
+        let t = tree.clone();
+        assert_eq!(on_weft(2, move || sum_weft_rf(&t)), 255);
+        for threads in 1..=5 {
+            assert_eq!(sum_split(&tree, threads, sum_seq), 255, "{threads} threads");
+            assert_eq!(sum_split(&tree, threads, sum_seq_rf), 255, "{threads} threads");
+        }
+        assert_eq!(sum_split(&Node::tree(1), 4, sum_seq), 1);
         assert_eq!(tree_name(TREE_SMALL, Order::AsWritten), "tree_1023");
         assert_eq!(tree_name(TREE_MEDIUM, Order::AsWritten), "tree_16M");
         assert_eq!(tree_name(TREE_MEDIUM, Order::RightFirst), "tree_16M_rf");
