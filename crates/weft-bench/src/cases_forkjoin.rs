@@ -589,7 +589,11 @@ mod tests {
         assert_eq!(on_weft(2, move || sum_weft_rf(&t)), 255);
         for threads in 1..=5 {
             assert_eq!(sum_split(&tree, threads, sum_seq), 255, "{threads} threads");
-            assert_eq!(sum_split(&tree, threads, sum_seq_rf), 255, "{threads} threads");
+            assert_eq!(
+                sum_split(&tree, threads, sum_seq_rf),
+                255,
+                "{threads} threads"
+            );
         }
         assert_eq!(sum_split(&Node::tree(1), 4, sum_seq), 1);
         assert_eq!(tree_name(TREE_SMALL, Order::AsWritten), "tree_1023");

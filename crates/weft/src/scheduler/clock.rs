@@ -36,7 +36,9 @@ pub(crate) fn since(later: u64, earlier: u64) -> Duration {
 enum Source {
     /// Time stamp counter ticks times `mult`, shifted right by [`tsc::SHIFT`], is ns.
     #[cfg(all(target_arch = "x86_64", not(loom)))]
-    Tsc { mult: u64 },
+    Tsc {
+        mult: u64,
+    },
     Instant(Instant),
 }
 
