@@ -84,6 +84,10 @@ tree_16M_rf, tree_134M_rf (only with --large): the same trees, every contender v
   before right, so right-first visits memory in descending address order, which the
   prefetcher follows; left-first jumps. This compares the schedulers on equal memory
   traffic.
+tree_16M_pre, tree_134M_pre (only with --large): Spice's layout, each node allocated
+  before its children (pre-order), every contender running join(left, right) as in
+  tree_16M: now the left-first visits (weft, rayon, seq) stream memory upwards and
+  chili's right-first one jumps, the mirror image of tree_16M.
 fib32_1t, fib32_<workers>t: fib(32) by recursive join, no cutoff, on 1 thread and on
   --workers threads; time, and time per join (3,524,577 joins: calls with n >= 2).
   seq is the plain recursion, which the compiler partly turns into loops (a reference).
@@ -102,11 +106,17 @@ pub fn suite(opts: &Options) -> Suite {
         tree_case(TREE_SMALL, Order::AsWritten, Rc::new(OnceCell::new())),
         tree_case(TREE_MEDIUM, Order::AsWritten, medium.clone()),
         tree_case(TREE_MEDIUM, Order::RightFirst, medium),
+        tree_case(TREE_MEDIUM, Order::PreOrder, Rc::new(OnceCell::new())),
     ];
     if opts.large {
         let large = Rc::new(OnceCell::new());
         cases.push(tree_case(TREE_LARGE, Order::AsWritten, large.clone()));
         cases.push(tree_case(TREE_LARGE, Order::RightFirst, large));
+        cases.push(tree_case(
+            TREE_LARGE,
+            Order::PreOrder,
+            Rc::new(OnceCell::new()),
+        ));
     }
     let fib_name = format!("fib32_{workers}t");
     cases.push(fib_case("fib32_1t", Some(1)));
@@ -129,13 +139,17 @@ pub fn suite(opts: &Options) -> Suite {
             Check::new(&tree_name(layers, Order::RightFirst), CHILI, 1.0)
                 .note("every contender visiting the right child first"),
         );
+        checks.push(
+            Check::new(&tree_name(layers, Order::PreOrder), CHILI, 1.0)
+                .note("Spice's layout: nodes before their children"),
+        );
     }
     let large_note = if opts.large {
         "the large tree"
     } else {
         "the large tree: 16.7M nodes, as --large is absent"
     };
-    for order in [Order::AsWritten, Order::RightFirst] {
+    for order in [Order::AsWritten, Order::RightFirst, Order::PreOrder] {
         checks.push(Check::new(&tree_name(large, order), SEQ, 1.8).note(large_note));
     }
 
@@ -248,6 +262,30 @@ impl Node {
             right: child(),
         }
     }
+
+    /// The same tree allocated as in Spice's benchmark: each node before its
+    /// children (pre-order), so a left-first walk visits ascending addresses.
+    pub fn tree_preorder(layers: u32) -> Arc<Node> {
+        fn fill(node: &mut Node, layers: u32) {
+            if layers > 1 {
+                for child in [&mut node.left, &mut node.right] {
+                    let c = child.insert(Box::new(Node::leaf()));
+                    fill(c, layers - 1);
+                }
+            }
+        }
+        let mut root = Arc::new(Node::leaf());
+        fill(Arc::get_mut(&mut root).expect("fresh Arc"), layers);
+        root
+    }
+
+    fn leaf() -> Node {
+        Node {
+            val: 1,
+            left: None,
+            right: None,
+        }
+    }
 }
 
 fn nodes(layers: u32) -> u64 {
@@ -261,6 +299,9 @@ enum Order {
     AsWritten,
     /// Every contender visits the right child first.
     RightFirst,
+    /// As written, on a tree laid out as in Spice's benchmark (each node before its
+    /// children) instead of chili's.
+    PreOrder,
 }
 
 fn tree_name(layers: u32, order: Order) -> String {
@@ -271,6 +312,7 @@ fn tree_name(layers: u32, order: Order) -> String {
     match order {
         Order::AsWritten => base,
         Order::RightFirst => format!("{base}_rf"),
+        Order::PreOrder => format!("{base}_pre"),
     }
 }
 
@@ -357,7 +399,11 @@ fn tree_case(layers: u32, order: Order, tree: Rc<OnceCell<Arc<Node>>>) -> Case {
     Case::new(&tree_name(layers, order), metrics, move |index, opts| {
         let tree = tree.get_or_init(|| {
             let start = Instant::now();
-            let t = Arc::new(Node::tree(layers));
+            let t = if order == Order::PreOrder {
+                Node::tree_preorder(layers)
+            } else {
+                Arc::new(Node::tree(layers))
+            };
             eprintln!(
                 "  built the tree of {} nodes in {:.1} s",
                 nodes(layers),
@@ -600,6 +646,9 @@ mod tests {
         assert_eq!(tree_name(TREE_MEDIUM, Order::AsWritten), "tree_16M");
         assert_eq!(tree_name(TREE_MEDIUM, Order::RightFirst), "tree_16M_rf");
         assert_eq!(tree_name(TREE_LARGE, Order::AsWritten), "tree_134M");
+        assert_eq!(tree_name(TREE_MEDIUM, Order::PreOrder), "tree_16M_pre");
+        let pre = Node::tree_preorder(8);
+        assert_eq!(sum_seq(&pre), 255);
     }
 
     #[test]
@@ -627,6 +676,7 @@ mod tests {
                 "tree_1023",
                 "tree_16M",
                 "tree_16M_rf",
+                "tree_16M_pre",
                 "fib32_1t",
                 "fib32_2t",
                 "sort_10M",
