@@ -106,7 +106,7 @@ pub fn suite(opts: &Options) -> Suite {
         tree_case(TREE_SMALL, Order::AsWritten, Rc::new(OnceCell::new())),
         tree_case(TREE_MEDIUM, Order::AsWritten, medium.clone()),
         tree_case(TREE_MEDIUM, Order::RightFirst, medium),
-        tree_case(TREE_MEDIUM, Order::PreOrder, Rc::new(OnceCell::new())),
+        tree_case(TREE_MEDIUM, Order::SpiceLayout, Rc::new(OnceCell::new())),
     ];
     if opts.large {
         let large = Rc::new(OnceCell::new());
@@ -114,7 +114,7 @@ pub fn suite(opts: &Options) -> Suite {
         cases.push(tree_case(TREE_LARGE, Order::RightFirst, large));
         cases.push(tree_case(
             TREE_LARGE,
-            Order::PreOrder,
+            Order::SpiceLayout,
             Rc::new(OnceCell::new()),
         ));
     }
@@ -140,7 +140,7 @@ pub fn suite(opts: &Options) -> Suite {
                 .note("every contender visiting the right child first"),
         );
         checks.push(
-            Check::new(&tree_name(layers, Order::PreOrder), CHILI, 1.0)
+            Check::new(&tree_name(layers, Order::SpiceLayout), CHILI, 1.0)
                 .note("Spice's layout: nodes before their children"),
         );
     }
@@ -149,7 +149,7 @@ pub fn suite(opts: &Options) -> Suite {
     } else {
         "the large tree: 16.7M nodes, as --large is absent"
     };
-    for order in [Order::AsWritten, Order::RightFirst, Order::PreOrder] {
+    for order in [Order::AsWritten, Order::RightFirst, Order::SpiceLayout] {
         checks.push(Check::new(&tree_name(large, order), SEQ, 1.8).note(large_note));
     }
 
@@ -301,7 +301,7 @@ enum Order {
     RightFirst,
     /// As written, on a tree laid out as in Spice's benchmark (each node before its
     /// children) instead of chili's.
-    PreOrder,
+    SpiceLayout,
 }
 
 fn tree_name(layers: u32, order: Order) -> String {
@@ -312,7 +312,7 @@ fn tree_name(layers: u32, order: Order) -> String {
     match order {
         Order::AsWritten => base,
         Order::RightFirst => format!("{base}_rf"),
-        Order::PreOrder => format!("{base}_pre"),
+        Order::SpiceLayout => format!("{base}_pre"),
     }
 }
 
@@ -399,7 +399,7 @@ fn tree_case(layers: u32, order: Order, tree: Rc<OnceCell<Arc<Node>>>) -> Case {
     Case::new(&tree_name(layers, order), metrics, move |index, opts| {
         let tree = tree.get_or_init(|| {
             let start = Instant::now();
-            let t = if order == Order::PreOrder {
+            let t = if order == Order::SpiceLayout {
                 Node::tree_preorder(layers)
             } else {
                 Arc::new(Node::tree(layers))
@@ -646,7 +646,7 @@ mod tests {
         assert_eq!(tree_name(TREE_MEDIUM, Order::AsWritten), "tree_16M");
         assert_eq!(tree_name(TREE_MEDIUM, Order::RightFirst), "tree_16M_rf");
         assert_eq!(tree_name(TREE_LARGE, Order::AsWritten), "tree_134M");
-        assert_eq!(tree_name(TREE_MEDIUM, Order::PreOrder), "tree_16M_pre");
+        assert_eq!(tree_name(TREE_MEDIUM, Order::SpiceLayout), "tree_16M_pre");
         let pre = Node::tree_preorder(8);
         assert_eq!(sum_seq(&pre), 255);
     }
