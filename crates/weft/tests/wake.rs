@@ -260,3 +260,22 @@ fn yield_now_interleaves_two_tasks() {
         );
     })
 }
+
+/// An idle runtime sleeps: once its workers have parked, nothing wakes them (no
+/// polls, parks or wake calls in 300 ms). Sysmon and the timer holder may tick, but
+/// they must not rouse the workers.
+#[test]
+fn an_idle_runtime_does_not_wake_its_workers() {
+    with_timeout(|| {
+        let rt = workers(2);
+        rt.block_on(async {});
+        // Let every worker finish searching and park.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let before = rt.stats();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let after = rt.stats();
+        assert_eq!(after.total_polled, before.total_polled, "polls while idle");
+        assert_eq!(after.total_parked, before.total_parked, "a worker woke and parked again");
+        assert_eq!(after.total_wake_calls, before.total_wake_calls, "wakes while idle");
+    });
+}
