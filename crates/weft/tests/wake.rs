@@ -275,7 +275,13 @@ fn an_idle_runtime_does_not_wake_its_workers() {
         std::thread::sleep(std::time::Duration::from_millis(300));
         let after = rt.stats();
         assert_eq!(after.total_polled, before.total_polled, "polls while idle");
-        assert_eq!(after.total_parked, before.total_parked, "a worker woke and parked again");
-        assert_eq!(after.total_wake_calls, before.total_wake_calls, "wakes while idle");
+        assert_eq!(
+            after.total_parked, before.total_parked,
+            "a worker woke and parked again"
+        );
+        assert_eq!(
+            after.total_wake_calls, before.total_wake_calls,
+            "wakes while idle"
+        );
     });
 }
