@@ -10,8 +10,9 @@
 //! once per process against `Instant`. Anywhere else (other CPUs, a counter that may
 //! stop or drift, loom) it falls back to `Instant`.
 //!
-//! Readings are nanoseconds from an arbitrary origin; compare readings taken on one
-//! thread, and subtract with [`since`], which never underflows.
+//! Readings are nanoseconds from a process-wide origin. Readings from two threads may
+//! differ by the cores' counter skew (nanoseconds on an invariant counter), so subtract
+//! with [`since`], which never underflows.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};

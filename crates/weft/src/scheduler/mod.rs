@@ -43,8 +43,8 @@ pub(crate) struct Remote {
     pub(crate) jobs: deque::Stealer<Job>,
     pub(crate) parker: Arc<Parker>,
     pub(crate) counters: WorkerCounters,
-    /// When a producer last claimed this worker (ns since `Shared::epoch`), to measure
-    /// how long a wake-up takes.
+    /// When a producer last claimed this worker (a [`clock::now_ns`] reading), to
+    /// measure how long a wake-up takes.
     pub(crate) claimed_at: AtomicU64,
     /// Started fibers tied to this worker (spec 003's per-worker inbox): never stolen;
     /// producers on other threads push here and wake this worker if it is parked.
@@ -82,7 +82,6 @@ pub(crate) struct Shared {
     /// Fork-join jobs injected from threads outside the pool (`join`, `scope`).
     injected: Mutex<InjectedJobs>,
     injected_len: AtomicUsize,
-    epoch: std::time::Instant,
     /// EWMA of the time from claiming a parked worker to that worker running (ns).
     wake_latency_ns: AtomicU64,
     /// Started fibers tied to a worker, taken off the owned list at shutdown: they are
@@ -156,7 +155,6 @@ impl Shared {
                 closed: false,
             }),
             injected_len: AtomicUsize::new(0),
-            epoch: std::time::Instant::now(),
             wake_latency_ns: AtomicU64::new(INITIAL_WAKE_LATENCY_NS),
             shutdown_fibers: Mutex::new((Vec::new(), false)),
         });
@@ -269,13 +267,9 @@ impl Shared {
     pub(crate) fn notify_parked(&self) {
         fence(SeqCst);
         if let Some(i) = self.idle.claim_parked() {
-            self.remotes[i].claimed_at.store(self.now_ns(), Relaxed);
+            self.remotes[i].claimed_at.store(clock::now_ns(), Relaxed);
             self.remotes[i].parker.unpark();
         }
-    }
-
-    fn now_ns(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
     }
 
     /// A worker woken by a claim records how long the wake took.
@@ -285,9 +279,11 @@ impl Shared {
             // `worth_a_wake`; models keep the initial estimate.
             return;
         }
-        let sample = self
-            .now_ns()
-            .saturating_sub(self.remotes[index].claimed_at.load(Relaxed));
+        let sample = clock::since(
+            clock::now_ns(),
+            self.remotes[index].claimed_at.load(Relaxed),
+        )
+        .as_nanos() as u64;
         let old = self.wake_latency_ns.load(Relaxed);
         self.wake_latency_ns
             .store(old - old / 8 + sample.min(10_000_000) / 8, Relaxed);

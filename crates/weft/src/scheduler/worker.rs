@@ -182,6 +182,7 @@ fn adapt_heartbeat(joins: u32, took: Duration) -> u32 {
 
 impl Core {
     pub(crate) fn new(index: usize, shared: Arc<Shared>, parts: WorkerParts) -> Core {
+        let now = clock::now_ns();
         Core {
             index,
             parker: shared.remotes[index].parker.clone(),
@@ -192,14 +193,14 @@ impl Core {
             private_oldest: Cell::new(std::ptr::null()),
             private_len: Cell::new(0),
             outermost: Cell::new(std::ptr::null()),
-            outermost_start: Cell::new(clock::now_ns()),
+            outermost_start: Cell::new(now),
             avg_outermost_ns: Cell::new(f64::INFINITY),
             frames_before_plain: Cell::new(FRAMES_WHILE_ALONE),
             scopes: Cell::new(0),
             joins_until_check: Cell::new(HEARTBEAT_JOINS),
-            last_heartbeat: Cell::new(clock::now_ns()),
+            last_heartbeat: Cell::new(now),
             heartbeat_joins: Cell::new(HEARTBEAT_JOINS),
-            last_check: Cell::new(clock::now_ns()),
+            last_check: Cell::new(now),
             lifo: Cell::new(None),
             lifo_polls: Cell::new(0),
             deferred: Cell::new(Vec::new()),
@@ -207,7 +208,7 @@ impl Core {
             tick: Cell::new(0),
             global_interval: Cell::new(interval_for(INITIAL_AVG_NS)),
             avg_task_ns: Cell::new(INITIAL_AVG_NS),
-            tick_start: Cell::new(clock::now_ns()),
+            tick_start: Cell::new(now),
             tick_polls: Cell::new(0),
             task_time_measured: Cell::new(false),
             // xorshift needs a non-zero seed.
@@ -1033,7 +1034,7 @@ impl Core {
 }
 
 /// A worker's registration as a leapfrogger (see [`Core::leapfrog`]).
-pub(crate) struct Leapfrog<'c> {
+struct Leapfrog<'c> {
     core: &'c Core,
     thief: usize,
     prev: usize,
