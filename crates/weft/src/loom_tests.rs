@@ -318,6 +318,22 @@ fn loom_parker() {
     });
 }
 
+/// A worker's spin before it sleeps (`take_token` in a loop, then `park`) against a
+/// concurrent unpark: the token is taken either by the spin or by the park, never lost
+/// (a lost one shows as a loom deadlock).
+#[test]
+fn loom_parker_spin_then_park() {
+    loom::model(|| {
+        let p = Arc::new(Parker::new());
+        let p2 = p.clone();
+        let t = thread::spawn(move || p2.unpark());
+        if !p.take_token() && !p.take_token() {
+            p.park();
+        }
+        t.join().unwrap();
+    });
+}
+
 /// The sleep handshake against a concurrent insert from outside the pool: the real
 /// worker's park transition either sees the task or is woken for it. A lost wakeup
 /// shows as a loom deadlock.

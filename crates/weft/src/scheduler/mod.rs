@@ -84,6 +84,8 @@ pub(crate) struct Shared {
     injected_len: AtomicUsize,
     /// EWMA of the time from claiming a parked worker to that worker running (ns).
     wake_latency_ns: AtomicU64,
+    /// Workers spinning before they sleep (see [`Shared::begin_spin`]).
+    spinners: AtomicUsize,
     /// Started fibers tied to a worker, taken off the owned list at shutdown: they are
     /// cancelled (their stacks unwound) only once the workers have stopped, so no
     /// fiber's stack is unwound on one thread while its worker still runs code that
@@ -156,6 +158,7 @@ impl Shared {
             }),
             injected_len: AtomicUsize::new(0),
             wake_latency_ns: AtomicU64::new(INITIAL_WAKE_LATENCY_NS),
+            spinners: AtomicUsize::new(0),
             shutdown_fibers: Mutex::new((Vec::new(), false)),
         });
         (shared, locals)
@@ -270,6 +273,25 @@ impl Shared {
             self.remotes[i].claimed_at.store(clock::now_ns(), Relaxed);
             self.remotes[i].parker.unpark();
         }
+    }
+
+    /// Lets the calling worker spin before it sleeps, unless half the workers (at least
+    /// one) already do: the spin lasts as long as a measured futex wake (capped at
+    /// [`MAX_SPIN_NS`]), so work that arrives within that time is met without one, and
+    /// a park that does sleep costs at most twice its CPU time.
+    pub(crate) fn begin_spin(&self) -> Option<Spinning<'_>> {
+        if cfg!(loom) {
+            return None;
+        }
+        let max = self.num_workers();
+        if self.spinners.fetch_add(1, Relaxed) >= max {
+            self.spinners.fetch_sub(1, Relaxed);
+            return None;
+        }
+        Some(Spinning {
+            shared: self,
+            ns: self.wake_latency_ns().min(MAX_SPIN_NS),
+        })
     }
 
     /// A worker woken by a claim records how long the wake took.
@@ -460,6 +482,21 @@ unsafe fn cancel_now(ptr: NonNull<Header>) {
     unsafe {
         (ptr.as_ref().vtable.shutdown)(ptr);
         crate::task::raw::drop_reference(ptr);
+    }
+}
+
+/// Longest spin before a worker sleeps (see [`Shared::begin_spin`]).
+const MAX_SPIN_NS: u64 = 50_000;
+
+/// A worker's turn to spin before it sleeps; ends when dropped.
+pub(crate) struct Spinning<'a> {
+    shared: &'a Shared,
+    pub(crate) ns: u64,
+}
+
+impl Drop for Spinning<'_> {
+    fn drop(&mut self) {
+        self.shared.spinners.fetch_sub(1, Relaxed);
     }
 }
 

@@ -6,12 +6,16 @@
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
+use super::clock;
 use crate::sync::futex::Futex;
 use crate::sync::AtomicU64;
 
 const EMPTY: u32 = 0;
 const PARKED: u32 = 1;
 const NOTIFIED: u32 = 2;
+
+/// `spin_loop` hints between two looks at the clock while spinning.
+const SPIN_BATCH: u32 = 16;
 
 pub(crate) struct Parker {
     futex: Futex,
@@ -31,6 +35,50 @@ impl Parker {
     /// spuriously; callers re-check their condition.
     pub(crate) fn park(&self) {
         self.park_timeout(None);
+    }
+
+    /// Like [`park_timeout`](Self::park_timeout), but first watches for a token for up
+    /// to `spin_ns` nanoseconds without sleeping. Returns whether the thread slept.
+    ///
+    /// While it spins the word stays EMPTY, so an `unpark` in that window is one swap
+    /// with no system call, and the spinner sees the token within a cache-line
+    /// transfer instead of a futex wake round trip.
+    pub(crate) fn park_spin_timeout(
+        &self,
+        spin_ns: u64,
+        timeout: Option<std::time::Duration>,
+    ) -> bool {
+        if spin_ns > 0 && !cfg!(loom) {
+            let start = clock::now_ns();
+            'spin: loop {
+                // A `spin_loop` hint can take tens of cycles: look at the word after
+                // each one, and at the clock after a batch.
+                for _ in 0..SPIN_BATCH {
+                    if self.take_token() {
+                        return false;
+                    }
+                    std::hint::spin_loop();
+                }
+                if clock::since(clock::now_ns(), start).as_nanos() as u64 >= spin_ns {
+                    break 'spin;
+                }
+            }
+        }
+        self.park_timeout(timeout);
+        true
+    }
+
+    /// Consumes a waiting `unpark` token without sleeping; false if there is none.
+    /// Only the parking thread calls this (as it does `park`).
+    pub(crate) fn take_token(&self) -> bool {
+        let word = self.futex.word();
+        // A plain load first: spinning on a read keeps the line shared with the unparker.
+        if word.load(Relaxed) != NOTIFIED {
+            return false;
+        }
+        // Only the parking thread moves the word away from NOTIFIED.
+        word.swap(EMPTY, Acquire);
+        true
     }
 
     /// Like [`park`](Self::park), but returns after `timeout` at the latest.
@@ -81,5 +129,55 @@ impl Parker {
 
     pub(crate) fn wake_calls(&self) -> u64 {
         self.wake_calls.load(Relaxed)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::Parker;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// An unpark that lands while the parker spins ends the park with no sleep (and so
+    /// no futex wake call).
+    #[test]
+    fn an_unpark_during_the_spin_is_met_without_sleeping() {
+        let p = Arc::new(Parker::new());
+        let p2 = p.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(2));
+            p2.unpark();
+        });
+        let start = Instant::now();
+        // A spin long enough that the unpark lands inside it even on a loaded machine.
+        let slept = p.park_spin_timeout(2_000_000_000, None);
+        t.join().unwrap();
+        assert!(
+            !slept,
+            "the parker slept although the token came during its spin"
+        );
+        assert!(start.elapsed() < Duration::from_secs(2));
+        assert_eq!(
+            p.wake_calls(),
+            0,
+            "a futex wake was made for a spinning parker"
+        );
+    }
+
+    /// Without an unpark the spin ends after its budget and the parker sleeps (here
+    /// until its timeout).
+    #[test]
+    fn a_spin_without_unpark_ends_in_sleep() {
+        let p = Parker::new();
+        let start = Instant::now();
+        let slept = p.park_spin_timeout(100_000, Some(Duration::from_millis(5)));
+        assert!(slept);
+        assert!(start.elapsed() >= Duration::from_millis(5));
+        // A token left before the park is consumed at once, spin or not.
+        p.unpark();
+        assert!(!p.park_spin_timeout(1_000_000_000, None));
+        p.unpark();
+        assert!(p.take_token());
+        assert!(!p.take_token());
     }
 }

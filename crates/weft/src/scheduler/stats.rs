@@ -18,6 +18,7 @@ pub(crate) struct WorkerCounters {
     pub(crate) global_batch_fetches: Counter,
     pub(crate) overflows: Counter,
     pub(crate) spurious: Counter,
+    pub(crate) spin_wakeups: Counter,
     pub(crate) jobs_run: Counter,
     pub(crate) jobs_stolen: Counter,
 }
@@ -113,6 +114,8 @@ pub struct PoolStats {
     pub total_wake_calls: u64,
     /// Wake-ups after which the worker found no work before sleeping again.
     pub total_spurious_wakeups: u64,
+    /// Parks that ended while the worker still spun, before it slept.
+    pub total_spin_wakeups: u64,
     /// Worker threads in this pool.
     pub num_workers: usize,
     /// Per-worker counters.
@@ -129,6 +132,7 @@ impl PoolStats {
             total_parked: workers.iter().map(|w| w.times_parked).sum(),
             total_wake_calls: workers.iter().map(|w| w.wake_calls).sum(),
             total_spurious_wakeups: workers.iter().map(|w| w.spurious_wakeups).sum(),
+            total_spin_wakeups: workers.iter().map(|w| w.spin_wakeups).sum(),
             num_workers: workers.len(),
             workers,
         }
@@ -190,6 +194,8 @@ pub struct WorkerStats {
     pub wake_calls: u64,
     /// Wake-ups after which this worker found no work before sleeping again.
     pub spurious_wakeups: u64,
+    /// Parks that ended while the worker still spun, before it slept (no futex wake).
+    pub spin_wakeups: u64,
     /// Fork-join jobs this worker ran that another thread had forked (stolen or
     /// injected).
     pub jobs_run: u64,
@@ -209,6 +215,7 @@ impl WorkerCounters {
             overflows: self.overflows.get(),
             wake_calls,
             spurious_wakeups: self.spurious.get(),
+            spin_wakeups: self.spin_wakeups.get(),
             jobs_run: self.jobs_run.get(),
             jobs_stolen: self.jobs_stolen.get(),
         }
@@ -250,7 +257,7 @@ impl fmt::Display for PoolStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "weft {:?} pool: {} workers, {} spawned, {} polled, {} stolen, {} parks, {} futex wakes, {} spurious",
+            "weft {:?} pool: {} workers, {} spawned, {} polled, {} stolen, {} parks, {} futex wakes, {} met spinning, {} spurious",
             self.pool,
             self.num_workers,
             self.total_spawned,
@@ -258,6 +265,7 @@ impl fmt::Display for PoolStats {
             self.total_stolen,
             self.total_parked,
             self.total_wake_calls,
+            self.total_spin_wakeups,
             self.total_spurious_wakeups,
         )?;
         writeln!(

@@ -111,6 +111,9 @@ pub(crate) struct Core {
     /// ends every `BUDGET` of them.
     tick: Cell<u32>,
     global_interval: Cell<u32>,
+    /// Picks left before the next fairness check of the global queue; a countdown,
+    /// because `tick % global_interval` costs a division on every pick.
+    global_countdown: Cell<u32>,
     avg_task_ns: Cell<f64>,
     tick_start: Cell<u64>,
     /// Polls since `tick_start` (a park restarts the measurement).
@@ -207,6 +210,7 @@ impl Core {
             pinned: Cell::new(VecDeque::new()),
             tick: Cell::new(0),
             global_interval: Cell::new(interval_for(INITIAL_AVG_NS)),
+            global_countdown: Cell::new(interval_for(INITIAL_AVG_NS)),
             avg_task_ns: Cell::new(INITIAL_AVG_NS),
             tick_start: Cell::new(now),
             tick_polls: Cell::new(0),
@@ -718,12 +722,16 @@ impl Core {
             // A busy worker fires due timers itself; nobody may be parked to do it.
             self.shared.time.process();
         }
-        if tick.is_multiple_of(self.global_interval.get()) {
+        let countdown = self.global_countdown.get();
+        if countdown <= 1 {
+            self.global_countdown.set(self.global_interval.get());
             // About once per millisecond of task time: the global queue and this
             // worker's fibers (fairness).
             if let Some(t) = self.next_global().or_else(|| self.next_pinned()) {
                 return Some(t);
             }
+        } else {
+            self.global_countdown.set(countdown - 1);
         }
         if let Some(t) = self.lifo.take() {
             let n = self.lifo_polls.get();
@@ -862,6 +870,7 @@ impl Core {
             let parker = &self.parker;
             let time = &self.shared.time;
             let mut holds_driver = false;
+            let mut spin = self.shared.begin_spin();
             loop {
                 if !holds_driver && time.try_acquire(parker) {
                     holds_driver = true;
@@ -876,10 +885,18 @@ impl Core {
                 } else {
                     None
                 };
-                parker.park_timeout(timeout);
+                let slept = parker.park_spin_timeout(spin.as_ref().map_or(0, |s| s.ns), timeout);
+                // One spin per park: a wake-up that finds no work sleeps at once.
+                drop(spin.take());
+                if !slept {
+                    self.counters().spin_wakeups.bump(1);
+                }
                 if !idle.is_parked(self.index) {
                     // A producer claimed us and counted us as a searcher.
-                    self.shared.record_wake(self.index);
+                    if slept {
+                        // Only a wake from sleep measures what a futex wake costs.
+                        self.shared.record_wake(self.index);
+                    }
                     self.searching.set(true);
                     self.woken.set(true);
                     break;
