@@ -870,7 +870,7 @@ impl Core {
             let parker = &self.parker;
             let time = &self.shared.time;
             let mut holds_driver = false;
-            let mut spin = self.shared.begin_spin();
+            let mut spin_ns = self.shared.spin_ns();
             loop {
                 if !holds_driver && time.try_acquire(parker) {
                     holds_driver = true;
@@ -885,9 +885,9 @@ impl Core {
                 } else {
                     None
                 };
-                let slept = parker.park_spin_timeout(spin.as_ref().map_or(0, |s| s.ns), timeout);
+                let slept = parker.park_spin_timeout(spin_ns, timeout);
                 // One spin per park: a wake-up that finds no work sleeps at once.
-                drop(spin.take());
+                spin_ns = 0;
                 if !slept {
                     self.counters().spin_wakeups.bump(1);
                 }
