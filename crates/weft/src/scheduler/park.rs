@@ -38,7 +38,8 @@ impl Parker {
     }
 
     /// Like [`park_timeout`](Self::park_timeout), but first watches for a token for up
-    /// to `spin_ns` nanoseconds without sleeping. Returns whether the thread slept.
+    /// to `spin_ns` nanoseconds (never past `timeout`, which the spin counts against)
+    /// without sleeping. Returns whether the thread went on to sleep.
     ///
     /// While it spins the word stays EMPTY, so an `unpark` in that window is one swap
     /// with no system call, and the spinner sees the token within a cache-line
@@ -48,6 +49,11 @@ impl Parker {
         spin_ns: u64,
         timeout: Option<std::time::Duration>,
     ) -> bool {
+        let mut timeout = timeout;
+        // Never spin past the timeout (a timer holder's next deadline).
+        let spin_ns = timeout.map_or(spin_ns, |t| {
+            spin_ns.min(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
+        });
         if spin_ns > 0 && !cfg!(loom) {
             let start = clock::now_ns();
             'spin: loop {
@@ -59,7 +65,10 @@ impl Parker {
                     }
                     std::hint::spin_loop();
                 }
-                if clock::since(clock::now_ns(), start).as_nanos() as u64 >= spin_ns {
+                let spun = clock::since(clock::now_ns(), start);
+                if spun.as_nanos() as u64 >= spin_ns {
+                    // The spin counts against the timeout (a timer holder's deadline).
+                    timeout = timeout.map(|t| t.saturating_sub(spun));
                     break 'spin;
                 }
             }
@@ -172,7 +181,13 @@ mod tests {
         let start = Instant::now();
         let slept = p.park_spin_timeout(100_000, Some(Duration::from_millis(5)));
         assert!(slept);
-        assert!(start.elapsed() >= Duration::from_millis(5));
+        // Spin and sleep together last the timeout (the spin's clock is the calibrated
+        // counter, the sleep's `Instant`: allow for the difference).
+        assert!(start.elapsed() >= Duration::from_millis(4));
+        // A spin longer than the timeout stops at the timeout.
+        let start = Instant::now();
+        assert!(p.park_spin_timeout(10_000_000_000, Some(Duration::from_millis(5))));
+        assert!(start.elapsed() < Duration::from_secs(5));
         // A token left before the park is consumed at once, spin or not.
         p.unpark();
         assert!(!p.park_spin_timeout(1_000_000_000, None));
