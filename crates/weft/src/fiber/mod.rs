@@ -258,6 +258,10 @@ impl Builder {
 /// pool on a worker), else the default pool of the most recently started runtime that
 /// is still alive.
 fn target_pool() -> Option<Arc<Shared>> {
+    // On a worker: its own pool, without upgrading the runtime's `Weak`.
+    if let Some(pool) = crate::scheduler::worker::with_current(|c| c.map(|c| c.shared().clone())) {
+        return Some(pool);
+    }
     let handle = crate::Handle::try_current()
         .ok()
         .or_else(crate::runtime::latest)?;
@@ -299,8 +303,10 @@ pub fn yield_now() {
 /// # drop(rt);
 /// ```
 pub fn sleep(duration: Duration) {
-    if crate::Handle::try_current().is_ok() {
-        crate::wait(crate::time::sleep(duration));
+    // One runtime lookup: the sleep binds to the current runtime's driver, if any.
+    let timer = crate::time::sleep(duration);
+    if timer.is_bound() {
+        crate::wait(timer);
     } else {
         std::thread::sleep(duration);
     }

@@ -78,7 +78,7 @@ impl Parker {
     }
 
     /// Consumes a waiting `unpark` token without sleeping; false if there is none.
-    /// Only the parking thread calls this (as it does `park`).
+    /// Only the parking thread calls this (`park` does, before and after each sleep).
     pub(crate) fn take_token(&self) -> bool {
         let word = self.futex.word();
         // A plain load first: spinning on a read keeps the line shared with the unparker.
@@ -92,13 +92,10 @@ impl Parker {
 
     /// Like [`park`](Self::park), but returns after `timeout` at the latest.
     pub(crate) fn park_timeout(&self, timeout: Option<std::time::Duration>) {
-        let word = self.futex.word();
-        if word
-            .compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed)
-            .is_ok()
-        {
+        if self.take_token() {
             return;
         }
+        let word = self.futex.word();
         if word
             .compare_exchange(EMPTY, PARKED, Acquire, Relaxed)
             .is_err()
@@ -111,10 +108,7 @@ impl Parker {
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
             self.futex.wait(PARKED, left);
-            if word
-                .compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed)
-                .is_ok()
-            {
+            if self.take_token() {
                 return;
             }
             // loom's futex stand-in cannot sleep forever in a model, so there a return

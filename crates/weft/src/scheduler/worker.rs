@@ -111,9 +111,6 @@ pub(crate) struct Core {
     /// ends every `BUDGET` of them.
     tick: Cell<u32>,
     global_interval: Cell<u32>,
-    /// Picks left before the next fairness check of the global queue; a countdown,
-    /// because `tick % global_interval` costs a division on every pick.
-    global_countdown: Cell<u32>,
     avg_task_ns: Cell<f64>,
     tick_start: Cell<u64>,
     /// Polls since `tick_start` (a park restarts the measurement).
@@ -210,7 +207,6 @@ impl Core {
             pinned: Cell::new(VecDeque::new()),
             tick: Cell::new(0),
             global_interval: Cell::new(interval_for(INITIAL_AVG_NS)),
-            global_countdown: Cell::new(interval_for(INITIAL_AVG_NS)),
             avg_task_ns: Cell::new(INITIAL_AVG_NS),
             tick_start: Cell::new(now),
             tick_polls: Cell::new(0),
@@ -415,7 +411,7 @@ impl Core {
     #[cold]
     fn outermost_done(&self) {
         self.outermost.set(std::ptr::null());
-        let took = clock::now_ns().saturating_sub(self.outermost_start.get()) as f64;
+        let took = clock::since(clock::now_ns(), self.outermost_start.get()).as_nanos() as f64;
         let avg = self.avg_outermost_ns.get();
         self.avg_outermost_ns.set(if avg.is_finite() {
             0.75 * avg + 0.25 * took
@@ -722,16 +718,12 @@ impl Core {
             // A busy worker fires due timers itself; nobody may be parked to do it.
             self.shared.time.process();
         }
-        let countdown = self.global_countdown.get();
-        if countdown <= 1 {
-            self.global_countdown.set(self.global_interval.get());
+        if tick.is_multiple_of(self.global_interval.get()) {
             // About once per millisecond of task time: the global queue and this
             // worker's fibers (fairness).
             if let Some(t) = self.next_global().or_else(|| self.next_pinned()) {
                 return Some(t);
             }
-        } else {
-            self.global_countdown.set(countdown - 1);
         }
         if let Some(t) = self.lifo.take() {
             let n = self.lifo_polls.get();

@@ -33,6 +33,13 @@ pub use timeout::{timeout, timeout_at, Elapsed, Timeout};
 use crate::sync::Arc;
 
 fn try_current_driver() -> Option<Arc<driver::Driver>> {
+    // On a worker: its pool's driver (the runtime's, shared by all its pools), without
+    // upgrading the runtime's `Weak` as `Handle::try_current` does.
+    if let Some(time) =
+        crate::scheduler::worker::with_current(|c| c.map(|c| c.shared().time.clone()))
+    {
+        return Some(time);
+    }
     crate::Handle::try_current()
         .ok()
         .map(|h| h.inner.time.clone())

@@ -67,6 +67,11 @@ pub struct Sleep {
 }
 
 impl Sleep {
+    /// Whether a runtime was current when this sleep was created (its driver is bound).
+    pub(crate) fn is_bound(&self) -> bool {
+        self.driver.is_some()
+    }
+
     /// The instant this sleep completes at.
     ///
     /// ```
