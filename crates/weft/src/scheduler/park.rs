@@ -60,7 +60,9 @@ impl Parker {
                 // A `spin_loop` hint can take tens of cycles: look at the word after
                 // each one, and at the clock after a batch.
                 for _ in 0..SPIN_BATCH {
-                    if self.take_token() {
+                    // A plain load first: spinning on a read keeps the line shared with
+                    // the unparker instead of taking it on every try.
+                    if self.futex.word().load(Relaxed) == NOTIFIED && self.take_token() {
                         return false;
                     }
                     std::hint::spin_loop();
@@ -80,14 +82,10 @@ impl Parker {
     /// Consumes a waiting `unpark` token without sleeping; false if there is none.
     /// Only the parking thread calls this (`park` does, before and after each sleep).
     pub(crate) fn take_token(&self) -> bool {
-        let word = self.futex.word();
-        // A plain load first: spinning on a read keeps the line shared with the unparker.
-        if word.load(Relaxed) != NOTIFIED {
-            return false;
-        }
-        // Only the parking thread moves the word away from NOTIFIED.
-        word.swap(EMPTY, Acquire);
-        true
+        self.futex
+            .word()
+            .compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed)
+            .is_ok()
     }
 
     /// Like [`park`](Self::park), but returns after `timeout` at the latest.
