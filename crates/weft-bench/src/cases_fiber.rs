@@ -19,7 +19,7 @@
 //! * `ping_pong_1w`, `ping_pong_2w` — two fibers pass a token back and forth
 //!   100,000 times (2 switches per round trip) after 10,000 untimed round
 //!   trips; timed inside the first fiber. weft: two one-slot channels
-//!   ([`Slot`](crate::fiber_sync::Slot), built on `weft::wait`); may: two
+//!   ([`slot`](crate::fiber_sync::slot), built on `weft::wait`); may: two
 //!   `may::sync::mpsc` channels (its idiomatic channel; `recv` parks the
 //!   coroutine). `_1w`: a runtime with 1 worker thread, the second fiber
 //!   spawned from inside the first. `_2w`: 2 worker threads, both fibers
@@ -60,7 +60,7 @@ use std::sync::Arc;
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
-use crate::fiber_sync::{Gate, Slot};
+use crate::fiber_sync::{slot, Gate, SlotReceiver, SlotSender};
 use crate::harness::{Case, Check, Metric, Options, Suite, Target, Unit};
 use crate::runtimes::Weft;
 
@@ -484,15 +484,15 @@ trait Rx: Send {
     fn recv(&self) -> u64;
 }
 
-impl Tx for Arc<Slot<u64>> {
+impl Tx for SlotSender<u64> {
     fn send(&self, v: u64) {
-        Slot::send(self, v);
+        SlotSender::send(self, v);
     }
 }
 
-impl Rx for Arc<Slot<u64>> {
+impl Rx for SlotReceiver<u64> {
     fn recv(&self) -> u64 {
-        Slot::recv(self)
+        SlotReceiver::recv(self)
     }
 }
 
@@ -599,27 +599,26 @@ fn ping_pong_figures(n: usize, elapsed: Duration, a: &Placement, b: &Placement) 
 /// both spawned from here and started apart.
 fn weft_ping_pong(workers: usize, s: Sizes) -> Vec<f64> {
     let (n, warm) = (s.round_trips, s.warm_round_trips);
-    let ab = Arc::new(Slot::<u64>::new());
-    let ba = Arc::new(Slot::<u64>::new());
+    let (ab_tx, ab_rx) = slot::<u64>();
+    let (ba_tx, ba_rx) = slot::<u64>();
     let ((elapsed, a), b) = if workers == 1 {
         weft::fiber::spawn(move || {
-            let (rx, tx) = (ab.clone(), ba.clone());
-            let pong = weft::fiber::spawn(move || pong(&rx, &tx, warm, n));
-            let out = ping(&ab, &ba, warm, n);
+            let pong = weft::fiber::spawn(move || pong(&ab_rx, &ba_tx, warm, n));
+            let out = ping(&ab_tx, &ba_rx, warm, n);
             (out, pong.join().expect("pong fiber failed"))
         })
         .join()
         .expect("ping fiber failed")
     } else {
         let started = Arc::new(AtomicUsize::new(0));
-        let (rx, tx, st) = (ab.clone(), ba.clone(), started.clone());
+        let st = started.clone();
         let ping_h = weft::fiber::spawn(move || {
             start_together(&st);
-            ping(&ab, &ba, warm, n)
+            ping(&ab_tx, &ba_rx, warm, n)
         });
         let pong_h = weft::fiber::spawn(move || {
             start_together(&started);
-            pong(&rx, &tx, warm, n)
+            pong(&ab_rx, &ba_tx, warm, n)
         });
         let a = ping_h.join().expect("ping fiber failed");
         (a, pong_h.join().expect("pong fiber failed"))
@@ -811,14 +810,13 @@ mod tests {
     #[test]
     fn slot_passes_values_in_order() {
         let out = on_weft(1, || {
-            let slot = Arc::new(Slot::<u64>::new());
-            let tx = slot.clone();
+            let (tx, rx) = slot::<u64>();
             let producer = weft::fiber::spawn(move || {
                 for i in 0..100u64 {
                     Tx::send(&tx, i);
                 }
             });
-            let got: Vec<f64> = (0..100).map(|_| Rx::recv(&slot) as f64).collect();
+            let got: Vec<f64> = (0..100).map(|_| Rx::recv(&rx) as f64).collect();
             producer.join().unwrap();
             got
         });

@@ -71,11 +71,18 @@ impl FiberCtx {
         }
     }
 
-    fn enter_overflow(&self) -> overflow::Running {
-        // SAFETY: the frame is a field of this context, which does not move while the
-        // fiber runs, and every caller keeps the guard in a local of the scope that
-        // resumes the fiber.
-        unsafe { overflow::enter(self.frame.as_ptr()) }
+    /// A context whose overflow report is `frame` (for the handler's tests).
+    #[cfg(test)]
+    pub(crate) fn with_frame(frame: overflow::Frame) -> Self {
+        let ctx = FiberCtx::new(None);
+        ctx.frame.set(frame);
+        ctx
+    }
+
+    /// What the overflow handler reports while this fiber is current (see
+    /// `current::signal_frame`).
+    pub(crate) fn frame_ptr(&self) -> *const overflow::Frame {
+        self.frame.as_ptr()
     }
 }
 
@@ -85,6 +92,7 @@ impl FiberCtx {
 /// suspended there could let another one pop out of turn; such a fiber helps instead).
 /// Joins *below* the fiber are fine: a fiber resumed by a worker that helps inside a
 /// join returns to that join's helping loop when it suspends, which is proper nesting.
+#[inline]
 pub(crate) fn suspendable() -> Option<NonNull<FiberCtx>> {
     let ctx = NonNull::new(current::fiber().cast_mut())?;
     // SAFETY: a non-null current fiber is the live context of the fiber running on this
@@ -186,6 +194,7 @@ where
         }
     }
 
+    #[inline(never)]
     fn start(&mut self) {
         let Run::Unstarted(f, stack) = std::mem::replace(&mut self.run, Run::Done) else {
             unreachable!()
@@ -219,10 +228,16 @@ where
     /// Ties the fiber to the worker running it: for good at its first poll on a worker
     /// (from then on `ctx.core` is that worker's core), or (with migration) as a
     /// preference refreshed at every poll.
+    #[inline]
     fn claim_home(&mut self) {
         if !self.ctx.core.get().is_null() && !self.migrate {
             return;
         }
+        self.claim_home_now();
+    }
+
+    #[inline(never)]
+    fn claim_home_now(&mut self) {
         let core = worker::with_current(|c| c.map(|c| c as *const worker::Core));
         self.ctx.core.set(core.unwrap_or(std::ptr::null()));
         // SAFETY: the core of this thread outlives the poll.
@@ -236,6 +251,17 @@ where
                 h.home.store(home, Relaxed);
             }
         });
+    }
+}
+
+impl<F, T> FiberFuture<F, T> {
+    /// The fiber returned: its stack goes back to the pool.
+    #[inline(never)]
+    fn finish(&mut self) {
+        if let Run::Started(co) = std::mem::replace(&mut self.run, Run::Done) {
+            // Back on the worker's stack: the fiber's stack is quiescent.
+            stack::release(co.into_stack());
+        }
     }
 }
 
@@ -264,21 +290,16 @@ where
         // SAFETY: the core of this thread outlives the poll.
         if let Some(core) = unsafe { this.ctx.core.get().as_ref() } {
             this.ctx.join_mark.set(core.join_mark());
-            // For the stall reporter: this task is a fiber.
-            core.mark_running_fiber(this.ctx.id.get() | sysmon::FIBER_BIT);
         }
         let res = {
+            // Also what the overflow handler reads (`current::signal_frame`).
             let _fiber = current::enter_fiber(&this.ctx);
-            let _overflow = this.ctx.enter_overflow();
             co.resume(())
         };
         match res {
             CoroutineResult::Yield(()) => Poll::Pending,
             CoroutineResult::Return(v) => {
-                if let Run::Started(co) = std::mem::replace(&mut this.run, Run::Done) {
-                    // Back on the worker's stack: the fiber's stack is quiescent.
-                    stack::release(co.into_stack());
-                }
+                this.finish();
                 Poll::Ready(v)
             }
         }
@@ -303,7 +324,6 @@ impl<F, T> Drop for FiberFuture<F, T> {
                 if !co.done() {
                     // Cancelled while suspended: unwind the stack from its park point so
                     // its locals are dropped.
-                    let _overflow = self.ctx.enter_overflow();
                     co.force_unwind();
                 }
                 stack::release(co.into_stack());

@@ -250,7 +250,7 @@ impl Builder {
         overflow::install();
         let stack = stack::acquire(self.stack_size.unwrap_or_else(stack::default_size))?;
         let fut = future::FiberFuture::new(f, stack, self.name, self.migration);
-        Ok(pool.spawn(fut))
+        Ok(pool.spawn_of_kind(fut, true))
     }
 }
 
@@ -459,6 +459,7 @@ static PARK_UNDER_LOCK: AtomicU64 = AtomicU64::new(0);
 /// The park path's hook, called just before a fiber suspends: in debug builds, a fiber
 /// that holds one of weft's locks is reported (it could deadlock every fiber that needs
 /// the lock, the worker included).
+#[inline]
 pub(crate) fn before_park(ctx: &FiberCtx) {
     if cfg!(debug_assertions) && ctx.lock_depth.get() > 0 {
         PARK_UNDER_LOCK.fetch_add(1, Relaxed);

@@ -16,7 +16,6 @@
 
 use std::cell::Cell;
 use std::ffi::c_void;
-use std::marker::PhantomData;
 use std::os::raw::c_int;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,7 +39,7 @@ pub(crate) struct Frame {
     /// The first `name_len` bytes of the name, cut at a character boundary. Copied,
     /// not borrowed, so that the handler finds everything in the frame itself and
     /// follows no second pointer. The frame, though, is read through a raw pointer:
-    /// it must stay valid until its [`Running`] guard drops (see [`enter`]).
+    /// it lives in the fiber's context, which stays put while the fiber is current.
     name: [u8; NAME_CAP],
     name_len: usize,
     named: bool,
@@ -87,48 +86,6 @@ impl Frame {
             frame.truncated = len < name.len();
         }
         frame
-    }
-}
-
-thread_local! {
-    /// The frame of the fiber running on this thread (null: none). Const-initialised
-    /// and without a destructor: reading it needs no lazy initialisation or
-    /// registration, so the signal handler may.
-    static CURRENT: Cell<*const Frame> = const { Cell::new(ptr::null()) };
-}
-
-/// Marks a fiber as running on this thread until dropped, which restores the fiber
-/// (or none) that was running before. Guards nest: a worker may run a fiber from
-/// inside another one.
-#[must_use = "the fiber counts as running only while the guard lives"]
-pub(crate) struct Running {
-    prev: *const Frame,
-    /// Restores this thread's state, so it must stay on this thread.
-    _not_send: PhantomData<*const ()>,
-}
-
-/// Records that the fiber described by `frame` runs on this thread until the returned
-/// guard is dropped. Call it around every resume of the fiber's coroutine, not once
-/// inside it: a suspended fiber must not stay current. (One pointer swap: this is on
-/// every fiber switch.)
-///
-/// # Safety
-/// `frame` must stay valid, at the same address, until the guard is dropped, and
-/// guards on one thread must be dropped in the reverse order of their creation (keep
-/// each in a local of the scope that resumes the fiber). The signal handler may read
-/// the frame at any moment in between.
-pub(crate) unsafe fn enter(frame: *const Frame) -> Running {
-    Running {
-        prev: CURRENT.with(|c| c.replace(frame)),
-        _not_send: PhantomData,
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        // CURRENT has no destructor, so it is never gone; `try_with` merely keeps
-        // a panic path out of drop.
-        let _ = CURRENT.try_with(|c| c.set(self.prev));
     }
 }
 
@@ -192,9 +149,10 @@ extern "C" fn on_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void)
     // friends give codes <= 0, and then si_addr holds something else.
     let fault = code > 0;
     if fault {
-        let frame = CURRENT.try_with(Cell::get).unwrap_or(ptr::null());
-        // SAFETY: a non-null frame is valid until its `Running` guard drops (the
-        // contract of `enter`), and the guard is on this thread's stack below us.
+        let frame = crate::task::current::signal_frame();
+        // SAFETY: a non-null frame belongs to the fiber current on this thread, whose
+        // context stays put while it is current (the `EnterFiber` guard is on this
+        // thread's stack below us).
         let frame = unsafe { frame.as_ref() }.unwrap_or(&Frame::NONE);
         if frame.guard.0 <= addr && addr < frame.guard.1 {
             write_stderr(report(frame).as_bytes());
@@ -436,6 +394,7 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::fiber::stack::{acquire, MIN_STACK_SIZE};
+    use crate::fiber::FiberCtx;
 
     /// Set in a child process to the name of the test it is to run for real.
     const CHILD_VAR: &str = "WEFT_TEST_CHILD";
@@ -530,30 +489,6 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn running_guards_nest_and_restore() {
-        // SAFETY: the frames outlive the guards, which drop in reverse order.
-        let current = || unsafe { CURRENT.with(Cell::get).as_ref() }.copied();
-        assert!(current().is_none());
-        let (f1, f2) = (
-            Frame::new((100, 200), 1, 1, Some("outer")),
-            Frame::new((300, 400), 2, 2, None),
-        );
-        // SAFETY: as above.
-        let outer = unsafe { enter(&f1) };
-        {
-            // SAFETY: as above.
-            let _inner = unsafe { enter(&f2) };
-            let c = current().unwrap();
-            assert_eq!((c.guard, c.id), ((300, 400), 2));
-        }
-        let c = current().unwrap();
-        assert_eq!((c.guard, c.id), ((100, 200), 1));
-        assert_eq!(&c.name[..c.name_len], b"outer");
-        drop(outer);
-        assert!(current().is_none());
-    }
-
-    #[test]
     fn ensure_altstack_installs_one_where_there_is_none() {
         std::thread::spawn(|| {
             disable_altstack();
@@ -601,9 +536,9 @@ pub(crate) mod tests {
         let stack = acquire(MIN_STACK_SIZE).unwrap();
         let (guard, size) = (stack.guard_range(), stack.usable_size());
         let mut fiber = Coroutine::with_stack(stack, move |_: &Yielder<(), ()>, ()| {
-            let frame = Frame::new(guard, size, 42, Some("deep"));
-            // SAFETY: `frame` lives on this stack until the process ends.
-            let _running = unsafe { enter(&frame) };
+            let ctx = FiberCtx::with_frame(Frame::new(guard, size, 42, Some("deep")));
+            // `ctx` lives on this stack until the process ends.
+            let _running = crate::task::current::enter_fiber(&ctx);
             recurse(0)
         });
         fiber.resume(());
@@ -649,9 +584,14 @@ pub(crate) mod tests {
         install();
         // A fiber is running, so only its guard page counts as an overflow.
         let stack = acquire(MIN_STACK_SIZE).unwrap();
-        let frame = Frame::new(stack.guard_range(), stack.usable_size(), 1, None);
-        // SAFETY: `frame` outlives the guard in this scope.
-        let _running = unsafe { enter(&frame) };
+        let ctx = FiberCtx::with_frame(Frame::new(
+            stack.guard_range(),
+            stack.usable_size(),
+            1,
+            None,
+        ));
+        // `ctx` outlives the guard in this scope.
+        let _running = crate::task::current::enter_fiber(&ctx);
         // SAFETY: a new private anonymous mapping at an address the kernel picks.
         let page = unsafe {
             libc::mmap(

@@ -167,6 +167,9 @@ pub(crate) struct Stack {
     low: NonNull<u8>,
     /// Bytes above the guard page; a whole number of pages.
     usable: usize,
+    /// One past the highest address (`low` plus the whole mapping), kept because
+    /// corosensei asks for it on every resume.
+    top: StackPointer,
 }
 
 // SAFETY: a Stack is the sole owner of its mapping, which is plain memory with no tie to
@@ -182,7 +185,11 @@ impl Stack {
         MAPPED.fetch_add(1, Relaxed);
         RESERVED.fetch_add(len as u64, Relaxed);
         // From here on, dropping `stack` unmaps it (and undoes the counts).
-        let stack = Stack { low, usable };
+        let top = low
+            .addr()
+            .checked_add(len)
+            .expect("a mapping does not wrap around the address space");
+        let stack = Stack { low, usable, top };
 
         // Without this, with THP set to `always` the kernel may back the top of a
         // stack with a 2 MiB page on the first touch. Failure (no THP in this
@@ -227,10 +234,9 @@ impl Drop for Stack {
 // has at least MIN_STACK_SIZE (checked above to exceed corosensei's minimum) usable
 // bytes. Both ends are page-aligned, and pages are multiples of STACK_ALIGNMENT.
 unsafe impl corosensei::stack::Stack for Stack {
+    #[inline]
     fn base(&self) -> StackPointer {
-        self.limit()
-            .checked_add(self.reserved_bytes())
-            .expect("a mapping does not wrap around the address space")
+        self.top
     }
 
     fn limit(&self) -> StackPointer {

@@ -92,7 +92,7 @@ pub fn wait<F: Future>(future: F) -> F::Output {
             if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
                 return Some(v);
             }
-            core.run_until(&|| signal.woken.load(Ordering::Acquire));
+            core.run_until(|| signal.woken.load(Ordering::Acquire));
             if core.shared().is_shutdown() && !signal.woken.load(Ordering::Acquire) {
                 // The worker stops running tasks; wait for the future like a thread.
                 return None;

@@ -29,7 +29,7 @@ use crate::sync::{fence, Arc, Mutex};
 use crate::task::header::{Header, Home};
 use crate::task::owned::OwnedTasks;
 use crate::task::raw::{Notified, Schedule};
-use crate::task::{new_task, JoinHandle};
+use crate::task::{new_task_of_kind, JoinHandle};
 use crate::time::driver::Driver;
 use idle::Idle;
 use inject::Inject;
@@ -174,7 +174,20 @@ impl Shared {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let (task, handle) = new_task(future, self.clone());
+        self.spawn_of_kind(future, false)
+    }
+
+    /// [`spawn`](Self::spawn) for an async task (`fiber` false) or a fiber's future.
+    pub(crate) fn spawn_of_kind<F>(
+        self: &Arc<Self>,
+        future: F,
+        fiber: bool,
+    ) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let (task, handle) = new_task_of_kind(future, self.clone(), fiber);
         let Some(task) = bind_or_cancel(&self.owned, task) else {
             return handle;
         };

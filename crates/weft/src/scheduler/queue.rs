@@ -80,6 +80,12 @@ impl Local {
         self.inner.len()
     }
 
+    /// Only the owner pushes, so an empty answer stays true until it pushes.
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Free slots, counting slots a thief has claimed but not released as used.
     pub(crate) fn remaining(&self) -> usize {
         let (steal, _) = unpack(self.inner.head.load(Acquire));

@@ -16,11 +16,12 @@
 
 use std::cell::Cell;
 use std::collections::VecDeque;
+use std::ptr::NonNull;
 use std::time::Duration;
 
 use super::clock;
 use super::queue::Local;
-use super::{cancel_queued, Shared, WorkerParts};
+use super::{cancel_queued, Remote, Shared, WorkerParts};
 use crate::forkjoin::deque::{self, Steal};
 use crate::forkjoin::job::{Frame, Job, JobRef};
 use crate::forkjoin::latch::OnceLatch;
@@ -72,6 +73,9 @@ const INITIAL_AVG_NS: f64 = 50_000.0;
 pub(crate) struct Core {
     index: usize,
     shared: Arc<Shared>,
+    /// `shared.remotes[index]`, reached without the bounds check and two loads on every
+    /// poll's path (see [`Core::remote`]).
+    remote: NonNull<Remote>,
     /// This worker's parker (a copy of `shared.remotes[index].parker`).
     parker: Arc<crate::scheduler::park::Parker>,
     local: Local,
@@ -153,6 +157,7 @@ pub(crate) fn take_plain_join() -> bool {
 }
 
 /// Runs `f` with the worker core of this thread, if it is a weft worker.
+#[inline]
 pub(crate) fn with_current<R>(f: impl FnOnce(Option<&Core>) -> R) -> R {
     CURRENT.with(|c| {
         let p = c.get();
@@ -162,7 +167,6 @@ pub(crate) fn with_current<R>(f: impl FnOnce(Option<&Core>) -> R) -> R {
         f(core)
     })
 }
-
 /// The next count of joins between heartbeat checks, given that the last `joins` took
 /// `took`: aim at a check every half `HEARTBEAT`, growing at most twofold per check
 /// (a computation may turn coarser), shrinking at once.
@@ -185,6 +189,7 @@ impl Core {
         let now = clock::now_ns();
         Core {
             index,
+            remote: NonNull::from(&*shared.remotes[index]),
             parker: shared.remotes[index].parker.clone(),
             shared,
             local: parts.local,
@@ -240,14 +245,22 @@ impl Core {
     }
 
     fn counters(&self) -> &super::stats::WorkerCounters {
-        &self.shared.remotes[self.index].counters
+        &self.remote().counters
+    }
+
+    /// The part of this worker that other threads use.
+    #[inline]
+    fn remote(&self) -> &Remote {
+        // SAFETY: `remote` points into `shared.remotes`, a boxed slice that is never
+        // resized and lives as long as `shared`, which this core holds.
+        unsafe { self.remote.as_ref() }
     }
 
     /// The worker thread's main loop: installs the core, runs until shutdown, then
     /// cancels whatever is left in its queues.
     pub(crate) fn run(&self) {
         CURRENT.with(|c| c.set(self));
-        self.run_until(&|| false);
+        self.run_until(|| false);
         // Jobs injected before the pool closed still have callers waiting for them.
         while let Some(job) = self.shared.pop_injected_job() {
             self.run_job(job);
@@ -257,7 +270,8 @@ impl Core {
     }
 
     /// Runs tasks until `done()` holds or the runtime shuts down.
-    pub(crate) fn run_until(&self, done: &dyn Fn() -> bool) {
+    /// Generic over `done` so that the worker's own loop (`|| false`) checks nothing.
+    pub(crate) fn run_until(&self, done: impl Fn() -> bool) {
         loop {
             if done() || self.shared.is_shutdown() {
                 break;
@@ -273,7 +287,7 @@ impl Core {
                 match self.steal_work() {
                     Some(Work::Task(task)) => self.run_task(task),
                     Some(Work::Job(job)) => self.run_job(job),
-                    None => self.park(done),
+                    None => self.park(&done),
                 }
             }
         }
@@ -300,15 +314,6 @@ impl Core {
     #[inline]
     pub(crate) fn parker(&self) -> &Arc<crate::scheduler::park::Parker> {
         &self.parker
-    }
-
-    /// Tells the stall reporter that the task being polled is a fiber (called by the
-    /// fiber's poll after `run_task` stored the plain id; run_task restores the outer
-    /// value after the poll).
-    pub(crate) fn mark_running_fiber(&self, tagged_id: u64) {
-        self.shared.remotes[self.index]
-            .running_task
-            .store(tagged_id, Relaxed);
     }
 
     /// Which fork-join `join` and `scope` are in progress on this worker: a fiber that
@@ -449,7 +454,7 @@ impl Core {
     pub(crate) fn someone_hungry(&self) -> bool {
         self.shared.idle.num_searching() > 0
             || self.shared.idle.any_parked_except(self.index).is_some()
-            || self.shared.remotes[self.index].leapfroggers.load(Relaxed) > 0
+            || self.remote().leapfroggers.load(Relaxed) > 0
     }
 
     /// When a worker is hungry, moves every private frame to the deque (oldest first,
@@ -507,7 +512,7 @@ impl Core {
         // Pairs with the SeqCst registration in `leapfrog`: either the waiter's steal
         // after registering sees the job, or this load sees the registration.
         fence(SeqCst);
-        if self.shared.remotes[self.index].leapfroggers.load(SeqCst) == 0 {
+        if self.remote().leapfroggers.load(SeqCst) == 0 {
             return;
         }
         for (i, remote) in self.shared.remotes.iter().enumerate() {
@@ -540,9 +545,7 @@ impl Core {
     /// Registers this worker as waiting in `join` for `thief` to finish a job it stole
     /// from us (see [`Core::wake_leapfroggers`]) until the guard drops.
     fn leapfrog(&self, thief: usize) -> Leapfrog<'_> {
-        let prev = self.shared.remotes[self.index]
-            .waiting_on
-            .swap(thief, SeqCst);
+        let prev = self.remote().waiting_on.swap(thief, SeqCst);
         self.shared.remotes[thief].leapfroggers.fetch_add(1, SeqCst);
         Leapfrog {
             core: self,
@@ -645,17 +648,17 @@ impl Core {
         if tick.is_multiple_of(BUDGET) {
             self.end_tick();
         }
-        let running = &self.shared.remotes[self.index].running_task;
+        let running = &self.remote().running_task;
         // Polls nest when a task helps; the stall reporter names the innermost.
         let outer = running.load(Relaxed);
-        // A fiber's poll adds `FIBER_BIT` itself (`mark_running_fiber`).
-        running.store(task.header().id.as_u64(), Relaxed);
+        running.store(task.header().tagged_id(), Relaxed);
         task.run();
         running.store(outer, Relaxed);
     }
 
     /// Stops searching, if this worker is a searcher (see
     /// [`stop_searching`](Self::stop_searching)).
+    #[inline]
     fn leave_searching(&self) {
         if self.searching.replace(false) {
             self.stop_searching();
@@ -686,6 +689,8 @@ impl Core {
     }
 
     /// End of a tick: refresh the EWMA of task length and the global-queue interval.
+    #[cold]
+    #[inline(never)]
     fn end_tick(&self) {
         self.sample_task_time(clock::now_ns());
     }
@@ -712,8 +717,37 @@ impl Core {
         self.tick_start.set(now);
     }
 
+    /// The next task to run. The common case (no timer or fairness check due, and a
+    /// task in the LIFO slot that may run again) is inlined into the loop; everything
+    /// else is [`next_task_slow`](Self::next_task_slow), which repeats the whole order.
+    #[inline(always)]
     fn next_task(&self) -> Option<Notified> {
         let tick = self.tick.get();
+        if !tick.is_multiple_of(TIMER_CHECK_POLLS)
+            && !tick.is_multiple_of(self.global_interval.get())
+        {
+            if let Some(t) = self.lifo.take() {
+                let n = self.lifo_polls.get();
+                if n < MAX_LIFO_POLLS {
+                    self.lifo_polls.set(n + 1);
+                    self.counters().lifo_hits.bump(1);
+                    return Some(t);
+                }
+                if self.local.is_empty() && self.pinned_is_empty() {
+                    // Past the LIFO limit the task goes behind the queued work, but
+                    // there is none: the slow path would pop it straight back.
+                    self.lifo_polls.set(0);
+                    return Some(t);
+                }
+                // The slot was empty since the `take`: nothing is dropped.
+                self.lifo.set(Some(t));
+            }
+        }
+        self.next_task_slow(tick)
+    }
+
+    #[inline(never)]
+    fn next_task_slow(&self, tick: u32) -> Option<Notified> {
         if tick.is_multiple_of(TIMER_CHECK_POLLS) && self.shared.time.has_pending() {
             // A busy worker fires due timers itself; nobody may be parked to do it.
             self.shared.time.process();
@@ -754,6 +788,12 @@ impl Core {
         pinned.pop_front()
     }
 
+    #[inline]
+    fn pinned_is_empty(&self) -> bool {
+        // SAFETY: see `pinned_mut`; the borrow ends within this expression.
+        unsafe { self.pinned_mut() }.is_empty()
+    }
+
     /// The private queue of fibers tied to this worker, borrowed in place (this is on
     /// every poll's path; `Cell::take` and `set` moved the whole deque each time).
     ///
@@ -768,7 +808,7 @@ impl Core {
     }
 
     fn inbox(&self) -> &super::inject::Inject {
-        &self.shared.remotes[self.index].inbox
+        &self.remote().inbox
     }
 
     /// Moves the yielded tasks into the local queue (where peers may steal them) and
@@ -932,6 +972,7 @@ impl Core {
     /// Queues a task woken or spawned on this worker. New tasks go to the LIFO slot
     /// (evicting the previous one to the queue), yields to the deferred list.
     /// Returns the task if it must go to the injection queue instead.
+    #[inline]
     pub(crate) fn schedule_local(&self, task: Notified, is_yield: bool) -> Option<Notified> {
         if self.transitioning_to_park.get() {
             return Some(task);
@@ -941,19 +982,32 @@ impl Core {
             return None;
         }
         if is_yield {
-            let mut deferred = self.deferred.take();
-            deferred.push(task);
-            self.deferred.set(deferred);
+            self.defer(task);
             return None;
         }
         if let Some(t) = self.lifo.replace(Some(task)) {
-            let pinned = is_pinned(&t);
-            self.push_local_as(t, pinned);
-            if !pinned {
-                self.shared.notify_parked();
-            }
+            self.evict_lifo(t);
         }
         None
+    }
+
+    /// A yielded task waits behind the queues (see `deferred`).
+    #[inline(never)]
+    fn defer(&self, task: Notified) {
+        let mut deferred = self.deferred.take();
+        deferred.push(task);
+        self.deferred.set(deferred);
+    }
+
+    /// The task a newer one pushed out of the LIFO slot goes to a queue; a stealable
+    /// one is worth a sleeper's wake.
+    #[inline(never)]
+    fn evict_lifo(&self, task: Notified) {
+        let pinned = is_pinned(&task);
+        self.push_local_as(task, pinned);
+        if !pinned {
+            self.shared.notify_parked();
+        }
     }
 
     fn push_local(&self, task: Notified) {

@@ -35,6 +35,7 @@ pub(crate) struct Enter {
 
 /// Marks `task` as being polled; no fiber runs until the task's own poll resumes one,
 /// so a task polled on a fiber's stack never mistakes that fiber for its own.
+#[inline]
 pub(crate) fn enter(task: NonNull<Header>) -> Enter {
     let next = Current {
         task: Some(task),
@@ -46,6 +47,7 @@ pub(crate) fn enter(task: NonNull<Header>) -> Enter {
 }
 
 impl Drop for Enter {
+    #[inline]
     fn drop(&mut self) {
         CURRENT.with(|c| c.set(self.prev));
     }
@@ -53,6 +55,7 @@ impl Drop for Enter {
 
 /// Runs `f` with the header of the task being polled on this thread, if any. The header
 /// is alive: the poll holds the running reference.
+#[inline]
 pub(crate) fn with<R>(f: impl FnOnce(Option<&Header>) -> R) -> R {
     let task = CURRENT.with(|c| c.get().task);
     // SAFETY: the pointer is set only for the duration of a poll, which holds the
@@ -61,6 +64,7 @@ pub(crate) fn with<R>(f: impl FnOnce(Option<&Header>) -> R) -> R {
 }
 
 /// Makes `fiber` the running fiber until the returned guard drops.
+#[inline]
 pub(crate) fn enter_fiber(fiber: *const FiberCtx) -> EnterFiber {
     let prev = CURRENT.with(|c| {
         let mut cur = c.get();
@@ -78,6 +82,7 @@ pub(crate) struct EnterFiber {
 }
 
 impl Drop for EnterFiber {
+    #[inline]
     fn drop(&mut self) {
         CURRENT.with(|c| {
             let mut cur = c.get();
@@ -88,6 +93,26 @@ impl Drop for EnterFiber {
 }
 
 /// The context of the fiber running on this thread, or null.
+#[inline]
 pub(crate) fn fiber() -> *const FiberCtx {
     CURRENT.with(|c| c.get().fiber)
+}
+
+/// The overflow report of the fiber running on this thread (null: none), for the fault
+/// handler. `CURRENT` is const-initialised and has no destructor, so reading it needs
+/// no lazy initialisation or registration, which a signal handler must not do.
+#[cfg(not(loom))]
+pub(crate) fn signal_frame() -> *const crate::fiber::overflow::Frame {
+    let fiber = CURRENT
+        .try_with(|c| c.get().fiber)
+        .unwrap_or(std::ptr::null());
+    // SAFETY: a non-null current fiber is the live context of the fiber resumed on this
+    // thread: `enter_fiber`'s guard, which clears it, is on this thread's stack.
+    unsafe { fiber.as_ref() }.map_or(std::ptr::null(), FiberCtx::frame_ptr)
+}
+
+/// loom models never take a fault.
+#[cfg(loom)]
+pub(crate) fn signal_frame() -> *const crate::fiber::overflow::Frame {
+    std::ptr::null()
 }

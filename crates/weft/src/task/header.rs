@@ -23,6 +23,8 @@ pub(crate) struct Header {
     /// Written by the RUNNING owner; read by whoever schedules the task, after the
     /// state-word transition that made it SCHEDULED (which orders the two).
     pub(crate) home: AtomicU32,
+    /// The task's future is a fiber (set at spawn; the stall reporter says "fiber").
+    pub(crate) fiber: bool,
 }
 
 /// `Header::home` of a task that any worker may run.
@@ -49,6 +51,16 @@ impl Header {
             worker: (home & !SOFT_HOME) as usize,
             pinned: home & SOFT_HOME == 0,
         })
+    }
+
+    /// The id as the stall reporter stores it: with `FIBER_BIT` for a fiber.
+    #[inline]
+    pub(crate) fn tagged_id(&self) -> u64 {
+        if self.fiber {
+            self.id.0 | crate::runtime::sysmon::FIBER_BIT
+        } else {
+            self.id.0
+        }
     }
 
     /// Whether the task is a started fiber that must run on its home worker.

@@ -56,7 +56,21 @@ where
     F::Output: Send + 'static,
     S: Schedule,
 {
-    let ptr = Cell::allocate(future, scheduler, Id::next());
+    new_task_of_kind(future, scheduler, false)
+}
+
+/// [`new_task`] for a task that is an async task (`fiber` false) or a fiber.
+pub(crate) fn new_task_of_kind<F, S>(
+    future: F,
+    scheduler: S,
+    fiber: bool,
+) -> (Notified, JoinHandle<F::Output>)
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+    S: Schedule,
+{
+    let ptr = Cell::allocate(future, scheduler, Id::next(), fiber);
     // SAFETY: `allocate` returns a live task with three references: the owned-list one
     // stays counted in the state word (the caller links it), one goes to the `Notified`,
     // one to the `JoinHandle`, whose output type is `F::Output`.

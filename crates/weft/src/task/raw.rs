@@ -113,7 +113,7 @@ where
 
     /// Allocates a SCHEDULED task with three references: the owned list's, the
     /// `JoinHandle`'s and the returned `Notified`'s.
-    pub(crate) fn allocate(future: F, scheduler: S, id: Id) -> NonNull<Header> {
+    pub(crate) fn allocate(future: F, scheduler: S, id: Id, fiber: bool) -> NonNull<Header> {
         let cell = Box::new(Cell {
             header: Header {
                 state: State::new(),
@@ -122,6 +122,7 @@ where
                 owned: OwnedLinks::new(),
                 id,
                 home: AtomicU32::new(super::header::NO_HOME),
+                fiber,
             },
             scheduler,
             stage: UnsafeCell::new(Stage::Running(future)),
@@ -172,6 +173,8 @@ where
 
     /// Stores the result and performs the COMPLETE transition; consumes the running
     /// reference, and the owned-list reference if the task was still linked.
+    // Out of line: keeps the poll harness, which runs on every poll, small.
+    #[inline(never)]
     fn complete(&self, result: Result<F::Output, JoinError>) {
         // The future is dropped before the output is published.
         let id = self.header.id;
@@ -203,6 +206,8 @@ where
         }
     }
 
+    #[cold]
+    #[inline(never)]
     fn cancel(&self) {
         let id = self.header.id;
         let result = match self.set_stage(Stage::Consumed) {

@@ -150,6 +150,7 @@ impl State {
         State(AtomicU64::new(SCHEDULED | JOIN_INTEREST | (3 * REF_ONE)))
     }
 
+    #[inline]
     pub(crate) fn load(&self) -> Snapshot {
         Snapshot(self.0.load(Acquire))
     }
@@ -173,6 +174,7 @@ impl State {
 
     /// A waker fired. Returns true when the task went IDLE -> SCHEDULED and the caller
     /// must enqueue it (the new queue reference was taken in the same CAS).
+    #[inline]
     pub(crate) fn transition_to_scheduled(&self) -> bool {
         self.fetch_update(|s| match s.0 & LIFECYCLE_MASK {
             IDLE => {
@@ -189,6 +191,7 @@ impl State {
     }
 
     /// A worker took the task from a queue.
+    #[inline]
     pub(crate) fn transition_to_running(&self) -> Run {
         self.fetch_update(|s| {
             if !s.is_scheduled() {
@@ -208,6 +211,7 @@ impl State {
 
     /// The poll returned `Pending`. Clears the notified bit and looks at it in one CAS,
     /// so a wake between the end of the poll and this call is never lost.
+    #[inline]
     pub(crate) fn transition_to_idle(&self) -> Idle {
         self.fetch_update(|s| {
             debug_assert!(s.is_running(), "{s:?}");

@@ -14,6 +14,7 @@ static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, dr
 ///
 /// # Safety
 /// The task must stay alive for as long as the waker (or a borrow of it) is used.
+#[inline]
 pub(crate) unsafe fn borrowed(ptr: NonNull<Header>) -> Waker {
     // SAFETY: the vtable functions uphold the `RawWaker` contract for header pointers.
     unsafe { Waker::from_raw(RawWaker::new(ptr.as_ptr() as *const (), &VTABLE)) }
