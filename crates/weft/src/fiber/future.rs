@@ -86,61 +86,80 @@ impl FiberCtx {
     }
 }
 
-/// The running fiber if `wait` on this thread may suspend it: a fiber is running, it is
-/// not being unwound, and it has not entered a fork-join `join` or `scope` since it was
-/// resumed (their frames on the worker's deque must be undone in order, so a fiber that
-/// suspended there could let another one pop out of turn; such a fiber helps instead).
-/// Joins *below* the fiber are fine: a fiber resumed by a worker that helps inside a
-/// join returns to that join's helping loop when it suspends, which is proper nesting.
+/// The running fiber, unless it is being unwound (it can no longer suspend, and the
+/// waker of its last poll is stale): the fiber whose waker `wait` may poll with.
 #[inline]
-pub(crate) fn suspendable() -> Option<NonNull<FiberCtx>> {
+pub(crate) fn current_fiber() -> Option<NonNull<FiberCtx>> {
     let ctx = NonNull::new(current::fiber().cast_mut())?;
     // SAFETY: a non-null current fiber is the live context of the fiber running on this
     // thread (set for the duration of its resume).
-    let c = unsafe { ctx.as_ref() };
-    if c.unwinding.get() {
-        return None;
-    }
-    // SAFETY: `core` is set by the poll that resumed the fiber, on this worker, whose
-    // core outlives the poll.
-    if unsafe { c.core.get().as_ref() }.is_some_and(|core| core.join_mark() != c.join_mark.get()) {
-        // This fiber entered a join or scope since it was resumed.
+    if unsafe { ctx.as_ref() }.unwinding.get() {
         return None;
     }
     Some(ctx)
 }
 
-/// Runs `fut` to completion on the fiber `ctx` (from [`suspendable`]), suspending the
-/// fiber (not the thread) while it is pending.
+/// Whether the running fiber `c` may suspend: it has not entered a fork-join `join` or
+/// `scope` since it was resumed (their frames on the worker's deque must be undone in
+/// order, so a fiber that suspended there could let another one pop out of turn; such
+/// a fiber helps instead). Joins *below* the fiber are fine: a fiber resumed by a
+/// worker that helps inside a join returns to that join's helping loop when it
+/// suspends, which is proper nesting.
+#[inline]
+fn may_suspend(c: &FiberCtx) -> bool {
+    // SAFETY: `core` is set by the poll that resumed the fiber, on this worker, whose
+    // core outlives the poll.
+    unsafe { c.core.get().as_ref() }.is_none_or(|core| core.join_mark() == c.join_mark.get())
+}
+
+/// The running fiber if `wait` on this thread may suspend it ([`current_fiber`] and
+/// [`may_suspend`]).
+#[inline]
+pub(crate) fn suspendable() -> Option<NonNull<FiberCtx>> {
+    let ctx = current_fiber()?;
+    // SAFETY: as in `current_fiber`.
+    may_suspend(unsafe { ctx.as_ref() }).then_some(ctx)
+}
+
+/// Runs `fut` to completion on the fiber `ctx` (from [`current_fiber`]), suspending the
+/// fiber (not the thread) while it is pending. Returns `None`, without having
+/// suspended, when the fiber may not suspend here ([`may_suspend`], checked only once a
+/// poll is pending, so a future that is ready at once costs no check): the caller then
+/// waits another way. The future has been polled with the fiber's waker by then, which
+/// may wake the fiber spuriously later; fibers re-check on every resume.
 ///
 /// Waits nest: `fut`'s poll may call `wait`, which suspends the fiber in a nested
 /// `suspend_on`. Both levels share the task's waker, so the wake-up that resumed the
 /// nested level may have been meant for `fut`, and the nested loop consumed it (it
 /// re-polls only its own future). When the fiber was resumed during `fut`'s poll, `fut`
 /// is therefore polled again instead of suspending on a wake that may never come.
+#[inline]
 pub(crate) fn suspend_on<F: Future + ?Sized>(
     ctx: NonNull<FiberCtx>,
     mut fut: Pin<&mut F>,
-) -> F::Output {
+) -> Option<F::Output> {
     loop {
         // A fresh shared borrow after every suspension and every poll: between two
         // resumes the poller holds the future mutably, and a nested wait in the poll
         // may suspend.
-        // SAFETY: the fiber is running, so its context is alive and not borrowed
-        // mutably; the poll that resumed it stored its waker and is still on the stack
-        // below us.
+        // SAFETY: the fiber is running and not unwinding, so its context is alive and
+        // not borrowed mutably; the poll that resumed it stored its waker and is still
+        // on the stack below us.
         let (waker, yielder, resumes) = unsafe {
             let c = ctx.as_ref();
             (&*c.waker.get(), c.yielder.get(), c.resumes.get())
         };
         if let Poll::Ready(v) = fut.as_mut().poll(&mut Context::from_waker(waker)) {
-            return v;
+            return Some(v);
         }
         // SAFETY: as above.
         let c = unsafe { ctx.as_ref() };
         if c.resumes.get() != resumes {
             // A nested wait suspended the fiber during the poll.
             continue;
+        }
+        if !may_suspend(c) {
+            return None;
         }
         super::before_park(c);
         // SAFETY: the yielder lives at the base of this fiber's stack for as long as the
@@ -272,6 +291,7 @@ where
 {
     type Output = T;
 
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
         // `ctx` is structurally pinned: from the fiber's start until the future is
         // dropped, the fiber's stack keeps its address (see `FiberFuture`). What is

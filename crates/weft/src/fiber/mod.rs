@@ -76,7 +76,7 @@ pub(crate) mod stack;
 pub use error::{SpawnError, SpawnErrorKind};
 pub use local::{AccessError, LocalKey};
 
-pub(crate) use future::{suspend_on, suspendable, FiberCtx};
+pub(crate) use future::{current_fiber, suspend_on, FiberCtx};
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -282,9 +282,12 @@ fn target_pool() -> Option<Arc<Shared>> {
 /// # drop(rt);
 /// ```
 pub fn yield_now() {
-    match future::suspendable() {
-        Some(fiber) => future::suspend_on(fiber, pin!(crate::task::yield_now())),
-        None => std::thread::yield_now(),
+    // Checked up front: polling the yield wakes the fiber, which is pointless if it
+    // then may not suspend.
+    let suspended = future::suspendable()
+        .is_some_and(|fiber| future::suspend_on(fiber, pin!(crate::task::yield_now())).is_some());
+    if !suspended {
+        std::thread::yield_now();
     }
 }
 

@@ -73,9 +73,17 @@ impl Wake for ThreadSignal {
 /// ```
 pub fn wait<F: Future>(future: F) -> F::Output {
     let mut future = pin!(future);
-    if let Some(fiber) = crate::fiber::suspendable() {
-        return crate::fiber::suspend_on(fiber, future);
+    if let Some(fiber) = crate::fiber::current_fiber() {
+        if let Some(v) = crate::fiber::suspend_on(fiber, future.as_mut()) {
+            return v;
+        }
+        // The fiber is inside a fork-join join or scope: it waits as its worker would.
     }
+    wait_off_fiber(future)
+}
+
+/// [`wait`] where no fiber can suspend: a worker helps, any other thread blocks.
+fn wait_off_fiber<F: Future>(mut future: Pin<&mut F>) -> F::Output {
     let helped = worker::with_current(|core| {
         let core = core?;
         if core.shared().is_shutdown() {

@@ -214,14 +214,18 @@ impl Shared {
     /// that worker), otherwise through [`schedule_remote_to`](Self::schedule_remote_to).
     fn schedule_task(self: &Arc<Self>, task: Notified, is_yield: bool) {
         let home = task.header().home();
-        let task = worker::with_current(|core| match core {
+        // SAFETY: the pointer is set by `Core::run` for the life of the core on this
+        // thread and cleared before the core is dropped; this call runs on this thread
+        // inside that span or not on a worker at all (null).
+        let core = unsafe { worker::current_ptr().as_ref() };
+        let task = match core {
             Some(core)
                 if core.belongs_to(self) && home.is_none_or(|h| h.worker == core.index()) =>
             {
                 core.schedule_local(task, is_yield)
             }
             _ => Some(task),
-        });
+        };
         if let Some(task) = task {
             self.schedule_remote_to(task, home);
         }
@@ -238,6 +242,7 @@ impl Shared {
     /// Queues a task from outside its worker: a fiber with a home worker goes to that
     /// worker's inbox, anything else to the injection queue. `home` is the task's
     /// decoded [`Header::home`].
+    #[inline(never)]
     fn schedule_remote_to(&self, task: Notified, home: Option<Home>) {
         if let Some(home) = home {
             if home.pinned || !self.home_is_congested(home.worker) {
@@ -497,6 +502,8 @@ const INITIAL_WAKE_LATENCY_NS: u64 = 40_000;
 
 /// Cancels a task that was made SCHEDULED but will not be queued (the runtime is
 /// shutting down), then drops the queue reference.
+#[cold]
+#[inline(never)]
 pub(crate) fn cancel_queued(task: Notified) {
     // SAFETY: `task` owns one reference to its live task, which `into_raw` hands over.
     unsafe { cancel_now(task.into_raw()) };

@@ -117,8 +117,9 @@ pub(crate) struct Core {
     global_interval: Cell<u32>,
     avg_task_ns: Cell<f64>,
     tick_start: Cell<u64>,
-    /// Polls since `tick_start` (a park restarts the measurement).
-    tick_polls: Cell<u32>,
+    /// `tick` when the measurement began at `tick_start` (a park restarts it): the
+    /// polls since then are the difference, with nothing counted per poll.
+    sample_tick: Cell<u32>,
     task_time_measured: Cell<bool>,
     rng: Cell<u64>,
     searching: Cell<bool>,
@@ -154,6 +155,14 @@ pub(crate) fn take_plain_join() -> bool {
             false
         }
     })
+}
+
+/// The worker core of this thread (null: not a weft worker). The pointer is valid
+/// while the caller runs on this thread and does not return to the worker loop's end
+/// (see [`with_current`]); the wake path uses it to keep the thread-local read small.
+#[inline]
+pub(crate) fn current_ptr() -> *const Core {
+    CURRENT.with(Cell::get)
 }
 
 /// Runs `f` with the worker core of this thread, if it is a weft worker.
@@ -214,7 +223,7 @@ impl Core {
             global_interval: Cell::new(interval_for(INITIAL_AVG_NS)),
             avg_task_ns: Cell::new(INITIAL_AVG_NS),
             tick_start: Cell::new(now),
-            tick_polls: Cell::new(0),
+            sample_tick: Cell::new(0),
             task_time_measured: Cell::new(false),
             // xorshift needs a non-zero seed.
             rng: Cell::new(
@@ -643,7 +652,6 @@ impl Core {
         self.counters().polled.bump(1);
         let tick = self.tick.get().wrapping_add(1);
         self.tick.set(tick);
-        self.tick_polls.set(self.tick_polls.get() + 1);
         // Every `BUDGET` polls (`BUDGET` divides 2^32, so this holds across the wrap).
         if tick.is_multiple_of(BUDGET) {
             self.end_tick();
@@ -702,7 +710,8 @@ impl Core {
             // As in `Shared::record_wake`: models must not branch on measured time.
             return;
         }
-        let polls = self.tick_polls.replace(0);
+        let tick = self.tick.get();
+        let polls = tick.wrapping_sub(self.sample_tick.replace(tick));
         if polls >= MIN_SAMPLE_POLLS {
             let per_task =
                 clock::since(now, self.tick_start.get()).as_nanos() as f64 / polls as f64;
@@ -958,6 +967,7 @@ impl Core {
             }
             // Time asleep is not task time: sample up to the park, restart after it.
             self.tick_start.set(clock::now_ns());
+            self.sample_tick.set(self.tick.get());
         }
         self.transitioning_to_park.set(false);
     }

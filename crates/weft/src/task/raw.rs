@@ -138,9 +138,10 @@ where
         unsafe { ptr.cast::<Self>().as_ref() }
     }
 
-    /// Polls the future. The caller is the RUNNING owner.
-    fn poll_future(&self, cx: &mut Context<'_>) -> Poll<Result<F::Output, JoinError>> {
-        let id = self.header.id;
+    /// Polls the future and, when it finishes (or panics), completes the task. The
+    /// caller is the RUNNING owner. `Ready` means the task is complete; the output
+    /// never travels back through here, so a `Pending` poll moves nothing.
+    fn poll_future(&self, cx: &mut Context<'_>) -> Poll<()> {
         let res = catch_unwind(AssertUnwindSafe(|| {
             self.stage.with_mut(|stage| {
                 // SAFETY: only the RUNNING owner touches the stage, and a future in a
@@ -153,8 +154,14 @@ where
         }));
         match res {
             Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
-            Err(payload) => Poll::Ready(Err(JoinError::panic(id, payload))),
+            Ok(Poll::Ready(out)) => {
+                self.complete(Ok(out));
+                Poll::Ready(())
+            }
+            Err(payload) => {
+                self.complete(Err(JoinError::panic(self.header.id, payload)));
+                Poll::Ready(())
+            }
         }
     }
 
@@ -245,7 +252,7 @@ where
                 cell.poll_future(&mut cx)
             };
             match res {
-                Poll::Ready(result) => cell.complete(result),
+                Poll::Ready(()) => {}
                 Poll::Pending => match cell.header.state.transition_to_idle() {
                     Idle::Idle => {}
                     Idle::Reschedule => {
