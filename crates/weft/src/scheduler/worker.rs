@@ -735,24 +735,34 @@ impl Core {
         if !tick.is_multiple_of(TIMER_CHECK_POLLS)
             && !tick.is_multiple_of(self.global_interval.get())
         {
-            if let Some(t) = self.lifo.take() {
-                let n = self.lifo_polls.get();
-                if n < MAX_LIFO_POLLS {
-                    self.lifo_polls.set(n + 1);
-                    self.counters().lifo_hits.bump(1);
-                    return Some(t);
-                }
-                if self.local.is_empty() && self.pinned_is_empty() {
+            match self.take_lifo() {
+                Some(Ok(t)) => return Some(t),
+                Some(Err(t)) if self.local.is_empty() && self.pinned_is_empty() => {
                     // Past the LIFO limit the task goes behind the queued work, but
                     // there is none: the slow path would pop it straight back.
                     self.lifo_polls.set(0);
                     return Some(t);
                 }
                 // The slot was empty since the `take`: nothing is dropped.
-                self.lifo.set(Some(t));
+                Some(Err(t)) => self.lifo.set(Some(t)),
+                None => {}
             }
         }
         self.next_task_slow(tick)
+    }
+
+    /// Takes the LIFO slot's task: `Ok` while it is under the cap of consecutive LIFO
+    /// polls (this poll counted), `Err` once it has used the cap up.
+    #[inline(always)]
+    fn take_lifo(&self) -> Option<Result<Notified, Notified>> {
+        let t = self.lifo.take()?;
+        let n = self.lifo_polls.get();
+        if n < MAX_LIFO_POLLS {
+            self.lifo_polls.set(n + 1);
+            self.counters().lifo_hits.bump(1);
+            return Some(Ok(t));
+        }
+        Some(Err(t))
     }
 
     #[inline(never)]
@@ -768,14 +778,10 @@ impl Core {
                 return Some(t);
             }
         }
-        if let Some(t) = self.lifo.take() {
-            let n = self.lifo_polls.get();
-            if n < MAX_LIFO_POLLS {
-                self.lifo_polls.set(n + 1);
-                self.counters().lifo_hits.bump(1);
-                return Some(t);
-            }
-            self.push_local(t);
+        match self.take_lifo() {
+            Some(Ok(t)) => return Some(t),
+            Some(Err(t)) => self.push_local(t),
+            None => {}
         }
         self.lifo_polls.set(0);
         self.local
