@@ -275,16 +275,22 @@ impl Gate {
 
     /// Waits until the gate is open.
     pub fn wait(&self) {
-        let mut registered = false;
+        // Our place in `wakers`, once registered; a later poll with another waker
+        // replaces ours (only the latest poll's waker may be the one to wake).
+        let mut slot: Option<usize> = None;
         weft::wait(poll_fn(|cx| {
             let mut s = lock(&self.state);
             if s.open {
                 return Poll::Ready(());
             }
-            if !registered {
-                s.wakers.push(cx.waker().clone());
-                registered = true;
-                self.waiting.fetch_add(1, AcqRel);
+            match slot {
+                Some(i) if s.wakers[i].will_wake(cx.waker()) => {}
+                Some(i) => s.wakers[i] = cx.waker().clone(),
+                None => {
+                    slot = Some(s.wakers.len());
+                    s.wakers.push(cx.waker().clone());
+                    self.waiting.fetch_add(1, AcqRel);
+                }
             }
             Poll::Pending
         }));
