@@ -32,6 +32,7 @@ fn child_process_entry() {
         "no_runtime" => child_no_runtime(),
         "map_limit" => child_map_limit(),
         "stack_overflow" => child_stack_overflow(),
+        "task_overflow_on_fiber_stack" => child_task_overflow_on_fiber_stack(),
         "nested_help" => child_nested_help(),
         "stack_sizes" => child_stack_sizes(),
         other => panic!("unknown child case {other:?}"),
@@ -260,6 +261,51 @@ fn child_stack_overflow() {
     });
     let r = h.join();
     println!("CHILD survived={:?}", r.map_err(|e| e.to_string()));
+}
+
+/// A task that the worker polls on a fiber's stack (it helps there: the fiber waits
+/// inside a `join`, where it may not suspend) overflows that stack.
+fn child_task_overflow_on_fiber_stack() {
+    let no_core = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a plain system call with a valid pointer.
+    unsafe { libc::setrlimit(libc::RLIMIT_CORE, &no_core) };
+    let rt = common::workers(1);
+    let h = on(&rt, || {
+        fiber::Builder::new()
+            .name("host")
+            .stack_size(64 * 1024)
+            .spawn(|| {
+                weft::join(
+                    || weft::wait(weft::spawn(async { deeper(0) })).unwrap(),
+                    || 0,
+                )
+                .0
+            })
+    });
+    let r = h.join();
+    println!("CHILD survived={:?}", r.map_err(|e| e.to_string()));
+}
+
+/// Found in review: the overflow handler lost the fiber while a task ran on its stack
+/// (the task's poll clears the current fiber), and the process died of a bare SIGSEGV.
+#[test]
+fn a_task_overflowing_a_fiber_stack_is_reported_as_that_fiber() {
+    use std::os::unix::process::ExitStatusExt;
+
+    let out = run_child("task_overflow_on_fiber_stack", common::TIMEOUT);
+    let context = out.context();
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGABRT),
+        "the child was not aborted\n{context}"
+    );
+    assert!(
+        out.stderr.contains("overflowed its stack") && out.stderr.contains("host"),
+        "no overflow report naming the fiber\n{context}"
+    );
 }
 
 #[test]

@@ -340,15 +340,17 @@ impl<F, T> Drop for FiberFuture<F, T> {
             Run::Started(mut co) => {
                 // `wait` cannot suspend from here on: the fiber is done or unwinding.
                 self.ctx.unwinding.set(true);
-                let _fiber = current::enter_fiber(&self.ctx);
                 if !co.done() {
                     // Cancelled while suspended: unwind the stack from its park point so
                     // its locals are dropped.
+                    let _fiber = current::enter_fiber(&self.ctx);
                     co.force_unwind();
                 }
                 stack::release(co.into_stack());
                 // After a panic or a cancellation the fiber-locals are still here; drop
-                // them as the fiber, so their destructors may use fiber-locals too.
+                // them as the fiber, so their destructors may use fiber-locals too (on
+                // this thread's stack: the fiber's is back in the pool).
+                let _fiber = current::enter_fiber_off_stack(&self.ctx);
                 drop(self.ctx.locals.take());
             }
             Run::Done => {}
