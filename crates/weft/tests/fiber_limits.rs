@@ -247,14 +247,40 @@ fn deeper(depth: u64) -> u64 {
     deeper(depth + 1) + u64::from(buf[1])
 }
 
-fn child_stack_overflow() {
-    // No core dump for the expected abort.
+/// No core dump for an expected abort.
+fn no_core_dump() {
     let no_core = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: a plain system call with a valid pointer.
     unsafe { libc::setrlimit(libc::RLIMIT_CORE, &no_core) };
+}
+
+/// Asserts that the child was aborted by the overflow handler with a report that
+/// names `fiber`; returns the child's output for the message of further checks.
+fn assert_overflow_report(out: &Output, fiber: &str) -> String {
+    use std::os::unix::process::ExitStatusExt;
+
+    let context = out.context();
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGABRT),
+        "the child was not aborted\n{context}"
+    );
+    assert!(
+        out.stderr.contains("overflowed its stack"),
+        "no overflow report\n{context}"
+    );
+    assert!(
+        out.stderr.contains(fiber),
+        "the report does not name the fiber\n{context}"
+    );
+    context
+}
+
+fn child_stack_overflow() {
+    no_core_dump();
     let rt = common::workers(1);
     let h = on(&rt, || {
         fiber::Builder::new().name("deep-diver").spawn(|| deeper(0))
@@ -266,12 +292,7 @@ fn child_stack_overflow() {
 /// A task that the worker polls on a fiber's stack (it helps there: the fiber waits
 /// inside a `join`, where it may not suspend) overflows that stack.
 fn child_task_overflow_on_fiber_stack() {
-    let no_core = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: a plain system call with a valid pointer.
-    unsafe { libc::setrlimit(libc::RLIMIT_CORE, &no_core) };
+    no_core_dump();
     let rt = common::workers(1);
     let h = on(&rt, || {
         fiber::Builder::new()
@@ -293,43 +314,17 @@ fn child_task_overflow_on_fiber_stack() {
 /// (the task's poll clears the current fiber), and the process died of a bare SIGSEGV.
 #[test]
 fn a_task_overflowing_a_fiber_stack_is_reported_as_that_fiber() {
-    use std::os::unix::process::ExitStatusExt;
-
     let out = run_child("task_overflow_on_fiber_stack", common::TIMEOUT);
-    let context = out.context();
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGABRT),
-        "the child was not aborted\n{context}"
-    );
-    assert!(
-        out.stderr.contains("overflowed its stack") && out.stderr.contains("host"),
-        "no overflow report naming the fiber\n{context}"
-    );
+    assert_overflow_report(&out, "'host'");
 }
 
 #[test]
 fn a_stack_overflow_aborts_with_a_report() {
-    use std::os::unix::process::ExitStatusExt;
-
     let out = run_child("stack_overflow", common::TIMEOUT);
-    let context = out.context();
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGABRT),
-        "the child was not aborted\n{context}"
-    );
-    assert!(
-        out.stderr.contains("overflowed its stack"),
-        "no overflow report\n{context}"
-    );
+    let context = assert_overflow_report(&out, "deep-diver");
     assert!(
         out.stderr.contains("WEFT_STACK_SIZE"),
         "the report does not say how to raise the stack size\n{context}"
-    );
-    assert!(
-        out.stderr.contains("deep-diver"),
-        "the report does not name the fiber\n{context}"
     );
 }
 
