@@ -139,19 +139,14 @@ mod tests {
         let producer = thread::spawn(move || (0..N).for_each(|i| tx.send(i)));
         let mut next = 0;
         while next < N {
+            let end = (next + 7).min(N);
             rx = thread::spawn(move || {
-                for _ in 0..7.min(N - next) {
-                    assert_eq!(rx.recv(), next);
-                    next += 1;
-                }
-                (rx, next)
-            })
-            .join()
-            .map(|(rx, n)| {
-                next = n;
+                (next..end).for_each(|i| assert_eq!(rx.recv(), i));
                 rx
             })
+            .join()
             .unwrap();
+            next = end;
         }
         producer.join().unwrap();
     }

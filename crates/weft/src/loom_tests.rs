@@ -306,32 +306,31 @@ fn loom_inject_push_pop() {
     });
 }
 
-/// unpark racing park: park always returns.
-#[test]
-fn loom_parker() {
-    loom::model(|| {
+/// `park` after `tries` looks for a token (`take_token`, as a worker's spin before it
+/// sleeps does) against a concurrent unpark: the token is taken by a look or by the
+/// park, never lost (a lost one shows as a loom deadlock).
+fn model_park_vs_unpark(tries: usize) {
+    loom::model(move || {
         let p = Arc::new(Parker::new());
         let p2 = p.clone();
         let t = thread::spawn(move || p2.unpark());
-        p.park();
-        t.join().unwrap();
-    });
-}
-
-/// A worker's spin before it sleeps (`take_token` in a loop, then `park`) against a
-/// concurrent unpark: the token is taken either by the spin or by the park, never lost
-/// (a lost one shows as a loom deadlock).
-#[test]
-fn loom_parker_spin_then_park() {
-    loom::model(|| {
-        let p = Arc::new(Parker::new());
-        let p2 = p.clone();
-        let t = thread::spawn(move || p2.unpark());
-        if !p.take_token() && !p.take_token() {
+        if !(0..tries).any(|_| p.take_token()) {
             p.park();
         }
         t.join().unwrap();
     });
+}
+
+/// unpark racing park: park always returns.
+#[test]
+fn loom_parker() {
+    model_park_vs_unpark(0);
+}
+
+/// A worker's spin before it sleeps, then its park, against a concurrent unpark.
+#[test]
+fn loom_parker_spin_then_park() {
+    model_park_vs_unpark(2);
 }
 
 /// The sleep handshake against a concurrent insert from outside the pool: the real

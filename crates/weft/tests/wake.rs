@@ -285,3 +285,98 @@ fn an_idle_runtime_does_not_wake_its_workers() {
         );
     });
 }
+
+/// Two tasks that hand a turn back and forth, waking each other.
+struct Turns {
+    turn: std::sync::atomic::AtomicUsize,
+    wakers: [Mutex<Option<Waker>>; 2],
+}
+
+impl Turns {
+    /// Waits until the turn is `me`'s (even turns: 0, odd: 1).
+    async fn wait(&self, me: usize) {
+        std::future::poll_fn(|cx| {
+            *self.wakers[me].lock().unwrap() = Some(cx.waker().clone());
+            if self.turn.load(Ordering::SeqCst) % 2 == me {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    /// Ends `me`'s turn and wakes the other.
+    fn pass(&self, me: usize) {
+        self.turn.fetch_add(1, Ordering::SeqCst);
+        if let Some(w) = &*self.wakers[1 - me].lock().unwrap() {
+            w.wake_by_ref();
+        }
+    }
+}
+
+/// Two tasks that wake each other on one worker take turns in its LIFO slot; the cap
+/// on consecutive LIFO polls (and the fast path's rule that skips the detour through
+/// the queues only when they are empty) must still let a task waiting in the worker's
+/// queue run within a couple of turns. (The timer and fairness checks every 16 and
+/// every ~20 polls would rescue it too, but later: up to 8 turns.)
+#[test]
+fn a_pair_taking_turns_in_the_lifo_slot_lets_a_queued_task_run() {
+    const TURNS: usize = 2_000;
+    with_timeout(|| {
+        let rt = workers(1);
+        let delays = rt
+            .spawn(async {
+                let turns = Arc::new(Turns {
+                    turn: std::sync::atomic::AtomicUsize::new(0),
+                    wakers: Default::default(),
+                });
+                let t = turns.clone();
+                let other = weft::spawn(async move {
+                    for _ in 0..TURNS {
+                        t.wait(1).await;
+                        t.pass(1);
+                    }
+                });
+                // Each queued task runs before the next is queued, at every phase of
+                // the worker's tick.
+                let mut delays = Vec::new();
+                let mut queued: Option<(usize, Arc<AtomicBool>)> = None;
+                for i in 0..TURNS {
+                    turns.wait(0).await;
+                    match &queued {
+                        Some((at, ran)) if ran.load(Ordering::SeqCst) => {
+                            delays.push(i - at);
+                            queued = None;
+                        }
+                        Some(_) => {}
+                        None if i >= 10 => {
+                            // Into the LIFO slot; the wake just below pushes it out to
+                            // the worker's queue, and the pair goes on alternating in
+                            // the slot.
+                            let ran = Arc::new(AtomicBool::new(false));
+                            let r = ran.clone();
+                            drop(weft::spawn(async move { r.store(true, Ordering::SeqCst) }));
+                            queued = Some((i, ran));
+                        }
+                        None => {}
+                    }
+                    turns.pass(0);
+                }
+                other.await.unwrap();
+                delays
+            })
+            .join()
+            .unwrap();
+        assert!(
+            delays.len() >= 100,
+            "only {} queued tasks ran",
+            delays.len()
+        );
+        let worst = delays.iter().max().unwrap();
+        assert!(
+            *worst <= 3,
+            "a queued task waited {worst} turns behind the pair (delays {delays:?})"
+        );
+    })
+}

@@ -257,10 +257,10 @@ where
 
     #[inline(never)]
     fn claim_home_now(&mut self) {
-        let core = worker::with_current(|c| c.map(|c| c as *const worker::Core));
-        self.ctx.core.set(core.unwrap_or(std::ptr::null()));
+        let core = worker::current_ptr();
+        self.ctx.core.set(core);
         // SAFETY: the core of this thread outlives the poll.
-        let Some(core) = core.map(|c| unsafe { &*c }) else {
+        let Some(core) = (unsafe { core.as_ref() }) else {
             return;
         };
         let home = core.index() as u32 | if self.migrate { SOFT_HOME } else { 0 };

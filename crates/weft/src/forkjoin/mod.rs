@@ -141,11 +141,9 @@ where
     RA: Send,
     RB: Send,
 {
-    let here = worker::with_current(|c| c.map(|c| c as *const Core));
-    match here {
+    // SAFETY: the core lives as long as its worker thread, which is this thread.
+    match unsafe { worker::current_ptr().as_ref() } {
         Some(core) => {
-            // SAFETY: the core lives as long as its worker thread, which is this thread.
-            let core = unsafe { &*core };
             core.absorb_plain();
             join_on(core, a, b, share)
         }

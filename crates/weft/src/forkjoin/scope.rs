@@ -61,10 +61,9 @@ fn run_scope<'scope, OP, R>(op: OP) -> R
 where
     OP: FnOnce(&Scope<'scope>) -> R,
 {
-    let core = worker::with_current(|c| c.map(|c| c as *const Core));
     // SAFETY: `on_worker` runs us on a worker, whose core outlives this call (or on the
     // caller when the pool no longer runs jobs: no core, and jobs then run inline).
-    let core: Option<&Core> = core.map(|c| unsafe { &*c });
+    let core: Option<&Core> = unsafe { worker::current_ptr().as_ref() };
     let parker: Arc<Parker> = match core {
         Some(c) => c.parker().clone(),
         None => Arc::new(Parker::new()),
@@ -142,9 +141,9 @@ impl<'scope> Scope<'scope> {
         });
         // The job borrows from the scope's frame (`'scope`); `JobRef` does not carry that
         // lifetime, and the scope keeps its promise by waiting for `pending` to reach zero.
-        match worker::with_current(|c| c.map(|c| c as *const Core)) {
-            // SAFETY: the core outlives this call on its own thread.
-            Some(core) => unsafe { &*core }.push_job(job),
+        // SAFETY: the core outlives this call on its own thread.
+        match unsafe { worker::current_ptr().as_ref() } {
+            Some(core) => core.push_job(job),
             // No worker (the pool was closed): run it now.
             None => super::execute(job),
         }

@@ -971,9 +971,9 @@ impl Core {
                     }
                 }
             }
-            // Time asleep is not task time: sample up to the park, restart after it.
+            // Time asleep is not task time: sample up to the park (which also restarted
+            // the poll count), restart the clock after it.
             self.tick_start.set(clock::now_ns());
-            self.sample_tick.set(self.tick.get());
         }
         self.transitioning_to_park.set(false);
     }
@@ -1121,13 +1121,12 @@ struct Leapfrog<'c> {
 
 impl Drop for Leapfrog<'_> {
     fn drop(&mut self) {
-        let remotes = &self.core.shared.remotes;
         // Nested waits (helping runs joins whose halves get stolen too) restore the
         // outer wait's thief.
-        remotes[self.core.index]
-            .waiting_on
-            .store(self.prev, Relaxed);
-        remotes[self.thief].leapfroggers.fetch_sub(1, Relaxed);
+        self.core.remote().waiting_on.store(self.prev, Relaxed);
+        self.core.shared.remotes[self.thief]
+            .leapfroggers
+            .fetch_sub(1, Relaxed);
     }
 }
 
