@@ -9,9 +9,10 @@
 //! (yield before commit). A wake that lands anywhere in between finds the task RUNNING
 //! and sets the notified bit, so the harness reschedules instead of parking.
 
-use std::cell::Cell;
+use std::cell::{Cell, OnceCell};
 use std::future::Future;
 use std::marker::PhantomPinned;
+use std::mem::ManuallyDrop;
 use std::pin::Pin;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering::Relaxed;
@@ -32,8 +33,13 @@ use crate::task::header::SOFT_HOME;
 pub(crate) struct FiberCtx {
     /// Set by the fiber when it starts; lives on the fiber's own stack.
     yielder: Cell<*const Yielder<(), ()>>,
-    /// The waker of the poll that resumed the fiber; valid until the fiber suspends.
-    waker: Cell<*const Waker>,
+    /// The fiber's task's own waker, set when the fiber starts and kept for the life of
+    /// the future. Every `wait` on the fiber polls with it: a `Context` built on it may
+    /// stay in use across a nested suspension (a future polled by an outer `wait` whose
+    /// poll calls `wait` again resumes, after the inner one, in a later poll of the
+    /// task), so it must not live in the frame of the poll that resumed the fiber.
+    /// Non-owning (never dropped): the task outlives its future, which holds this.
+    waker: OnceCell<ManuallyDrop<Waker>>,
     /// The fiber's task id (0 until it starts).
     pub(crate) id: Cell<u64>,
     pub(crate) name: Option<std::sync::Arc<str>>,
@@ -58,7 +64,7 @@ impl FiberCtx {
     fn new(name: Option<String>) -> Self {
         FiberCtx {
             yielder: Cell::new(std::ptr::null()),
-            waker: Cell::new(std::ptr::null()),
+            waker: OnceCell::new(),
             id: Cell::new(0),
             name: name.map(Into::into),
             locals: Locals::default(),
@@ -79,6 +85,14 @@ impl FiberCtx {
         ctx
     }
 
+    /// The fiber's own waker (set by `start`, before the fiber first runs).
+    #[inline]
+    fn waker(&self) -> &Waker {
+        self.waker
+            .get()
+            .expect("weft: a fiber waited before it started")
+    }
+
     /// What the overflow handler reports while this fiber is current (see
     /// `current::signal_frame`).
     pub(crate) fn frame_ptr(&self) -> *const overflow::Frame {
@@ -86,11 +100,16 @@ impl FiberCtx {
     }
 }
 
-/// The running fiber, unless it is being unwound (it can no longer suspend, and the
-/// waker of its last poll is stale): the fiber whose waker `wait` may poll with.
+/// The running fiber, unless it is being unwound (by a cancellation, or by a panic on
+/// this thread): the fiber that `wait` may suspend.
 #[inline]
 pub(crate) fn current_fiber() -> Option<NonNull<FiberCtx>> {
     let ctx = NonNull::new(current::fiber().cast_mut())?;
+    if std::thread::panicking() {
+        // A fiber must not suspend in the middle of a panic's unwind: the thread would
+        // stay `panicking()` for whatever it ran next (see `wait_unwinding`).
+        return None;
+    }
     // SAFETY: a non-null current fiber is the live context of the fiber running on this
     // thread (set for the duration of its resume).
     if unsafe { ctx.as_ref() }.unwinding.get() {
@@ -143,11 +162,10 @@ pub(crate) fn suspend_on<F: Future + ?Sized>(
         // resumes the poller holds the future mutably, and a nested wait in the poll
         // may suspend.
         // SAFETY: the fiber is running and not unwinding, so its context is alive and
-        // not borrowed mutably; the poll that resumed it stored its waker and is still
-        // on the stack below us.
+        // not borrowed mutably; its waker was set when it started.
         let (waker, yielder, resumes) = unsafe {
             let c = ctx.as_ref();
-            (&*c.waker.get(), c.yielder.get(), c.resumes.get())
+            (c.waker(), c.yielder.get(), c.resumes.get())
         };
         if let Poll::Ready(v) = fut.as_mut().poll(&mut Context::from_waker(waker)) {
             return Some(v);
@@ -214,13 +232,24 @@ where
     }
 
     #[inline(never)]
-    fn start(&mut self) {
+    fn start(&mut self, cx: &Context<'_>) {
         let Run::Unstarted(f, stack) = std::mem::replace(&mut self.run, Run::Done) else {
             unreachable!()
         };
+        let task = current::with(|h| h.map(NonNull::from));
         self.ctx
             .id
-            .set(current::with(|h| h.map_or(0, |h| h.id.as_u64())));
+            // SAFETY: the task being polled is alive for the poll.
+            .set(task.map_or(0, |h| unsafe { h.as_ref() }.id.as_u64()));
+        let waker = match task {
+            // SAFETY: the task polling this future owns it: the future, and the
+            // context holding this waker, are dropped before the task is freed, and
+            // the waker is never dropped (`ManuallyDrop`).
+            Some(h) => unsafe { crate::task::waker::borrowed(h) },
+            // Not polled by a task harness (it always is): an owning clone, leaked.
+            None => cx.waker().clone(),
+        };
+        let _ = self.ctx.waker.set(ManuallyDrop::new(waker));
         self.ctx.frame.set(overflow::Frame::new(
             stack.guard_range(),
             stack.usable_size(),
@@ -300,13 +329,12 @@ where
         // SAFETY: the pin guarantees that `ctx` stays put, and nothing here moves it.
         let this = unsafe { self.get_unchecked_mut() };
         if matches!(this.run, Run::Unstarted(..)) {
-            this.start();
+            this.start(cx);
         }
         this.claim_home();
         let Run::Started(co) = &mut this.run else {
             panic!("weft: a fiber was polled after it finished");
         };
-        this.ctx.waker.set(cx.waker());
         // SAFETY: the core of this thread outlives the poll.
         if let Some(core) = unsafe { this.ctx.core.get().as_ref() } {
             this.ctx.join_mark.set(core.join_mark());

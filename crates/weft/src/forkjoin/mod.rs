@@ -331,6 +331,7 @@ where
 
 /// Executes a job taken from a queue or deque.
 pub(crate) fn execute(job: JobRef) {
+    let _no_task = crate::task::current::enter_no_task();
     // SAFETY: every job in a queue is executed exactly once, by whoever took it out,
     // and its creator keeps it alive until it completes.
     unsafe { job.execute() }

@@ -84,6 +84,9 @@ pub fn wait<F: Future>(future: F) -> F::Output {
 
 /// [`wait`] where no fiber can suspend: a worker helps, any other thread blocks.
 fn wait_off_fiber<F: Future>(mut future: Pin<&mut F>) -> F::Output {
+    if std::thread::panicking() {
+        return wait_unwinding(future);
+    }
     let helped = worker::with_current(|core| {
         let core = core?;
         if core.shared().is_shutdown() {
@@ -110,6 +113,33 @@ fn wait_off_fiber<F: Future>(mut future: Pin<&mut F>) -> F::Output {
     match helped {
         Some(v) => v,
         None => block_thread(future),
+    }
+}
+
+/// [`wait`] while a panic unwinds on this thread (a `Drop` that waits): the thread
+/// blocks, and runs nothing else meanwhile. Suspending a fiber here would leave the
+/// thread `panicking()` for whatever ran next on it (spurious `Mutex` poisoning, and a
+/// second panic in a destructor aborts the process), and helping would run other tasks
+/// inside the unwind.
+#[cold]
+fn wait_unwinding<F: Future>(mut future: Pin<&mut F>) -> F::Output {
+    // SAFETY: the pointer is set by `Core::run` for the life of the core on this thread
+    // and cleared before the core is dropped (null off a worker).
+    let Some(core) = (unsafe { worker::current_ptr().as_ref() }) else {
+        return block_thread(future);
+    };
+    let signal = StdArc::new(WorkerSignal {
+        woken: AtomicBool::new(false),
+        parker: core.parker().clone(),
+    });
+    let waker = Waker::from(signal.clone());
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        signal.woken.store(false, Ordering::Relaxed);
+        if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+            return v;
+        }
+        core.block_until(|| signal.woken.load(Ordering::Acquire));
     }
 }
 

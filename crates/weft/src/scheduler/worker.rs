@@ -60,6 +60,10 @@ pub(crate) const MAX_LIFO_POLLS: u32 = 3;
 pub(crate) const BUDGET: u32 = 128;
 /// Largest batch taken from the injection queue at once.
 pub(crate) const GLOBAL_BATCH: usize = 32;
+
+/// How often a worker blocked in [`Core::block_until`] without the timer driver
+/// offers again to hold it.
+const BLOCKED_DRIVER_RECHECK: std::time::Duration = std::time::Duration::from_millis(10);
 const MIN_GLOBAL_BATCH: usize = 4;
 /// The injection queue should wait at most about this long for a busy worker.
 const TARGET_LATENCY: Duration = Duration::from_millis(1);
@@ -301,6 +305,37 @@ impl Core {
             }
         }
         self.leave_searching();
+    }
+
+    /// Blocks this worker's thread until `done()`, running nothing else meanwhile: for a
+    /// wait that may neither suspend a fiber nor help (a panic is unwinding on this
+    /// thread, and no other task may run inside that unwind and see
+    /// `thread::panicking()`). Wakes from this thread go to the injection queue, where
+    /// the other workers find them; while it can, the thread holds the timer driver and
+    /// fires what comes due, so a timer can end the wait even on a one-worker pool.
+    #[cold]
+    pub(crate) fn block_until(&self, done: impl Fn() -> bool) {
+        let was_parking = self.transitioning_to_park.replace(true);
+        let time = &self.shared.time;
+        while !done() {
+            let holds_driver = time.try_acquire(&self.parker);
+            let timeout = if holds_driver {
+                time.process();
+                time.holder_timeout()
+            } else {
+                // Another worker holds the driver; look again now and then, in case it
+                // stops holding it while this thread still waits.
+                Some(BLOCKED_DRIVER_RECHECK)
+            };
+            if !done() {
+                self.parker.park_timeout(timeout);
+            }
+            if holds_driver {
+                time.release();
+                time.process();
+            }
+        }
+        self.transitioning_to_park.set(was_parking);
     }
 
     /// Runs a fork-join job forked by another thread.

@@ -59,6 +59,21 @@ pub(crate) fn enter(task: NonNull<Header>) -> Enter {
     }
 }
 
+/// Marks that no task is being polled, for a fork-join job run by whichever thread took
+/// it: a job belongs to no task, so a shield or `is_cancelled` inside it must not reach
+/// the task that the worker happens to be polling or helping in (the running fiber and
+/// stack stay as they are: the job runs on that stack).
+#[inline]
+pub(crate) fn enter_no_task() -> Enter {
+    Enter {
+        prev: CURRENT.with(|c| {
+            let prev = c.get();
+            c.set(Current { task: None, ..prev });
+            prev
+        }),
+    }
+}
+
 impl Drop for Enter {
     #[inline]
     fn drop(&mut self) {

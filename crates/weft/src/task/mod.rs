@@ -12,7 +12,7 @@ pub(crate) mod owned;
 pub(crate) mod raw;
 mod shield;
 pub(crate) mod state;
-mod waker;
+pub(crate) mod waker;
 mod yield_now;
 
 pub use header::Id;

@@ -5,6 +5,7 @@ use std::task::{Context, Poll};
 
 use super::current;
 use super::header::Header;
+use super::raw::drop_reference;
 
 /// Runs `future` to completion even if the task is aborted meanwhile.
 ///
@@ -50,21 +51,27 @@ pub fn shield<F: Future>(future: F) -> Shield<F> {
 #[must_use = "futures do nothing unless awaited"]
 pub struct Shield<F> {
     future: F,
-    /// The task whose shield depth this shield raised.
+    /// The task whose shield depth this shield raised, with one reference of its own
+    /// to that task: the shield may outlive the task's future (returned as its output,
+    /// or moved into another task), and its `leave` must still find the header.
     entered: Option<NonNull<Header>>,
     done: bool,
 }
 
-// SAFETY: the header pointer is only used to update the atomic state word of the task
-// that polls (and therefore owns) this future.
+// SAFETY: `entered` owns one counted reference to its task, so the header stays alive
+// wherever the shield goes, and the only things done through it (`remove_shield` on the
+// atomic state word, releasing the reference) are thread-safe: any thread may touch it.
 unsafe impl<F: Send> Send for Shield<F> {}
 
 impl<F> Shield<F> {
     fn leave(&mut self) {
         if let Some(h) = self.entered.take() {
-            // SAFETY: the shield lives inside that task's future, and a task's future is
-            // dropped or polled only while the task holds a reference to itself.
-            unsafe { h.as_ref() }.state.remove_shield();
+            // SAFETY: `entered` holds one reference to the task (taken in `poll`), which
+            // is released only here, so the header is alive until `drop_reference`.
+            unsafe {
+                h.as_ref().state.remove_shield();
+                drop_reference(h);
+            }
         }
     }
 }
@@ -77,7 +84,12 @@ impl<F: Future> Future for Shield<F> {
         let this = unsafe { self.get_unchecked_mut() };
         assert!(!this.done, "weft: Shield polled after completion");
         if this.entered.is_none() {
-            this.entered = current::with(|h| h.filter(|h| h.state.add_shield()).map(NonNull::from));
+            this.entered = current::with(|h| {
+                let h = h.filter(|h| h.state.add_shield())?;
+                // The reference that `leave` releases: the task may be gone by then.
+                h.state.ref_inc();
+                Some(NonNull::from(h))
+            });
         }
         // SAFETY: `this` was pinned, and `future` is never moved out of it.
         let res = unsafe { Pin::new_unchecked(&mut this.future) }.poll(cx);
