@@ -170,3 +170,34 @@ fn abort_before_the_shield_is_reached_skips_it() {
         assert!(!ran.load(Ordering::SeqCst));
     })
 }
+
+/// Found while fixing shields that outlive their task's poll: a shield handed out of a
+/// task and dropped elsewhere, after the (idle) task was aborted, must let the
+/// cancellation take effect; before, the task was marked notified but never queued, and
+/// its handle waited for ever.
+#[test]
+fn dropping_an_escaped_shield_lets_a_deferred_abort_take_effect() {
+    with_timeout(|| {
+        let rt = Runtime::new().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let h = rt.spawn(async move {
+            let mut shield = Box::pin(task::shield(std::future::pending::<()>()));
+            // One poll enters the shield; then the shield leaves the task.
+            std::future::poll_fn(|cx| {
+                let _ = std::future::Future::poll(shield.as_mut(), cx);
+                std::task::Poll::Ready(())
+            })
+            .await;
+            tx.send(shield).unwrap();
+            std::future::pending::<()>().await;
+        });
+        let shield = rx.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        h.abort();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!h.is_finished(), "the abort was not deferred by the shield");
+        drop(shield);
+        let r = h.join();
+        assert!(r.is_err_and(|e| e.is_cancelled()));
+    })
+}

@@ -44,6 +44,8 @@ pub(crate) struct Frame {
     name_len: usize,
     named: bool,
     truncated: bool,
+    /// A worker's loop stack (`scheduler::stacks`), not a fiber's.
+    loop_stack: bool,
 }
 
 impl Frame {
@@ -55,7 +57,19 @@ impl Frame {
         name_len: 0,
         named: false,
         truncated: false,
+        loop_stack: false,
     };
+
+    /// What the handler reports about a worker loop stack (`scheduler::stacks`) whose
+    /// guard page is `guard` and usable size `stack_size`.
+    pub(crate) fn loop_stack(guard: (usize, usize), stack_size: usize) -> Frame {
+        Frame {
+            guard,
+            stack_size,
+            loop_stack: true,
+            ..Frame::NONE
+        }
+    }
 }
 
 impl Frame {
@@ -257,6 +271,12 @@ fn report(frame: &Frame) -> Message {
         bytes: [0; 512],
         len: 0,
     };
+    if frame.loop_stack {
+        m.push(b"\nweft: a task overflowed its stack, a worker loop stack of ");
+        m.push_u64(frame.stack_size as u64);
+        m.push(b" bytes (as large as a worker thread's own)\n");
+        return m;
+    }
     m.push(b"\nweft: fiber ");
     if frame.named {
         m.push(b"'");

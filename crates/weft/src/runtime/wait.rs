@@ -1,8 +1,9 @@
 //! `wait(future)`: run a future to completion from wherever the caller stands.
 //!
-//! On a worker thread the worker helps: it runs other tasks (the full search order,
-//! including stealing and the parking handshake) until the future's waker fires, then
-//! polls the future again. Anywhere else the thread sleeps on a futex until woken.
+//! On a fiber the fiber suspends. On a worker thread the worker keeps running other
+//! work: the loop stack the wait runs on is set aside until the future's waker fires
+//! (see `scheduler::stacks`), so no other task's poll ever nests inside the waiting
+//! one. Anywhere else the thread sleeps on a futex until woken.
 //!
 //! Waits nest: a future's poll may itself call `wait`. Each level must keep its own
 //! wake-ups, or a wake meant for the outer future is consumed by the inner loop (which
@@ -13,31 +14,11 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc as StdArc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::scheduler::park::Parker;
 use crate::scheduler::worker;
-use crate::sync::Arc;
-
-/// Wakes a helping worker: marks the wait as woken and unparks that worker.
-struct WorkerSignal {
-    woken: AtomicBool,
-    /// The parker of the helping worker.
-    parker: Arc<Parker>,
-}
-
-impl Wake for WorkerSignal {
-    fn wake(self: StdArc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &StdArc<Self>) {
-        self.woken.store(true, Ordering::Release);
-        self.parker.unpark();
-    }
-}
 
 struct ThreadSignal(Parker);
 
@@ -56,8 +37,13 @@ impl Wake for ThreadSignal {
 /// * On a fiber, the fiber is suspended (not its thread) until the future's waker
 ///   fires; the worker runs other work meanwhile.
 /// * On a worker thread outside a fiber (inside a task's poll, or a fork-join job),
-///   the worker helps: it runs other tasks until the future is ready, so a worker never
-///   sleeps while work waits.
+///   the worker keeps running other work: the stack this wait runs on is set aside
+///   until the future's waker fires, and the worker goes on on another stack, so a
+///   worker never sleeps while work waits and no wait ever has to wait for another
+///   task's wait to end. Inside a fork-join `join` or `scope` the stack cannot be set
+///   aside; the worker then runs other work on top of it.
+/// * While a panic unwinds on this thread (a `Drop` that waits), the thread blocks and
+///   runs nothing else.
 /// * On any other thread, the thread sleeps until the waker fires.
 ///
 /// Inside an async task, prefer `.await`: `wait` there occupies the worker's stack for
@@ -82,37 +68,34 @@ pub fn wait<F: Future>(future: F) -> F::Output {
     wait_off_fiber(future)
 }
 
-/// [`wait`] where no fiber can suspend: a worker helps, any other thread blocks.
+/// [`wait`] where no fiber can suspend: on a worker the wait's stack is set aside (or
+/// it dispatches, see `scheduler::stacks`); any other thread blocks.
 fn wait_off_fiber<F: Future>(mut future: Pin<&mut F>) -> F::Output {
     if std::thread::panicking() {
         return wait_unwinding(future);
     }
-    let helped = worker::with_current(|core| {
-        let core = core?;
-        if core.shared().is_shutdown() {
-            return None;
+    // SAFETY: the pointer is set by `Core::run` for the life of the core on this thread
+    // and cleared before the core is dropped (null off a worker).
+    let core = unsafe { worker::current_ptr().as_ref() };
+    let Some(core) = core.filter(|c| !c.shared().is_shutdown()) else {
+        return block_thread(future);
+    };
+    let signal = core.wait_signal();
+    let waker = Waker::from(signal.clone());
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        signal.reset();
+        if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+            return v;
         }
-        let signal = StdArc::new(WorkerSignal {
-            woken: AtomicBool::new(false),
-            parker: core.parker().clone(),
-        });
-        let waker = Waker::from(signal.clone());
-        let mut cx = Context::from_waker(&waker);
-        loop {
-            signal.woken.store(false, Ordering::Relaxed);
-            if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
-                return Some(v);
-            }
-            core.run_until(|| signal.woken.load(Ordering::Acquire));
-            if core.shared().is_shutdown() && !signal.woken.load(Ordering::Acquire) {
-                // The worker stops running tasks; wait for the future like a thread.
-                return None;
-            }
+        if signal.is_woken() {
+            continue;
         }
-    });
-    match helped {
-        Some(v) => v,
-        None => block_thread(future),
+        core.wait_for(&signal);
+        if core.shared().is_shutdown() && !signal.is_woken() {
+            // The worker stops running tasks; wait for the future like a thread.
+            return block_thread(future);
+        }
     }
 }
 
@@ -128,18 +111,15 @@ fn wait_unwinding<F: Future>(mut future: Pin<&mut F>) -> F::Output {
     let Some(core) = (unsafe { worker::current_ptr().as_ref() }) else {
         return block_thread(future);
     };
-    let signal = StdArc::new(WorkerSignal {
-        woken: AtomicBool::new(false),
-        parker: core.parker().clone(),
-    });
+    let signal = core.wait_signal();
     let waker = Waker::from(signal.clone());
     let mut cx = Context::from_waker(&waker);
     loop {
-        signal.woken.store(false, Ordering::Relaxed);
+        signal.reset();
         if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
             return v;
         }
-        core.block_until(|| signal.woken.load(Ordering::Acquire));
+        core.block_until(|| signal.is_woken());
     }
 }
 

@@ -10,6 +10,7 @@ pub(crate) mod idle;
 pub(crate) mod inject;
 pub(crate) mod park;
 pub(crate) mod queue;
+pub(crate) mod stacks;
 pub(crate) mod stats;
 pub(crate) mod worker;
 

@@ -7,14 +7,18 @@
 pub(crate) mod futex;
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+pub(crate) use loom::sync::atomic::{
+    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
+};
 
 /// `std`'s `Arc` in both builds: schedulers use `self: &Arc<Self>` receivers, which
 /// loom's `Arc` cannot be. The algorithms' shared memory is all in loom atomics.
 pub(crate) use std::sync::Arc;
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+pub(crate) use std::sync::atomic::{
+    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
+};
 
 pub(crate) use plain_mutex::Mutex;
 

@@ -1,6 +1,7 @@
 //! What the current thread is running: the task being polled (for `is_cancelled` and
-//! `shield`), inside a fiber that fiber's context (for `wait` and fiber-locals), and
-//! whose stack the thread runs on (for the overflow handler).
+//! `shield`), inside a fiber that fiber's context (for `wait` and fiber-locals), whose
+//! stack the thread runs on (for the overflow handler), and whether that is a worker
+//! loop stack (for `wait`, which may set such a stack aside).
 
 use std::cell::Cell;
 use std::ptr::NonNull;
@@ -16,12 +17,20 @@ struct Current {
     /// `fiber`, a task polled on a fiber's stack (a worker helping inside a fiber's
     /// `join` or `wait`) keeps it: an overflow there is still that stack's.
     stack: *const FiberCtx,
+    /// The worker loop stack this thread runs on (null: not on one; see
+    /// `scheduler::stacks`): whose blocked wait may set its stack aside. Cleared while
+    /// a fiber's stack runs on top of it.
+    loop_stack: *const (),
+    /// The overflow report of that loop stack.
+    loop_frame: *const crate::fiber::overflow::Frame,
 }
 
 const NONE: Current = Current {
     task: None,
     fiber: std::ptr::null(),
     stack: std::ptr::null(),
+    loop_stack: std::ptr::null(),
+    loop_frame: std::ptr::null(),
 };
 
 #[cfg(not(loom))]
@@ -52,7 +61,7 @@ pub(crate) fn enter(task: NonNull<Header>) -> Enter {
             c.set(Current {
                 task: Some(task),
                 fiber: std::ptr::null(),
-                stack: prev.stack,
+                ..prev
             });
             prev
         }),
@@ -108,15 +117,21 @@ pub(crate) fn enter_fiber_off_stack(fiber: *const FiberCtx) -> EnterFiber {
 fn enter_fiber_with(fiber: *const FiberCtx, stack: *const FiberCtx) -> EnterFiber {
     let prev = CURRENT.with(|c| {
         let mut cur = c.get();
-        let prev = (cur.fiber, cur.stack);
+        let prev = (cur.fiber, cur.stack, cur.loop_stack, cur.loop_frame);
         cur.fiber = fiber;
         cur.stack = stack;
+        // A fiber's stack (or the thread's own, for a finished fiber's locals) is no
+        // worker loop stack: a wait there must not suspend the loop stack below it.
+        cur.loop_stack = std::ptr::null();
+        cur.loop_frame = std::ptr::null();
         c.set(cur);
         prev
     });
     EnterFiber {
         prev_fiber: prev.0,
         prev_stack: prev.1,
+        prev_loop_stack: prev.2,
+        prev_loop_frame: prev.3,
     }
 }
 
@@ -124,6 +139,8 @@ fn enter_fiber_with(fiber: *const FiberCtx, stack: *const FiberCtx) -> EnterFibe
 pub(crate) struct EnterFiber {
     prev_fiber: *const FiberCtx,
     prev_stack: *const FiberCtx,
+    prev_loop_stack: *const (),
+    prev_loop_frame: *const crate::fiber::overflow::Frame,
 }
 
 impl Drop for EnterFiber {
@@ -133,9 +150,42 @@ impl Drop for EnterFiber {
             let mut cur = c.get();
             cur.fiber = self.prev_fiber;
             cur.stack = self.prev_stack;
+            cur.loop_stack = self.prev_loop_stack;
+            cur.loop_frame = self.prev_loop_frame;
             c.set(cur);
         });
     }
+}
+
+/// Everything this module tracks for the current thread, taken away while the thread
+/// switches to another worker loop stack (`scheduler::stacks`): what is being polled
+/// belongs to the stack, not to the thread.
+pub(crate) struct Saved(Current);
+
+/// Clears the current task, fiber and stacks, returning them for [`restore`].
+pub(crate) fn take() -> Saved {
+    Saved(CURRENT.with(|c| c.replace(NONE)))
+}
+
+/// Puts back what [`take`] returned (after a switch back to the stack that took it).
+pub(crate) fn restore(saved: Saved) {
+    CURRENT.with(|c| c.set(saved.0));
+}
+
+/// The worker loop stack this thread runs on, or null (see `scheduler::stacks`).
+pub(crate) fn loop_stack() -> *const () {
+    CURRENT.with(|c| c.get().loop_stack)
+}
+
+/// Records that this thread now runs on the worker loop stack `stack` (null: none),
+/// whose overflow report is `frame`.
+pub(crate) fn set_loop_stack(stack: *const (), frame: *const crate::fiber::overflow::Frame) {
+    CURRENT.with(|c| {
+        let mut cur = c.get();
+        cur.loop_stack = stack;
+        cur.loop_frame = frame;
+        c.set(cur);
+    });
 }
 
 /// The context of the fiber running on this thread, or null.
@@ -150,12 +200,13 @@ pub(crate) fn fiber() -> *const FiberCtx {
 /// or registration, which a signal handler must not do.
 #[cfg(not(loom))]
 pub(crate) fn signal_frame() -> *const crate::fiber::overflow::Frame {
-    let fiber = CURRENT
-        .try_with(|c| c.get().stack)
-        .unwrap_or(std::ptr::null());
+    let (fiber, loop_frame) = CURRENT
+        .try_with(|c| (c.get().stack, c.get().loop_frame))
+        .unwrap_or((std::ptr::null(), std::ptr::null()));
     // SAFETY: a non-null stack owner is the live context of a fiber resumed on this
     // thread: `enter_fiber`'s guard, which clears it, is on this thread's stack.
-    unsafe { fiber.as_ref() }.map_or(std::ptr::null(), FiberCtx::frame_ptr)
+    // A non-null loop frame lives at the base of the loop stack this thread runs on.
+    unsafe { fiber.as_ref() }.map_or(loop_frame, FiberCtx::frame_ptr)
 }
 
 /// loom models never take a fault.

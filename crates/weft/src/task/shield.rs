@@ -67,9 +67,13 @@ impl<F> Shield<F> {
     fn leave(&mut self) {
         if let Some(h) = self.entered.take() {
             // SAFETY: `entered` holds one reference to the task (taken in `poll`), which
-            // is released only here, so the header is alive until `drop_reference`.
+            // is released only here, so the header is alive until `drop_reference`; a
+            // `true` from `remove_shield` made a queue reference, which `schedule` takes.
             unsafe {
-                h.as_ref().state.remove_shield();
+                if h.as_ref().state.remove_shield() {
+                    // The task was IDLE: the new queue reference goes to its scheduler.
+                    (h.as_ref().vtable.schedule)(h);
+                }
                 drop_reference(h);
             }
         }

@@ -285,17 +285,27 @@ impl State {
         .1
     }
 
-    /// Leaves a shield. When the last shield ends on a cancelled task, the task is marked
-    /// notified so that it is polled again and the cancellation takes effect then.
-    pub(crate) fn remove_shield(&self) {
+    /// Leaves a shield. When the last shield ends on a cancelled task, the task is made
+    /// to be polled again so the cancellation takes effect then: marked notified while
+    /// it is queued or running, or (a shield that outlived the task's poll, dropped
+    /// elsewhere) made SCHEDULED from IDLE with a new queue reference, in which case
+    /// this returns true and the caller must enqueue it.
+    pub(crate) fn remove_shield(&self) -> bool {
         self.fetch_update(|s| {
             debug_assert!(s.shield_depth() > 0, "{s:?}");
-            let mut next = s.0 - SHIELD_ONE;
-            if s.shield_depth() == 1 && s.is_cancelled() && !s.is_complete() {
-                next |= NOTIFIED;
+            let next = s.0 - SHIELD_ONE;
+            if s.shield_depth() != 1 || !s.is_cancelled() || s.is_complete() {
+                return (Some(next), false);
             }
-            (Some(next), ())
-        });
+            if s.is_idle() {
+                check_ref_inc(s);
+                let scheduled = ((next & !LIFECYCLE_MASK & !NOTIFIED) | SCHEDULED) + REF_ONE;
+                (Some(scheduled), true)
+            } else {
+                (Some(next | NOTIFIED), false)
+            }
+        })
+        .1
     }
 
     /// The `JoinHandle` is dropped. Returns `Err(())` if the task is already complete,
@@ -429,12 +439,31 @@ mod tests {
         assert!(s.add_shield());
         assert_eq!(s.transition_to_cancelled(), Abort::Nothing);
         assert_eq!(s.transition_to_running(), Run::Poll);
-        s.remove_shield();
+        assert!(!s.remove_shield(), "a running task is not scheduled again");
         assert!(
             s.load().is_notified(),
             "last shield re-polls a cancelled task"
         );
         assert_eq!(s.transition_to_idle(), Idle::Reschedule);
+        assert_eq!(s.transition_to_running(), Run::Cancel);
+    }
+
+    /// A shield that outlived the task's poll ends while the task is IDLE: the task is
+    /// scheduled (with a queue reference), or its cancellation would never take effect.
+    #[test]
+    fn the_last_shield_ending_on_an_idle_cancelled_task_schedules_it() {
+        let s = State::new();
+        s.transition_to_running();
+        assert!(s.add_shield());
+        s.transition_to_idle();
+        // The abort polls the task, where the shield defers it; the task waits again.
+        assert_eq!(s.transition_to_cancelled(), Abort::Schedule);
+        assert_eq!(s.transition_to_running(), Run::Poll);
+        assert_eq!(s.transition_to_idle(), Idle::Idle);
+        let refs = s.load().ref_count();
+        assert!(s.remove_shield());
+        assert!(s.load().is_scheduled());
+        assert_eq!(s.load().ref_count(), refs + 1);
         assert_eq!(s.transition_to_running(), Run::Cancel);
     }
 

@@ -1,0 +1,279 @@
+//! Blocked waits on a worker set their stack aside instead of nesting.
+//!
+//! # The rule
+//!
+//! A blocking wait (`weft::wait`, `JoinHandle::join`, `block_on`) made by an async task
+//! on a worker cannot suspend the task: its frames are on the stack the worker runs
+//! on. Helping by running other tasks *on top of* those frames (what weft did first)
+//! nests every helped task's poll inside the waiting one, so the waiting task can only
+//! continue once everything above it has returned: task A waits for C, the worker
+//! helps and runs B, B waits for a value A sends after its wait, and neither ever
+//! returns; and 10,000 such waits overflow the stack.
+//!
+//! So a worker runs its loop on *loop stacks* (fiber stacks that run
+//! [`Core::run_until`](super::worker::Core::run_until)), and a wait made on a loop
+//! stack *suspends that stack* and gives the thread back to the dispatcher, which
+//! carries on with another loop stack. The waiting task's frames stay where they are,
+//! and continue when its waker fires and the dispatcher resumes that stack, whatever
+//! the other stacks are doing: no wait ever sits on top of another. Each stack is
+//! resumed only on its worker's thread (thread-locals it refers to stay valid).
+//!
+//! Who dispatches: the worker's own thread stack, which cannot be suspended. In
+//! [`Core::run`](super::worker::Core::run) between tasks when a set-aside wait is
+//! ready, and inside a wait made on that stack (or on a stack that may not be set
+//! aside: see below) for as long as the wait lasts: it resumes the ready set-aside
+//! stacks, and otherwise runs a spare loop stack until some wait of this worker is
+//! woken.
+//!
+//! A stack is set aside only when no fork-join `join` or `scope` was entered on it
+//! since it was resumed (their frames on the worker's deque must be undone in order,
+//! as for fibers): a wait inside one dispatches in place instead, so its stack stays
+//! busy until that wait ends. A fiber's own waits suspend the fiber (they never get
+//! here), except inside such a join, where they dispatch too.
+//!
+//! # The wake handshake
+//!
+//! A set-aside stack is found through its wait's [`WaitSignal`]: `wake` sets `woken`
+//! and, if the stack is already set aside, pushes its slot to the worker's ready list;
+//! either way it sets `any` and unparks the worker. The dispatcher stores the slot in
+//! the signal *then* reads `woken`, and pushes the slot itself if it finds the wait
+//! woken. Both sides use SeqCst, so (store buffering) at least one of them sees the
+//! other's write and the slot is pushed at least once; a duplicate or stale slot costs
+//! one spurious resume, whose wait re-polls and sets its stack aside again. `any` is
+//! read by every loop stack between tasks and while parked, so a woken wait's stack is
+//! resumed as soon as the running loop stack finishes its current task. The
+//! dispatcher clears `any` with a swap before it looks, so a wake that lands after the
+//! look leaves it set. Checked by loom (`loom_wait_signal_*`).
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
+use std::sync::Arc as StdArc;
+use std::task::Wake;
+
+use corosensei::{Coroutine, Yielder};
+
+use super::park::Parker;
+use crate::fiber::stack::Stack;
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex};
+
+/// The slot of a wait whose stack is not set aside (it runs, or it dispatches).
+const NO_SLOT: usize = usize::MAX;
+
+/// Idle loop stacks kept for the next wait; more are given back to the stack pool.
+pub(crate) const MAX_SPARE_STACKS: usize = 4;
+
+/// What a worker's waits share: whether any was woken, and which set-aside ones.
+pub(crate) struct Ready {
+    any: AtomicBool,
+    slots: Mutex<Vec<usize>>,
+}
+
+impl Ready {
+    fn new() -> Self {
+        Ready {
+            any: AtomicBool::new(false),
+            slots: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Whether a wait of this worker was woken since the dispatcher last looked: the
+    /// running loop stack then hands the thread back between two tasks.
+    #[inline]
+    pub(crate) fn any(&self) -> bool {
+        self.any.load(Acquire)
+    }
+}
+
+/// Wakes one blocked wait on a worker (the waker of the future it polls).
+pub(crate) struct WaitSignal {
+    woken: AtomicBool,
+    /// Where the wait's stack is set aside, or [`NO_SLOT`].
+    slot: AtomicUsize,
+    ready: StdArc<Ready>,
+    parker: Arc<Parker>,
+}
+
+impl WaitSignal {
+    /// Before each poll of the waited future: a wake from then on counts.
+    pub(crate) fn reset(&self) {
+        self.woken.store(false, Relaxed);
+    }
+
+    pub(crate) fn is_woken(&self) -> bool {
+        self.woken.load(Acquire)
+    }
+}
+
+impl Wake for WaitSignal {
+    fn wake(self: StdArc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &StdArc<Self>) {
+        if !self.woken.swap(true, SeqCst) {
+            let slot = self.slot.load(SeqCst);
+            if slot != NO_SLOT {
+                self.ready.slots.lock().push(slot);
+            }
+            self.ready.any.store(true, SeqCst);
+        }
+        self.parker.unpark();
+    }
+}
+
+/// What a loop stack hands back to the dispatcher that resumed it.
+pub(crate) enum Yielded {
+    /// A wait on it is pending: set it aside until this signal fires.
+    Waiting(StdArc<WaitSignal>),
+    /// Its loop stopped between two tasks (a wait of this worker was woken, or the
+    /// runtime shuts down): a spare now.
+    Idle,
+}
+
+/// A stack running the worker loop. Resumed with `true` to make it finish.
+pub(crate) type LoopStack = Coroutine<bool, Yielded, (), Stack>;
+
+/// What a running loop stack keeps about itself, on itself (reached through
+/// `task::current::loop_stack`).
+pub(crate) struct LoopCtx {
+    pub(crate) yielder: *const Yielder<bool, Yielded>,
+    /// The worker's fork-join join mark when the stack was last resumed: a wait that
+    /// sees another one is inside a join or scope and must not set the stack aside.
+    pub(crate) base_mark: Cell<(usize, u32)>,
+    /// What the overflow handler reports if a task overflows this stack.
+    pub(crate) frame: crate::fiber::overflow::Frame,
+}
+
+struct SetAside {
+    stack: LoopStack,
+    signal: StdArc<WaitSignal>,
+}
+
+/// One worker's loop stacks: the set-aside ones by slot, and the spares.
+pub(crate) struct Stacks {
+    ready: StdArc<Ready>,
+    set_aside: RefCell<Vec<Option<SetAside>>>,
+    free_slots: RefCell<Vec<usize>>,
+    spare: RefCell<Vec<LoopStack>>,
+}
+
+impl Stacks {
+    pub(crate) fn new() -> Self {
+        Stacks {
+            ready: StdArc::new(Ready::new()),
+            set_aside: RefCell::new(Vec::new()),
+            free_slots: RefCell::new(Vec::new()),
+            spare: RefCell::new(Vec::new()),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn ready(&self) -> &Ready {
+        &self.ready
+    }
+
+    /// A signal for one wait on this worker, which wakes it through `parker`.
+    pub(crate) fn signal(&self, parker: &Arc<Parker>) -> StdArc<WaitSignal> {
+        StdArc::new(WaitSignal {
+            woken: AtomicBool::new(false),
+            slot: AtomicUsize::new(NO_SLOT),
+            ready: self.ready.clone(),
+            parker: parker.clone(),
+        })
+    }
+
+    /// The dispatcher is about to look for woken waits (see the module doc).
+    pub(crate) fn start_looking(&self) {
+        self.ready.any.swap(false, SeqCst);
+    }
+
+    /// Sets `stack` aside until `signal` fires (the dispatcher's half of the wake
+    /// handshake).
+    pub(crate) fn set_aside(&self, stack: LoopStack, signal: StdArc<WaitSignal>) {
+        let slot = self.free_slots.borrow_mut().pop().unwrap_or_else(|| {
+            let mut v = self.set_aside.borrow_mut();
+            v.push(None);
+            v.len() - 1
+        });
+        signal.slot.store(slot, SeqCst);
+        let woken = signal.woken.load(SeqCst);
+        self.set_aside.borrow_mut()[slot] = Some(SetAside { stack, signal });
+        if woken {
+            self.ready.slots.lock().push(slot);
+        }
+    }
+
+    /// One set-aside stack whose wait was woken, taken out of its slot. When more are
+    /// ready, `any` is set again: the stack resumed now hands the thread back as soon as
+    /// its task's poll returns, so that none waits behind it for ever.
+    pub(crate) fn take_ready(&self) -> Option<LoopStack> {
+        let mut slots = self.ready.slots.lock();
+        while let Some(slot) = slots.pop() {
+            let mut v = self.set_aside.borrow_mut();
+            let Some(entry) = v.get_mut(slot) else {
+                continue;
+            };
+            // A stale or duplicate slot: empty now, or a wait that is not woken.
+            if entry.as_ref().is_some_and(|e| e.signal.is_woken()) {
+                let e = entry.take().expect("checked above");
+                e.signal.slot.store(NO_SLOT, SeqCst);
+                self.free_slots.borrow_mut().push(slot);
+                if !slots.is_empty() {
+                    self.ready.any.store(true, SeqCst);
+                }
+                return Some(e.stack);
+            }
+        }
+        None
+    }
+
+    /// Every set-aside stack, woken or not (shutdown: each wait then sees it).
+    pub(crate) fn take_all(&self) -> Vec<LoopStack> {
+        let mut v = self.set_aside.borrow_mut();
+        let out: Vec<_> = v
+            .iter_mut()
+            .filter_map(Option::take)
+            .map(|e| {
+                e.signal.slot.store(NO_SLOT, SeqCst);
+                e.stack
+            })
+            .collect();
+        v.clear();
+        self.free_slots.borrow_mut().clear();
+        out
+    }
+
+    pub(crate) fn take_spare(&self) -> Option<LoopStack> {
+        self.spare.borrow_mut().pop()
+    }
+
+    /// Keeps an idle loop stack, or returns it when enough are kept.
+    pub(crate) fn keep_spare(&self, stack: LoopStack) -> Option<LoopStack> {
+        let mut spare = self.spare.borrow_mut();
+        if spare.len() < MAX_SPARE_STACKS {
+            spare.push(stack);
+            None
+        } else {
+            Some(stack)
+        }
+    }
+
+    pub(crate) fn take_spares(&self) -> Vec<LoopStack> {
+        std::mem::take(&mut *self.spare.borrow_mut())
+    }
+}
+
+impl Drop for Stacks {
+    /// `Core::run` finishes every loop stack; any left here belong to a worker that
+    /// did not get there (its thread is unwinding). Unwinding a stack would run its
+    /// frames' destructors from here, through the task harness that catches panics:
+    /// leak them instead.
+    fn drop(&mut self) {
+        for entry in self.set_aside.get_mut().drain(..).flatten() {
+            std::mem::forget(entry.stack);
+        }
+        for stack in self.spare.get_mut().drain(..) {
+            std::mem::forget(stack);
+        }
+    }
+}
