@@ -847,3 +847,50 @@ mod fiber {
         );
     }
 }
+
+/// The wake handshake of waits set aside on a worker (`scheduler::stacks`): a wake from
+/// another thread against the dispatcher setting the stack aside and looking for ready
+/// ones, parking in between as a loop stack does until `any`. A lost wake deadlocks.
+fn model_set_aside_vs_wakes(waits: usize) {
+    use crate::scheduler::stacks::Stacks;
+    use std::task::Waker;
+
+    loom::model(move || {
+        let stacks: Stacks<usize> = Stacks::new();
+        let parker = Arc::new(Parker::new());
+        let signals: Vec<_> = (0..waits).map(|_| stacks.signal(&parker)).collect();
+        let wakers: Vec<Waker> = signals.iter().map(|s| Waker::from(s.clone())).collect();
+        let t = thread::spawn(move || {
+            for w in wakers {
+                w.wake();
+            }
+        });
+        for (i, s) in signals.iter().enumerate() {
+            stacks.set_aside(i, s.clone());
+        }
+        let mut resumed = Vec::new();
+        while resumed.len() < waits {
+            stacks.start_looking();
+            if let Some(i) = stacks.take_ready() {
+                resumed.push(i);
+                continue;
+            }
+            if !stacks.ready().any() {
+                parker.park();
+            }
+        }
+        resumed.sort_unstable();
+        assert_eq!(resumed, (0..waits).collect::<Vec<_>>());
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn loom_wait_signal_wake_vs_set_aside() {
+    model_set_aside_vs_wakes(1);
+}
+
+#[test]
+fn loom_wait_signal_two_ready_stacks_resumed_one_at_a_time() {
+    model_set_aside_vs_wakes(2);
+}

@@ -163,7 +163,8 @@ impl Handle {
     }
 
     /// Runs `future` to completion on the current thread with this runtime as the
-    /// current one. On a worker thread it helps run tasks instead of blocking.
+    /// current one; it is [`wait`](crate::wait) on the future. On a worker thread the
+    /// worker keeps running tasks meanwhile instead of blocking.
     ///
     /// ```
     /// let rt = weft::Runtime::new().unwrap();

@@ -144,20 +144,21 @@ pub(crate) struct LoopCtx {
     pub(crate) frame: crate::fiber::overflow::Frame,
 }
 
-struct SetAside {
-    stack: LoopStack,
+struct SetAside<S> {
+    stack: S,
     signal: StdArc<WaitSignal>,
 }
 
-/// One worker's loop stacks: the set-aside ones by slot, and the spares.
-pub(crate) struct Stacks {
+/// One worker's loop stacks: the set-aside ones by slot, and the spares. (Generic over
+/// the stack only for the loom models, which set plain values aside.)
+pub(crate) struct Stacks<S = LoopStack> {
     ready: StdArc<Ready>,
-    set_aside: RefCell<Vec<Option<SetAside>>>,
+    set_aside: RefCell<Vec<Option<SetAside<S>>>>,
     free_slots: RefCell<Vec<usize>>,
-    spare: RefCell<Vec<LoopStack>>,
+    spare: RefCell<Vec<S>>,
 }
 
-impl Stacks {
+impl<S> Stacks<S> {
     pub(crate) fn new() -> Self {
         Stacks {
             ready: StdArc::new(Ready::new()),
@@ -189,7 +190,7 @@ impl Stacks {
 
     /// Sets `stack` aside until `signal` fires (the dispatcher's half of the wake
     /// handshake).
-    pub(crate) fn set_aside(&self, stack: LoopStack, signal: StdArc<WaitSignal>) {
+    pub(crate) fn set_aside(&self, stack: S, signal: StdArc<WaitSignal>) {
         let slot = self.free_slots.borrow_mut().pop().unwrap_or_else(|| {
             let mut v = self.set_aside.borrow_mut();
             v.push(None);
@@ -206,7 +207,7 @@ impl Stacks {
     /// One set-aside stack whose wait was woken, taken out of its slot. When more are
     /// ready, `any` is set again: the stack resumed now hands the thread back as soon as
     /// its task's poll returns, so that none waits behind it for ever.
-    pub(crate) fn take_ready(&self) -> Option<LoopStack> {
+    pub(crate) fn take_ready(&self) -> Option<S> {
         let mut slots = self.ready.slots.lock();
         while let Some(slot) = slots.pop() {
             let mut v = self.set_aside.borrow_mut();
@@ -228,7 +229,7 @@ impl Stacks {
     }
 
     /// Every set-aside stack, woken or not (shutdown: each wait then sees it).
-    pub(crate) fn take_all(&self) -> Vec<LoopStack> {
+    pub(crate) fn take_all(&self) -> Vec<S> {
         let mut v = self.set_aside.borrow_mut();
         let out: Vec<_> = v
             .iter_mut()
@@ -243,12 +244,12 @@ impl Stacks {
         out
     }
 
-    pub(crate) fn take_spare(&self) -> Option<LoopStack> {
+    pub(crate) fn take_spare(&self) -> Option<S> {
         self.spare.borrow_mut().pop()
     }
 
     /// Keeps an idle loop stack, or returns it when enough are kept.
-    pub(crate) fn keep_spare(&self, stack: LoopStack) -> Option<LoopStack> {
+    pub(crate) fn keep_spare(&self, stack: S) -> Option<S> {
         let mut spare = self.spare.borrow_mut();
         if spare.len() < MAX_SPARE_STACKS {
             spare.push(stack);
@@ -258,12 +259,12 @@ impl Stacks {
         }
     }
 
-    pub(crate) fn take_spares(&self) -> Vec<LoopStack> {
+    pub(crate) fn take_spares(&self) -> Vec<S> {
         std::mem::take(&mut *self.spare.borrow_mut())
     }
 }
 
-impl Drop for Stacks {
+impl<S> Drop for Stacks<S> {
     /// `Core::run` finishes every loop stack; any left here belong to a worker that
     /// did not get there (its thread is unwinding). Unwinding a stack would run its
     /// frames' destructors from here, through the task harness that catches panics:

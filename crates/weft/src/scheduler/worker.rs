@@ -9,10 +9,11 @@
 //! as a searcher (a peer's oldest fork-join job, then half its task queue), and finally
 //! the sleep transition of [`super::idle`], which re-checks before it parks.
 //!
-//! The loop is re-entrant: a task that blocks in `JoinHandle::join` or `block_on` on a
-//! worker runs [`Core::run_until`] again from inside its poll, so the worker keeps
-//! running other tasks instead of blocking (help-until-complete). All state is in
-//! `Cell`s and no borrow is held across a poll.
+//! The loop is re-entrant: it runs on several stacks of the worker's thread. A task
+//! that blocks in `JoinHandle::join`, `block_on` or `wait` on a worker sets the loop
+//! stack it runs on aside, and the worker goes on with [`Core::run_until`] on another
+//! (see [`super::stacks`]); fork-join joins help in place. All state is in `Cell`s and
+//! no borrow is held across a poll or a stack switch.
 
 use std::cell::Cell;
 use std::collections::VecDeque;

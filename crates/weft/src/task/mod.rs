@@ -1,9 +1,25 @@
 //! Tasks: the packed state word (spec 000), the type-erased header and vtable, wakers,
 //! join and abort handles, cancellation and shields.
 //!
-//! The same machinery will carry fibers: a fiber is a task whose future resumes a stack,
+//! The same machinery carries fibers: a fiber is a task whose future resumes a stack,
 //! so the state word's invariants (no lost wakeup, no double schedule, one owner) are
 //! checked once for every shape of work.
+//!
+//! # Limits
+//!
+//! A task's references (its `JoinHandle`, each `AbortHandle`, each clone of its
+//! `Waker`, each active [`shield`], its queue entry) are counted in 24 bits of the
+//! state word. A program that holds 2^24 (16,777,216) references to one task at once,
+//! say by leaking that many clones of its waker, is stopped: weft prints
+//! `weft: task reference count overflow` and aborts the process rather than let the
+//! count wrap into the other fields of the word.
+//!
+//! # What the raw pointers rely on
+//!
+//! Every `unsafe impl Send`/`Sync` and every raw pointer kept past the call that made
+//! it says, in its `SAFETY:` comment, who keeps the pointee alive and on which threads
+//! it may be touched; a test that tries to break the claim from safe code sits with
+//! the tests of that type.
 
 pub(crate) mod current;
 pub(crate) mod header;
