@@ -372,10 +372,17 @@ impl Runtime {
         for p in &inner.pools {
             // Fork-join callers still blocked on injected jobs get them run here.
             p.run_injected_jobs_and_close();
-            // Anything spawned or woken while the workers stopped, then the suspended
-            // fibers, whose stacks are unwound here now that no worker runs.
+            // Anything spawned or woken while the workers stopped.
             p.cancel_all();
-            p.cancel_fibers();
+            // Each worker unwound the fibers tied to it as it left. Those of a worker
+            // still stuck in a task are leaked: their stacks may be unwound only on
+            // its thread, which may still use what they point to. The worker this
+            // thread runs on (dropped from inside one of its tasks) unwinds its own
+            // when the current poll returns.
+            let own = worker::with_current(|c| c.filter(|c| c.belongs_to(p)).map(|c| c.index()));
+            for i in (0..p.num_workers()).filter(|&i| Some(i) != own) {
+                p.close_set_aside(i, false);
+            }
             debug_assert!(
                 !all_done || p.owned.is_empty(),
                 "weft: a task survived shutdown"

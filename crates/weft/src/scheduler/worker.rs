@@ -266,15 +266,31 @@ impl Core {
     }
 
     /// The worker thread's main loop: installs the core, runs until shutdown, then
-    /// cancels whatever is left in its queues.
+    /// cancels whatever is left in its queues and unwinds the suspended fibers tied to
+    /// it, here on its own thread, outside any poll, before the thread's thread-locals
+    /// are destroyed (the caller runs `on_thread_stop` and counts the thread as exited
+    /// only after this returns).
     pub(crate) fn run(&self) {
         CURRENT.with(|c| c.set(self));
         self.run_until(|| false);
-        // Jobs injected before the pool closed still have callers waiting for them.
-        while let Some(job) = self.shared.pop_injected_job() {
-            self.run_job(job);
+        loop {
+            // Jobs injected before the pool closed still have callers waiting for them.
+            while let Some(job) = self.shared.pop_injected_job() {
+                self.run_job(job);
+            }
+            // What is left in this worker's queues (a shutting-down thread may be
+            // waiting for one of them to complete).
+            self.drain();
+            // Shutdown sets every fiber tied to this worker aside for it before it
+            // sets `routed` (see `Shared::begin_shutdown`).
+            if self.shared.is_routed() {
+                break;
+            }
+            // Woken by `begin_shutdown` once routed, and by every job injected while
+            // shutting down (see `Shared::inject_job`).
+            self.parker.park();
         }
-        self.drain();
+        self.shared.close_set_aside(self.index, true);
         CURRENT.with(|c| c.set(std::ptr::null()));
     }
 
