@@ -72,6 +72,9 @@ const INITIAL_AVG_NS: f64 = 50_000.0;
 
 pub(crate) struct Core {
     index: usize,
+    /// Unique for the life of the process (never 0): which worker loop a fiber's home is
+    /// (see [`current_uid`]).
+    uid: u64,
     shared: Arc<Shared>,
     /// `shared.remotes[index]`, reached without the bounds check and two loads on every
     /// poll's path (see [`Core::remote`]).
@@ -165,6 +168,19 @@ pub(crate) fn current_ptr() -> *const Core {
     CURRENT.with(Cell::get)
 }
 
+/// Source of [`Core::uid`]. A plain atomic under loom too: it only hands out numbers.
+static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// The [`uid`](Core::uid) of the worker loop this thread is in, if any. A fiber's stack
+/// may be unwound only where this is its home worker's (see `FiberFuture`'s `Drop`):
+/// that is the home thread, inside its worker loop, so before its thread-locals are
+/// destroyed. Readable at any time, thread-local destructors included (`CURRENT` is a
+/// const-initialised `Cell` without a destructor).
+#[inline]
+pub(crate) fn current_uid() -> Option<u64> {
+    with_current(|core| core.map(|c| c.uid))
+}
+
 /// Runs `f` with the worker core of this thread, if it is a weft worker.
 #[inline]
 pub(crate) fn with_current<R>(f: impl FnOnce(Option<&Core>) -> R) -> R {
@@ -198,6 +214,7 @@ impl Core {
         let now = clock::now_ns();
         Core {
             index,
+            uid: NEXT_UID.fetch_add(1, Relaxed),
             remote: NonNull::from(&*shared.remotes[index]),
             parker: shared.remotes[index].parker.clone(),
             shared,
@@ -238,6 +255,12 @@ impl Core {
     #[inline]
     pub(crate) fn index(&self) -> usize {
         self.index
+    }
+
+    /// This worker loop's process-wide unique id (see [`current_uid`]).
+    #[inline]
+    pub(crate) fn uid(&self) -> u64 {
+        self.uid
     }
 
     #[inline]
