@@ -92,6 +92,15 @@ impl Inner {
 /// not finished (their `JoinHandle`s then report cancellation). `WEFT_STATS=1` prints
 /// the scheduler statistics at that point.
 ///
+/// A suspended fiber is unwound (its locals dropped, as a panic would drop them) by its
+/// home worker, on that worker's thread, as the worker leaves its loop: before the
+/// thread's `on_thread_stop` callback and its thread-locals' destructors, so a fiber
+/// that holds a reference into a thread-local across a wait still finds it alive. A
+/// worker that is running a task when the runtime is dropped (also the worker the
+/// runtime is dropped on, from inside one of its own tasks) does so once that task's
+/// poll returns. See [`shutdown_timeout`](Self::shutdown_timeout) for a worker that
+/// never comes back.
+///
 /// ```
 /// let rt = weft::Runtime::new().unwrap();
 /// let h = rt.spawn(async { 40 + 2 });
@@ -314,6 +323,13 @@ impl Runtime {
     /// are in. Tasks not running are cancelled at once; a worker stuck in a task that
     /// never returns is left behind (detached) after the timeout, and the task it runs
     /// is cancelled if it ever returns to the scheduler.
+    ///
+    /// The suspended fibers of a worker left behind are *leaked*, not unwound: only
+    /// their worker's thread may unwind them (their stacks may point into its
+    /// thread-locals, which its stuck task may be using), so their stacks stay mapped
+    /// and their locals are never dropped. Their `JoinHandle`s still report
+    /// cancellation. A fiber that the stuck worker is itself running is unwound there
+    /// if its poll ever returns.
     ///
     /// ```
     /// let rt = weft::Runtime::new().unwrap();
