@@ -439,12 +439,20 @@ impl Shared {
     /// flag goes first so that a task woken meanwhile on a worker is cancelled there,
     /// not run again.)
     pub(crate) fn begin_shutdown(&self) {
-        self.shutdown.store(true, SeqCst);
-        self.cancel_all();
-        self.routed.store(true, SeqCst);
-        for r in self.remotes.iter() {
-            r.parker.unpark();
+        /// Sets `routed` and wakes the workers, also if a destructor or waker run by
+        /// `cancel_all` panics: the workers would otherwise wait for it for ever.
+        struct Routed<'a>(&'a Shared);
+        impl Drop for Routed<'_> {
+            fn drop(&mut self) {
+                self.0.routed.store(true, SeqCst);
+                for r in self.0.remotes.iter() {
+                    r.parker.unpark();
+                }
+            }
         }
+        self.shutdown.store(true, SeqCst);
+        let _routed = Routed(self);
+        self.cancel_all();
     }
 
     /// Cancels every linked task and empties the injection queue; started fibers tied
