@@ -50,6 +50,9 @@ pub(crate) struct FiberCtx {
     /// The worker core that resumed the fiber (null off a worker), and its join mark at
     /// that moment.
     core: Cell<*const worker::Core>,
+    /// The [`uid`](worker::Core::uid) of the worker loop the fiber is tied to (0: none,
+    /// or the fiber migrates): only there may its stack be unwound (see `Drop`).
+    home: Cell<u64>,
     join_mark: Cell<(usize, u32)>,
     /// weft locks held by this fiber (see [`super::LockDepth`]).
     pub(crate) lock_depth: Cell<u32>,
@@ -70,6 +73,7 @@ impl FiberCtx {
             locals: Locals::default(),
             unwinding: Cell::new(false),
             core: Cell::new(std::ptr::null()),
+            home: Cell::new(0),
             join_mark: Cell::new((0, 0)),
             lock_depth: Cell::new(0),
             frame: Cell::new(overflow::Frame::NONE),
@@ -209,11 +213,26 @@ pub(crate) struct FiberFuture<F, T> {
     _pinned: PhantomPinned,
 }
 
-// SAFETY: `F` and `T` are `Send`. What lives on a suspended fiber's stack may not be:
-// that is the documented thread rule of fibers (module docs of `fiber`). By default a
-// started fiber only ever resumes on its home worker's thread, so its stack is used by
-// one thread, as a thread's own stack is; only cancellation at shutdown may unwind it on
-// another thread.
+// SAFETY: `F` and `T` are `Send`, and so is everything else a `FiberFuture` holds
+// except what lives on a started fiber's stack and in its fiber-locals, which may be
+// thread-bound (a reference into a thread-local, a `!Send` value kept across a wait).
+// Those are only ever used on one thread, the fiber's home, as a thread's own stack is:
+// - running it: a started fiber without migration is resumed only by its home worker
+//   (`claim_home` ties it at its first poll; the scheduler hands a task with a hard
+//   home only to that worker's queues, and the RUNNING owner alone resumes it);
+// - unwinding it (and dropping its fiber-locals), in `Drop`: only where
+//   `worker::current_uid()` is the fiber's `home`, that is on the home worker's
+//   thread, inside its worker loop (so before that thread's thread-locals are
+//   destroyed), and never while another thread runs it (dropping the future needs the
+//   task's RUNNING ownership, or the harness's own poll). Anywhere else the stack and
+//   the fiber-locals are leaked, never touched: the stack stays mapped, so whatever
+//   still points into it stays valid. Shutdown makes sure the routine case happens on
+//   the home worker (each worker unwinds its own fibers as it leaves, see
+//   `Shared::close_set_aside`); the leak covers a worker stuck past
+//   `shutdown_timeout`, and any fiber that arrives after its worker left.
+// A fiber that migrates (`fiber_migration`, an `unsafe` opt-in) or that has no home
+// (never polled on a worker) is resumed and unwound on any thread: its spawner vouched
+// that it keeps only `Send` data across waits.
 unsafe impl<F: Send, T: Send> Send for FiberFuture<F, T> {}
 
 impl<F, T> FiberFuture<F, T>
@@ -292,6 +311,9 @@ where
         let Some(core) = (unsafe { core.as_ref() }) else {
             return;
         };
+        if !self.migrate {
+            self.ctx.home.set(core.uid());
+        }
         let home = core.index() as u32 | if self.migrate { SOFT_HOME } else { 0 };
         // The task harness polls the fiber, so a task is current.
         current::with(|h| {
@@ -303,6 +325,14 @@ where
 }
 
 impl<F, T> FiberFuture<F, T> {
+    /// Whether this thread may run the fiber's code and drop its fiber-locals: it has no
+    /// home (it migrates, or never ran on a worker), or this thread is inside its home
+    /// worker's loop (see the `Send` impl).
+    fn at_home(&self) -> bool {
+        let home = self.ctx.home.get();
+        home == 0 || worker::current_uid() == Some(home)
+    }
+
     /// The fiber returned: its stack goes back to the pool.
     #[inline(never)]
     fn finish(&mut self) {
@@ -366,6 +396,20 @@ impl<F, T> Drop for FiberFuture<F, T> {
                 stack::release(stack);
             }
             Run::Started(mut co) => {
+                if !self.at_home() {
+                    // Off the home worker's thread, or past its worker loop (shutdown
+                    // gave up on a stuck worker, or the fiber arrived after its worker
+                    // left): what the stack and the fiber-locals hold may be bound to
+                    // that thread, so they are leaked, not unwound. The stack stays
+                    // mapped: anything that still points into it stays valid.
+                    if co.done() {
+                        stack::release(co.into_stack());
+                    } else {
+                        std::mem::forget(co);
+                    }
+                    std::mem::forget(self.ctx.locals.take());
+                    return;
+                }
                 // `wait` cannot suspend from here on: the fiber is done or unwinding.
                 self.ctx.unwinding.set(true);
                 if !co.done() {

@@ -44,9 +44,13 @@
 //! that hold no reference into thread-local storage and keep only `Send` values on
 //! their stack across a wait.
 //!
-//! At runtime shutdown, fibers still suspended are unwound (their locals dropped) on
-//! the thread that shuts the runtime down, after the workers have stopped (so never
-//! while their home thread still runs).
+//! The rule holds for cancellation too: a suspended fiber's stack is unwound (its
+//! locals dropped) only on its home worker's thread. At runtime shutdown each worker
+//! unwinds its fibers as it leaves its loop, before its thread-locals are destroyed;
+//! the fibers of a worker stuck in a task past
+//! [`shutdown_timeout`](crate::Runtime::shutdown_timeout) are leaked instead (their
+//! stacks stay mapped, their locals are never dropped; their handles report
+//! cancellation). Fibers that migrate are unwound on whichever thread cancels them.
 //!
 //! # Stacks
 //!

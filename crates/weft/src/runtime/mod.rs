@@ -92,6 +92,15 @@ impl Inner {
 /// not finished (their `JoinHandle`s then report cancellation). `WEFT_STATS=1` prints
 /// the scheduler statistics at that point.
 ///
+/// A suspended fiber is unwound (its locals dropped, as a panic would drop them) by its
+/// home worker, on that worker's thread, as the worker leaves its loop: before the
+/// thread's `on_thread_stop` callback and its thread-locals' destructors, so a fiber
+/// that holds a reference into a thread-local across a wait still finds it alive. A
+/// worker that is running a task when the runtime is dropped (also the worker the
+/// runtime is dropped on, from inside one of its own tasks) does so once that task's
+/// poll returns. See [`shutdown_timeout`](Self::shutdown_timeout) for a worker that
+/// never comes back.
+///
 /// ```
 /// let rt = weft::Runtime::new().unwrap();
 /// let h = rt.spawn(async { 40 + 2 });
@@ -315,6 +324,13 @@ impl Runtime {
     /// never returns is left behind (detached) after the timeout, and the task it runs
     /// is cancelled if it ever returns to the scheduler.
     ///
+    /// The suspended fibers of a worker left behind are *leaked*, not unwound: only
+    /// their worker's thread may unwind them (their stacks may point into its
+    /// thread-locals, which its stuck task may be using), so their stacks stay mapped
+    /// and their locals are never dropped. Their `JoinHandle`s still report
+    /// cancellation. A fiber that the stuck worker is itself running is unwound there
+    /// if its poll ever returns.
+    ///
     /// ```
     /// let rt = weft::Runtime::new().unwrap();
     /// rt.spawn(std::future::pending::<()>());
@@ -372,10 +388,17 @@ impl Runtime {
         for p in &inner.pools {
             // Fork-join callers still blocked on injected jobs get them run here.
             p.run_injected_jobs_and_close();
-            // Anything spawned or woken while the workers stopped, then the suspended
-            // fibers, whose stacks are unwound here now that no worker runs.
+            // Anything spawned or woken while the workers stopped.
             p.cancel_all();
-            p.cancel_fibers();
+            // Each worker unwound the fibers tied to it as it left. Those of a worker
+            // still stuck in a task are leaked: their stacks may be unwound only on
+            // its thread, which may still use what they point to. The worker this
+            // thread runs on (dropped from inside one of its tasks) unwinds its own
+            // when the current poll returns.
+            let own = worker::with_current(|c| c.filter(|c| c.belongs_to(p)).map(|c| c.index()));
+            for i in (0..p.num_workers()).filter(|&i| Some(i) != own) {
+                p.close_set_aside(i, false);
+            }
             debug_assert!(
                 !all_done || p.owned.is_empty(),
                 "weft: a task survived shutdown"

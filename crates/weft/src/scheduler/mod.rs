@@ -61,6 +61,20 @@ pub(crate) struct Remote {
     pub(crate) leapfroggers: crate::sync::AtomicUsize,
     /// The worker whose theft this worker is waiting on in `join` (`usize::MAX`: none).
     pub(crate) waiting_on: crate::sync::AtomicUsize,
+    /// Shutdown: tasks tied to this worker (suspended fibers, and what its inbox held)
+    /// that only this worker may cancel, on its own thread, as it leaves (see
+    /// [`Shared::set_aside`]).
+    set_aside: Mutex<SetAside>,
+}
+
+/// A worker's set-aside tasks at shutdown.
+struct SetAside {
+    tasks: Vec<TaskRef>,
+    /// No more tasks are taken: the worker left (after cancelling them), or shutdown
+    /// gave up on it while it was stuck in a task (and leaked its fibers). A task set
+    /// aside after this is cancelled on the spot, which leaks a fiber's stack instead
+    /// of unwinding it off its home thread.
+    closed: bool,
 }
 
 /// A soft-homed fiber is diverted to the injection queue when its home worker has this
@@ -85,19 +99,19 @@ pub(crate) struct Shared {
     injected_len: AtomicUsize,
     /// EWMA of the time from claiming a parked worker to that worker running (ns).
     wake_latency_ns: AtomicU64,
-    /// Started fibers tied to a worker, taken off the owned list at shutdown: they are
-    /// cancelled (their stacks unwound) only once the workers have stopped, so no
-    /// fiber's stack is unwound on one thread while its worker still runs code that
-    /// may share its thread-bound data (see `fiber`'s thread rule).
-    /// `true` once they were cancelled: later arrivals are cancelled on the spot.
-    shutdown_fibers: Mutex<(Vec<TaskRef>, bool)>,
+    /// Set by [`begin_shutdown`](Self::begin_shutdown) once the tasks tied to each
+    /// worker are on that worker's set-aside list: a worker leaving its loop waits for
+    /// it before it cancels its list (see `Core::run`), so none of its fibers arrives
+    /// there after it left.
+    routed: AtomicBool,
 }
 
 /// A task reference held across threads by shutdown.
 struct TaskRef(NonNull<Header>);
 
-// SAFETY: the reference only keeps the task alive; it is used (cancelled, released)
-// once, by the thread that finishes shutdown.
+// SAFETY: the reference only keeps the task alive; it is used once, to cancel the task
+// (through the state word, whose transition decides who may touch the future) and
+// release the reference.
 unsafe impl Send for TaskRef {}
 
 struct InjectedJobs {
@@ -138,6 +152,10 @@ impl Shared {
                     stalled: AtomicBool::new(false),
                     leapfroggers: crate::sync::AtomicUsize::new(0),
                     waiting_on: crate::sync::AtomicUsize::new(usize::MAX),
+                    set_aside: Mutex::new(SetAside {
+                        tasks: Vec::new(),
+                        closed: false,
+                    }),
                 })
             })
             .collect();
@@ -157,7 +175,7 @@ impl Shared {
             }),
             injected_len: AtomicUsize::new(0),
             wake_latency_ns: AtomicU64::new(INITIAL_WAKE_LATENCY_NS),
-            shutdown_fibers: Mutex::new((Vec::new(), false)),
+            routed: AtomicBool::new(false),
         });
         (shared, locals)
     }
@@ -168,6 +186,11 @@ impl Shared {
 
     pub(crate) fn is_shutdown(&self) -> bool {
         self.shutdown.load(SeqCst)
+    }
+
+    /// Whether shutdown has set aside every task tied to a worker (see `routed`).
+    pub(crate) fn is_routed(&self) -> bool {
+        self.routed.load(SeqCst)
     }
 
     pub(crate) fn spawn<F>(self: &Arc<Self>, future: F) -> JoinHandle<F::Output>
@@ -274,10 +297,9 @@ impl Shared {
                     self.remotes[i].parker.unpark();
                 }
             }
-            // Shutting down: its home worker may still be running, so the fiber is
-            // unwound with the others once the workers stopped.
-            // SAFETY: the queue reference moves to the deferred list.
-            Err(task) => unsafe { self.defer_fiber(task.into_raw()) },
+            // Shutting down: only its home worker may unwind it.
+            // SAFETY: the queue reference moves to the set-aside list.
+            Err(task) => unsafe { self.set_aside(i, task.into_raw()) },
         }
     }
 
@@ -371,7 +393,15 @@ impl Shared {
             q.queue.push_back(job);
             self.injected_len.store(q.queue.len(), SeqCst);
         }
-        self.notify_parked();
+        if self.is_shutdown() {
+            // Workers that left their loops wait in `Core::run` without taking part
+            // in the sleep protocol; any of them may run it.
+            for r in self.remotes.iter() {
+                r.parker.unpark();
+            }
+        } else {
+            self.notify_parked();
+        }
         true
     }
 
@@ -399,73 +429,110 @@ impl Shared {
         }
     }
 
-    /// Starts shutdown: refuses new tasks, cancels every task no worker is running and
-    /// wakes all workers so they leave their loops.
+    /// Starts shutdown: refuses new tasks, cancels every task no worker is running,
+    /// sets aside the tasks tied to a worker for that worker, and wakes all workers so
+    /// they leave their loops.
+    ///
+    /// Workers may leave their loops as soon as the flag is up, but they cancel their
+    /// set-aside lists only once `routed` is set, after this first
+    /// [`cancel_all`](Self::cancel_all): every suspended fiber tied to a worker is on
+    /// its list by then, so routine shutdown unwinds each one on its home worker. (The
+    /// flag goes first so that a task woken meanwhile on a worker is cancelled there,
+    /// not run again.)
     pub(crate) fn begin_shutdown(&self) {
-        self.shutdown.store(true, SeqCst);
-        self.cancel_all();
-        for r in self.remotes.iter() {
-            r.parker.unpark();
+        /// Sets `routed` and wakes the workers, also if a destructor or waker run by
+        /// `cancel_all` panics: the workers would otherwise wait for it for ever.
+        struct Routed<'a>(&'a Shared);
+        impl Drop for Routed<'_> {
+            fn drop(&mut self) {
+                self.0.routed.store(true, SeqCst);
+                for r in self.0.remotes.iter() {
+                    r.parker.unpark();
+                }
+            }
         }
+        self.shutdown.store(true, SeqCst);
+        let _routed = Routed(self);
+        self.cancel_all();
     }
 
     /// Cancels every linked task and empties the injection queue; started fibers tied
-    /// to a worker are set aside for [`cancel_fibers`](Self::cancel_fibers). Safe to
-    /// repeat.
+    /// to a worker, and whatever waits in a worker's inbox, are set aside for that
+    /// worker ([`set_aside`](Self::set_aside)). Safe to repeat.
     pub(crate) fn cancel_all(&self) {
-        let mut fibers = Vec::new();
         self.owned.close_and_drain(|ptr| {
             // SAFETY: we hold the list's reference to the live task `ptr`.
-            if unsafe { ptr.as_ref() }.is_pinned() {
-                fibers.push(TaskRef(ptr));
-                return;
+            let home = unsafe { ptr.as_ref() }.home().filter(|h| h.pinned);
+            match home {
+                // SAFETY: the list's reference moves to the set-aside list.
+                Some(home) => unsafe { self.set_aside(home.worker, ptr) },
+                // Not tied to a thread (a task, a fiber that has not started or that
+                // migrates): cancelled here.
+                // SAFETY: the reference moves to `cancel_now`.
+                None => unsafe { cancel_now(ptr) },
             }
-            // SAFETY: as above; the reference moves to `cancel_now`.
-            unsafe { cancel_now(ptr) };
         });
-        for TaskRef(ptr) in fibers {
-            // SAFETY: we hold the owned list's reference to `ptr`, which moves along.
-            unsafe { self.defer_fiber(ptr) };
-        }
         for task in self.inject.close() {
             cancel_queued(task);
         }
-        for r in self.remotes.iter() {
+        for (i, r) in self.remotes.iter().enumerate() {
+            // Fibers homed on worker `i`, whose thread may be running a task right now.
             for task in r.inbox.close() {
-                cancel_queued(task);
+                // SAFETY: the queue reference moves to the set-aside list.
+                unsafe { self.set_aside(i, task.into_raw()) };
             }
         }
     }
 
-    /// The last step of shutdown, once the workers have stopped: cancels the fibers
-    /// [`cancel_all`](Self::cancel_all) set aside, unwinding their stacks here.
-    pub(crate) fn cancel_fibers(&self) {
-        let fibers = {
-            let mut f = self.shutdown_fibers.lock();
-            f.1 = true;
-            std::mem::take(&mut f.0)
-        };
-        for TaskRef(ptr) in fibers {
-            // SAFETY: we hold a reference to the live task `ptr`.
-            unsafe { cancel_now(ptr) };
-        }
-    }
-
-    /// Sets a started fiber aside for [`cancel_fibers`](Self::cancel_fibers), or
-    /// cancels it at once if that already ran (no worker runs any more).
+    /// Shutdown: sets the task `ptr`, tied to worker `i`, aside for that worker to
+    /// cancel on its own thread as it leaves ([`close_set_aside`](Self::close_set_aside)
+    /// from `Core::run`). If the list is closed already (the worker left, or shutdown
+    /// gave up on it), the task is cancelled here: a suspended fiber's `Drop` then
+    /// leaks its stack rather than unwind it off its home thread (see `FiberFuture`).
     ///
     /// # Safety
     /// The caller gives up one reference to the live task `ptr`.
-    unsafe fn defer_fiber(&self, ptr: NonNull<Header>) {
+    unsafe fn set_aside(&self, i: usize, ptr: NonNull<Header>) {
         {
-            let mut f = self.shutdown_fibers.lock();
-            if !f.1 {
-                f.0.push(TaskRef(ptr));
+            let mut list = self.remotes[i].set_aside.lock();
+            if !list.closed {
+                list.tasks.push(TaskRef(ptr));
                 return;
             }
         }
         // SAFETY: per the contract.
         unsafe { cancel_now(ptr) };
+    }
+
+    /// Cancels the tasks set aside for worker `i` and closes its list.
+    ///
+    /// `own`: called by worker `i` itself, on its thread, outside any poll, as it
+    /// leaves (`Core::run`): its fibers are unwound here, together with any set aside
+    /// meanwhile (their destructors may wake more), and the list closes once it is
+    /// empty. Otherwise (the end of a shutdown that gave up on a stuck worker): the
+    /// list is closed first, and its tasks are cancelled on this thread, where a
+    /// fiber's stack is leaked, not unwound. A fiber that its stuck worker is running
+    /// is left to that worker: the cancellation takes effect when its poll returns.
+    /// Nothing happens for a list that is closed already.
+    pub(crate) fn close_set_aside(&self, i: usize, own: bool) {
+        loop {
+            let tasks = {
+                let mut list = self.remotes[i].set_aside.lock();
+                if !own {
+                    list.closed = true;
+                }
+                let tasks = std::mem::take(&mut list.tasks);
+                if tasks.is_empty() {
+                    list.closed = true;
+                    return;
+                }
+                tasks
+            };
+            for TaskRef(ptr) in tasks {
+                // SAFETY: the list held a reference to the live task `ptr`.
+                unsafe { cancel_now(ptr) };
+            }
+        }
     }
 
     pub(crate) fn stats(&self) -> PoolStats {
@@ -535,5 +602,68 @@ impl Schedule for Arc<Shared> {
 
     fn release(&self, task: NonNull<Header>) -> bool {
         self.owned.remove(task)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::time::Duration;
+
+    /// Runs `f` inside `rt.block_on`, so that what it spawns goes to `rt` (not to the
+    /// latest runtime, maybe another test's).
+    fn on<R>(rt: &crate::Runtime, f: impl FnOnce() -> R) -> R {
+        rt.block_on(async move { f() })
+    }
+
+    /// Sets its flag when dropped.
+    struct Dropped(std::sync::Arc<AtomicBool>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, SeqCst);
+        }
+    }
+
+    /// A pinned fiber that reaches its worker's set-aside list after the list closed
+    /// (woken from another thread once its worker left or was given up on) is
+    /// cancelled on the waking thread without being unwound there: its handle reports
+    /// cancellation, and nothing on its stack is dropped, then or at runtime drop.
+    #[test]
+    fn a_fiber_set_aside_after_its_list_closed_is_leaked_not_unwound() {
+        let rt = crate::Builder::new()
+            .worker_threads(1)
+            .interactive_threads(0)
+            .stall_report(None)
+            .build()
+            .unwrap();
+        let shared = rt.handle().inner.pools[0].clone();
+        let dropped = std::sync::Arc::new(AtomicBool::new(false));
+        let parked = std::sync::Arc::new(AtomicBool::new(false));
+        let (wake_tx, wake_rx) = futures_channel::oneshot::channel::<()>();
+        let h = {
+            let (dropped, parked) = (dropped.clone(), parked.clone());
+            let spawn = move || {
+                crate::fiber::spawn(move || {
+                    let _guard = Dropped(dropped);
+                    parked.store(true, SeqCst);
+                    let _ = crate::wait(wake_rx);
+                    unreachable!("the fiber was resumed");
+                })
+            };
+            on(&rt, spawn)
+        };
+        while !parked.load(SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        // As after its worker left: the inbox and the set-aside list are closed.
+        assert!(shared.remotes[0].inbox.close().is_empty());
+        shared.close_set_aside(0, false);
+        wake_tx.send(()).unwrap();
+        assert!(h.join().unwrap_err().is_cancelled());
+        assert!(!dropped.load(SeqCst), "unwound on the waking thread");
+        drop(rt);
+        assert!(!dropped.load(SeqCst), "unwound at shutdown");
     }
 }

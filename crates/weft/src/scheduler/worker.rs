@@ -85,6 +85,9 @@ const INITIAL_AVG_NS: f64 = 50_000.0;
 
 pub(crate) struct Core {
     index: usize,
+    /// Unique for the life of the process (never 0): which worker loop a fiber's home is
+    /// (see [`current_uid`]).
+    uid: u64,
     shared: Arc<Shared>,
     /// `shared.remotes[index]`, reached without the bounds check and two loads on every
     /// poll's path (see [`Core::remote`]).
@@ -181,6 +184,19 @@ pub(crate) fn current_ptr() -> *const Core {
     CURRENT.with(Cell::get)
 }
 
+/// Source of [`Core::uid`]. A plain atomic under loom too: it only hands out numbers.
+static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// The [`uid`](Core::uid) of the worker loop this thread is in, if any. A fiber's stack
+/// may be unwound only where this is its home worker's (see `FiberFuture`'s `Drop`):
+/// that is the home thread, inside its worker loop, so before its thread-locals are
+/// destroyed. Readable at any time, thread-local destructors included (`CURRENT` is a
+/// const-initialised `Cell` without a destructor).
+#[inline]
+pub(crate) fn current_uid() -> Option<u64> {
+    with_current(|core| core.map(|c| c.uid))
+}
+
 /// Runs `f` with the worker core of this thread, if it is a weft worker.
 #[inline]
 pub(crate) fn with_current<R>(f: impl FnOnce(Option<&Core>) -> R) -> R {
@@ -214,6 +230,7 @@ impl Core {
         let now = clock::now_ns();
         Core {
             index,
+            uid: NEXT_UID.fetch_add(1, Relaxed),
             remote: NonNull::from(&*shared.remotes[index]),
             parker: shared.remotes[index].parker.clone(),
             shared,
@@ -257,6 +274,12 @@ impl Core {
         self.index
     }
 
+    /// This worker loop's process-wide unique id (see [`current_uid`]).
+    #[inline]
+    pub(crate) fn uid(&self) -> u64 {
+        self.uid
+    }
+
     #[inline]
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
@@ -283,7 +306,10 @@ impl Core {
     }
 
     /// The worker thread's main loop: installs the core, runs until shutdown, then
-    /// cancels whatever is left in its queues.
+    /// cancels whatever is left in its queues and unwinds the suspended fibers tied to
+    /// it, here on its own thread, outside any poll, before the thread's thread-locals
+    /// are destroyed (the caller runs `on_thread_stop` and counts the thread as exited
+    /// only after this returns).
     pub(crate) fn run(&self) {
         CURRENT.with(|c| c.set(self));
         loop {
@@ -294,11 +320,26 @@ impl Core {
             // A wait set aside on a loop stack was woken: resume it.
             self.dispatch(None);
         }
-        self.finish_stacks();
-        // Jobs injected before the pool closed still have callers waiting for them.
-        while let Some(job) = self.shared.pop_injected_job() {
-            self.run_job(job);
+        loop {
+            // Jobs injected before the pool closed still have callers waiting for them.
+            while let Some(job) = self.shared.pop_injected_job() {
+                self.run_job(job);
+            }
+            // What is left in this worker's queues (a shutting-down thread may be
+            // waiting for one of them to complete).
+            self.drain();
+            // Shutdown sets every fiber tied to this worker aside for it before it
+            // sets `routed` (see `Shared::begin_shutdown`).
+            if self.shared.is_routed() {
+                break;
+            }
+            // Woken by `begin_shutdown` once routed, and by every job injected while
+            // shutting down (see `Shared::inject_job`).
+            self.parker.park();
         }
+        // This worker's fibers first: a wait set aside below may be joining one.
+        self.shared.close_set_aside(self.index, true);
+        self.finish_stacks();
         self.drain();
         CURRENT.with(|c| c.set(std::ptr::null()));
     }
