@@ -54,7 +54,7 @@ use corosensei::{Coroutine, Yielder};
 
 use super::park::Parker;
 use crate::fiber::stack::Stack;
-use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex};
+use crate::sync::{fence, Arc, AtomicBool, AtomicUsize, Mutex};
 
 /// The slot of a wait whose stack is not set aside (it runs, or it dispatches).
 const NO_SLOT: usize = usize::MAX;
@@ -111,6 +111,8 @@ impl Wake for WaitSignal {
 
     fn wake_by_ref(self: &StdArc<Self>) {
         if !self.woken.swap(true, SeqCst) {
+            // Store buffering against `Stacks::set_aside` (see the module doc).
+            fence(SeqCst);
             let slot = self.slot.load(SeqCst);
             if slot != NO_SLOT {
                 self.ready.slots.lock().push(slot);
@@ -197,6 +199,8 @@ impl<S> Stacks<S> {
             v.len() - 1
         });
         signal.slot.store(slot, SeqCst);
+        // Store buffering against `WaitSignal::wake_by_ref` (see the module doc).
+        fence(SeqCst);
         let woken = signal.woken.load(SeqCst);
         self.set_aside.borrow_mut()[slot] = Some(SetAside { stack, signal });
         if woken {
