@@ -1,10 +1,20 @@
-//! weft: one set of worker threads for async tasks (and, as the project grows, fork-join
-//! jobs and fibers).
+//! weft: one set of worker threads for async tasks, fork-join jobs and stackful fibers.
 //!
-//! This release is the async task runtime: a work-stealing scheduler with per-worker
-//! LIFO slots and lock-free local queues, a batched global queue, searching and parking
-//! workers that wake one sleeper per insert, and tasks whose whole state is one packed
-//! atomic word.
+//! The three shapes of work share the workers, their queues and their sleep/wake
+//! handshake, and a blocking wait works the same from each of them:
+//!
+//! * **Async tasks** ([`spawn`], [`Runtime`], [`JoinHandle`], [`task`], [`time`]): a
+//!   work-stealing scheduler with per-worker LIFO slots and lock-free local queues, a
+//!   batched global queue, workers that wake one sleeper per insert, and tasks whose
+//!   whole state is one packed atomic word.
+//! * **Fork-join** ([`join`], [`scope`], [`par`] with [`prelude`]): `join` costs no
+//!   allocation and no atomic operation until another worker is hungry; parallel
+//!   iterators and sorts build on it.
+//! * **Fibers** ([`fiber`]): plain blocking code on a stack of its own, suspended (not
+//!   its thread) by [`wait`], `JoinHandle::join`, `fiber::sleep`.
+//!
+//! [`wait`] is the one blocking call for every context: a fiber suspends, an async task
+//! on a worker sets its stack aside while the worker goes on, any other thread sleeps.
 //!
 //! ```
 //! let rt = weft::Runtime::new().unwrap();
@@ -19,7 +29,7 @@
 //! assert_eq!(total, 4950);
 //! ```
 //!
-//! Blocking joins work from any thread, and on a worker they help instead of blocking:
+//! Blocking joins work from any thread, and on a worker they do not block it:
 //!
 //! ```
 //! let rt = weft::Builder::new().worker_threads(1).build().unwrap();
@@ -37,26 +47,29 @@
 // Lets the attribute macros name `::weft` inside this crate's own tests.
 extern crate self as weft;
 
+// Layers, bottom up (see docs/ARCHITECTURE.md; `tests/layering.rs` checks that no
+// module reaches up this order).
+mod base;
+mod driver;
 pub mod fiber;
 pub(crate) mod forkjoin;
 pub mod par;
 mod runtime;
 mod scheduler;
-mod sync;
+mod stack;
 pub mod task;
 pub mod time;
 
 #[cfg(all(test, loom))]
 mod loom_tests;
 
+pub use fiber::wait::wait;
 pub use forkjoin::{join, scope, Scope};
 /// The traits for parallel iterators and sorts: `use weft::prelude::*;`.
 pub use par::prelude;
-pub use runtime::wait::wait;
-pub use runtime::{
-    spawn, spawn_blocking, spawn_on, Builder, Handle, Pool, Runtime, TryCurrentError,
-};
+pub use runtime::{spawn, spawn_blocking, spawn_on, Builder, Handle, Runtime, TryCurrentError};
 pub use scheduler::blocking::BlockingStats;
 pub use scheduler::stats::{PoolStats, Stats, WorkerStats};
+pub use scheduler::Pool;
 pub use task::{AbortHandle, JoinError, JoinHandle};
 pub use weft_macros::{main, test};

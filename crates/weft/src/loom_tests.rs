@@ -1,5 +1,8 @@
 //! loom models of the lock-free pieces and handshakes. Run with
 //! `RUSTFLAGS="--cfg loom" cargo test -p weft --release --lib loom_` (see `.ci/run`).
+//!
+//! (Long: every loom model of the crate, in one file so that `.ci/run`'s `loom_` filter
+//! finds them all.)
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,12 +14,12 @@ use loom::sync::atomic::AtomicUsize;
 use loom::sync::Mutex;
 use loom::thread;
 
+use crate::base::park::Parker;
+use crate::base::Arc;
 use crate::scheduler::inject::Inject;
-use crate::scheduler::park::Parker;
 use crate::scheduler::queue;
 use crate::scheduler::worker::Core;
 use crate::scheduler::Shared;
-use crate::sync::Arc;
 use crate::task::header::Header;
 use crate::task::raw::{Notified, Schedule};
 use crate::task::state::{Idle, Run, State};
@@ -28,7 +31,7 @@ fn new_pool(n: usize) -> (Arc<Shared>, Vec<crate::scheduler::WorkerParts>) {
         n,
         crate::Pool::Default,
         std::sync::Weak::new(),
-        Arc::new(crate::time::driver::Driver::new()),
+        Arc::new(crate::driver::timer::Driver::new()),
     )
 }
 
@@ -479,8 +482,8 @@ fn loom_cross_pool_and_own_pool_inserts_vs_sleep() {
 
 mod forkjoin_models {
     use super::*;
-    use crate::forkjoin::deque::{self, Steal};
-    use crate::forkjoin::latch::OnceLatch;
+    use crate::scheduler::deque::{self, Steal};
+    use crate::scheduler::latch::OnceLatch;
 
     fn item(i: usize) -> *mut u8 {
         i as *mut u8
@@ -534,8 +537,8 @@ mod forkjoin_models {
     /// deadlock); then the thief finishes and sets the waiter's latch.
     #[test]
     fn loom_leapfrog_offer_vs_waiter_sleep() {
-        use crate::forkjoin::job::StackJob;
         use crate::forkjoin::FnContext;
+        use crate::scheduler::job::StackJob;
         loom::model(|| {
             let (shared, mut locals) = new_pool(2);
             let l1 = locals.pop().unwrap();

@@ -93,7 +93,7 @@ mod linux {
 mod fallback {
     use std::time::Duration;
 
-    use crate::sync::AtomicU32;
+    use crate::base::AtomicU32;
     #[cfg(loom)]
     use loom::sync::{Condvar, Mutex};
     #[cfg(not(loom))]

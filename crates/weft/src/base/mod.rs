@@ -4,7 +4,9 @@
 //! model checker sees every access the algorithms make; otherwise they are `std`'s.
 //! The futex shim lives here too, for the same reason.
 
+pub(crate) mod clock;
 pub(crate) mod futex;
+pub(crate) mod park;
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{

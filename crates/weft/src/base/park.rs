@@ -7,8 +7,8 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::clock;
-use crate::sync::futex::Futex;
-use crate::sync::AtomicU64;
+use super::futex::Futex;
+use super::AtomicU64;
 
 const EMPTY: u32 = 0;
 const PARKED: u32 = 1;

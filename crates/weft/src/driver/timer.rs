@@ -17,8 +17,8 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use super::wheel::{TimerKey, Wheel};
-use crate::scheduler::park::Parker;
-use crate::sync::Arc;
+use crate::base::park::Parker;
+use crate::base::Arc;
 
 const NONE: u64 = u64::MAX;
 

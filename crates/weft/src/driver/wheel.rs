@@ -30,6 +30,8 @@
 //! search nor a pointer. Keys carry the slot's generation, bumped whenever a slot is
 //! freed, so a key kept past its timer's firing or removal is recognised as stale even
 //! after the slot is reused (barring 2^32 reuses of one slot between two looks).
+//!
+//! (Over 600 lines with its unit tests, which are half the file.)
 
 use std::task::Waker;
 

@@ -21,10 +21,9 @@ use std::task::{Context, Poll, Waker};
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 
 use super::local::Locals;
-use super::stack::{self, Stack};
-use super::{overflow, LIVE_FIBERS};
 use crate::runtime::sysmon;
 use crate::scheduler::worker;
+use crate::stack::{self, overflow, Stack, LIVE_FIBERS};
 use crate::task::current;
 use crate::task::header::SOFT_HOME;
 
@@ -81,20 +80,18 @@ impl FiberCtx {
         }
     }
 
-    /// A context whose overflow report is `frame` (for the handler's tests).
-    #[cfg(test)]
-    pub(crate) fn with_frame(frame: overflow::Frame) -> Self {
-        let ctx = FiberCtx::new(None);
-        ctx.frame.set(frame);
-        ctx
-    }
-
     /// The fiber's own waker (set by `start`, before the fiber first runs).
     #[inline]
     fn waker(&self) -> &Waker {
         self.waker
             .get()
             .expect("weft: a fiber waited before it started")
+    }
+
+    /// Makes this the running fiber, on its own stack (see `current::enter_fiber`).
+    #[inline]
+    pub(crate) fn enter(&self) -> current::EnterFiber {
+        current::enter_fiber((self as *const FiberCtx).cast(), self.frame_ptr().cast())
     }
 
     /// What the overflow handler reports while this fiber is current (see
@@ -104,11 +101,17 @@ impl FiberCtx {
     }
 }
 
+/// The context of the fiber running on this thread, or null.
+#[inline]
+pub(crate) fn current_ctx() -> *const FiberCtx {
+    current::fiber().cast()
+}
+
 /// The running fiber, unless it is being unwound (by a cancellation, or by a panic on
 /// this thread): the fiber that `wait` may suspend.
 #[inline]
 pub(crate) fn current_fiber() -> Option<NonNull<FiberCtx>> {
-    let ctx = NonNull::new(current::fiber().cast_mut())?;
+    let ctx = NonNull::new(current_ctx().cast_mut())?;
     if std::thread::panicking() {
         // A fiber must not suspend in the middle of a panic's unwind: the thread would
         // stay `panicking()` for whatever it ran next (see `wait_unwinding`).
@@ -280,13 +283,13 @@ where
         }
         let co = Coroutine::with_stack(stack, move |yielder: &Yielder<(), ()>, ()| {
             // SAFETY: the resuming poll set this fiber's context as current.
-            let ctx = unsafe { &*current::fiber() };
+            let ctx = unsafe { &*current_ctx() };
             ctx.yielder.set(yielder);
             let out = f();
             // Fiber-locals are dropped here, on the fiber, like thread-locals at a
             // thread's exit.
             // SAFETY: as above; the fiber is still running.
-            drop(unsafe { &*current::fiber() }.locals.take());
+            drop(unsafe { &*current_ctx() }.locals.take());
             out
         });
         self.run = Run::Started(co);
@@ -371,7 +374,7 @@ where
         }
         let res = {
             // Also what the overflow handler reads (`current::signal_frame`).
-            let _fiber = current::enter_fiber(&this.ctx);
+            let _fiber = this.ctx.enter();
             co.resume(())
         };
         match res {
@@ -415,14 +418,15 @@ impl<F, T> Drop for FiberFuture<F, T> {
                 if !co.done() {
                     // Cancelled while suspended: unwind the stack from its park point so
                     // its locals are dropped.
-                    let _fiber = current::enter_fiber(&self.ctx);
+                    let _fiber = self.ctx.enter();
                     co.force_unwind();
                 }
                 stack::release(co.into_stack());
                 // After a panic or a cancellation the fiber-locals are still here; drop
                 // them as the fiber, so their destructors may use fiber-locals too (on
                 // this thread's stack: the fiber's is back in the pool).
-                let _fiber = current::enter_fiber_off_stack(&self.ctx);
+                let _fiber =
+                    current::enter_fiber((&self.ctx as *const FiberCtx).cast(), std::ptr::null());
                 drop(self.ctx.locals.take());
             }
             Run::Done => {}

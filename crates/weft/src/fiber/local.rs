@@ -4,8 +4,6 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::fmt;
 
-use crate::task::current;
-
 /// The values of one fiber's locals, keyed by the address of their `static` key.
 #[derive(Default)]
 pub(crate) struct Locals(RefCell<Vec<(usize, Box<dyn Any>)>>);
@@ -122,7 +120,7 @@ impl<T: 'static> LocalKey<T> {
     /// assert_eq!(weft::fiber::spawn(|| N.try_with(|n| *n)).join().unwrap(), Ok(7));
     /// ```
     pub fn try_with<R>(&'static self, f: impl FnOnce(&T) -> R) -> Result<R, AccessError> {
-        let ctx = current::fiber();
+        let ctx = super::future::current_ctx();
         if ctx.is_null() {
             return Err(AccessError(()));
         }

@@ -71,28 +71,24 @@
 //! through `wait`) defers the cancellation as for tasks. A panic inside a fiber is
 //! returned through its handle and does not take the worker down.
 
-mod error;
 pub(crate) mod future;
 mod local;
-pub(crate) mod overflow;
-pub(crate) mod stack;
+pub(crate) mod wait;
 
-pub use error::{SpawnError, SpawnErrorKind};
+pub use crate::stack::error::{SpawnError, SpawnErrorKind};
 pub use local::{AccessError, LocalKey};
 
 pub(crate) use future::{current_fiber, suspend_on, FiberCtx};
 
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc as StdArc;
 use std::time::Duration;
 
+use crate::base::Arc;
 use crate::scheduler::Shared;
-use crate::sync::Arc;
-use crate::task::{current, Id, JoinHandle};
-
-/// Fibers created and not yet dropped, in the whole process.
-static LIVE_FIBERS: AtomicUsize = AtomicUsize::new(0);
+use crate::stack::{self, overflow};
+use crate::task::{Id, JoinHandle};
 
 /// Spawns a fiber running `f` on the current runtime.
 ///
@@ -328,7 +324,7 @@ pub fn sleep(duration: Duration) {
 /// # drop(rt);
 /// ```
 pub fn is_fiber() -> bool {
-    !current::fiber().is_null()
+    !future::current_ctx().is_null()
 }
 
 /// The fiber the caller runs on, or `None` outside a fiber.
@@ -342,7 +338,7 @@ pub fn is_fiber() -> bool {
 /// # drop(rt);
 /// ```
 pub fn current() -> Option<Current> {
-    let ctx = current::fiber();
+    let ctx = future::current_ctx();
     if ctx.is_null() {
         return None;
     }
@@ -387,41 +383,7 @@ impl Current {
     }
 }
 
-/// Process-wide fiber statistics (also part of [`Stats`](crate::Stats) and of the
-/// `WEFT_STATS=1` report).
-///
-/// ```
-/// let rt = weft::Runtime::new().unwrap();
-/// weft::fiber::spawn(|| ()).join().unwrap();
-/// let s = weft::fiber::stats();
-/// assert!(s.stack_bytes_reserved >= s.pooled_stacks as u64 * 16 * 1024);
-/// # drop(rt);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct FiberStats {
-    /// Fibers spawned and not yet finished (or dropped).
-    pub live_fibers: usize,
-    /// Stacks of finished fibers kept for reuse.
-    pub pooled_stacks: usize,
-    /// Address space reserved by all fiber stacks, live and pooled.
-    pub stack_bytes_reserved: u64,
-}
-
-/// A snapshot of [`FiberStats`].
-///
-/// ```
-/// let s = weft::fiber::stats();
-/// println!("{} live fibers", s.live_fibers);
-/// ```
-pub fn stats() -> FiberStats {
-    let st = stack::stats();
-    FiberStats {
-        live_fibers: LIVE_FIBERS.load(Relaxed),
-        pooled_stacks: st.pooled,
-        stack_bytes_reserved: st.reserved_bytes,
-    }
-}
+pub use crate::stack::{fiber_stats as stats, FiberStats};
 
 /// Counts the weft locks the running fiber (or thread) holds, so that parking while
 /// holding one can be reported (`PARK-UNDER-LOCK`, spec 003). weft's own blocking
@@ -450,7 +412,7 @@ impl Drop for LockDepth {
 
 fn adjust_lock_depth(up: bool) {
     let step = |d: u32| if up { d + 1 } else { d.saturating_sub(1) };
-    let ctx = current::fiber();
+    let ctx = future::current_ctx();
     if ctx.is_null() {
         THREAD_LOCK_DEPTH.with(|d| d.set(step(d.get())));
     } else {

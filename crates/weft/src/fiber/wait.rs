@@ -17,8 +17,10 @@ use std::pin::{pin, Pin};
 use std::sync::Arc as StdArc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use crate::scheduler::park::Parker;
+use crate::base::park::Parker;
 use crate::scheduler::worker;
+use crate::task::{JoinError, JoinHandle};
+use crate::{Handle, Runtime};
 
 struct ThreadSignal(Parker);
 
@@ -160,5 +162,60 @@ fn block_thread<F: Future>(mut future: Pin<&mut F>) -> F::Output {
             return v;
         }
         signal.0.park();
+    }
+}
+
+// The blocking entry points of the lower layers are `wait` on their futures; they are
+// defined here, with `wait`, so that those layers do not reach up to this one.
+
+impl<T> JoinHandle<T> {
+    /// Blocks until the task finishes and returns its result.
+    ///
+    /// Works from any thread; it is [`wait`](crate::wait) on the handle. On a fiber it
+    /// suspends the fiber. On a worker thread of a weft runtime it does not block the
+    /// worker: the stack it runs on is set aside until the task completes, and the worker
+    /// goes on running other tasks on another stack, so joining from inside a task on a
+    /// one-worker runtime cannot deadlock, however the tasks involved wait on each other
+    /// (inside a fork-join `join` or `scope` the stack stays, and the worker runs other
+    /// work on top of it). On any other thread it sleeps until the task completes.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let h = rt.spawn(async { "done" });
+    /// assert_eq!(h.join().unwrap(), "done");
+    /// ```
+    pub fn join(self) -> Result<T, JoinError> {
+        wait(self)
+    }
+}
+
+impl Handle {
+    /// Runs `future` to completion on the current thread with this runtime as the
+    /// current one; it is [`wait`](crate::wait) on the future. On a worker thread the
+    /// worker keeps running tasks meanwhile instead of blocking.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let h = rt.handle().clone();
+    /// assert_eq!(h.block_on(async { 7 }), 7);
+    /// ```
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        let _enter = crate::runtime::enter(self);
+        wait(future)
+    }
+}
+
+impl Runtime {
+    /// Runs `future` to completion on the current thread, with this runtime as the
+    /// current one (so [`spawn`](crate::spawn) works inside). Called from a worker
+    /// thread (inside a task) it helps run other tasks instead of deadlocking.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let v = rt.block_on(async { weft::spawn(async { 1 }).await.unwrap() + 1 });
+    /// assert_eq!(v, 2);
+    /// ```
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.handle().block_on(future)
     }
 }

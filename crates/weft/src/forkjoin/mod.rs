@@ -40,9 +40,6 @@
 //! sized by `WEFT_WORKERS`) and block until done. If that pool is shutting down they
 //! run sequentially on the caller.
 
-pub(crate) mod deque;
-pub(crate) mod job;
-pub(crate) mod latch;
 mod scope;
 
 pub use scope::{scope, Scope};
@@ -50,25 +47,11 @@ pub use scope::{scope, Scope};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 
-use crate::scheduler::park::Parker;
+use crate::base::park::Parker;
+use crate::base::Arc;
+use crate::scheduler::job::{FnContext, StackJob};
 use crate::scheduler::worker::{self, Core};
 use crate::scheduler::Shared;
-use crate::sync::Arc;
-use job::{JobRef, StackJob};
-
-/// Where a closure of `join_context` runs.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FnContext {
-    migrated: bool,
-}
-
-impl FnContext {
-    /// True when the closure runs on another thread than the one that called join (a
-    /// thief took it).
-    pub(crate) fn migrated(&self) -> bool {
-        self.migrated
-    }
-}
 
 /// Runs `a` and `b`, potentially in parallel, and returns both results.
 ///
@@ -327,12 +310,4 @@ where
     }
     job.latch.wait(&parker, || false);
     job.take_result()
-}
-
-/// Executes a job taken from a queue or deque.
-pub(crate) fn execute(job: JobRef) {
-    let _no_task = crate::task::current::enter_no_task();
-    // SAFETY: every job in a queue is executed exactly once, by whoever took it out,
-    // and its creator keeps it alive until it completes.
-    unsafe { job.execute() }
 }

@@ -6,11 +6,11 @@ use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
-use super::job::HeapJob;
-use super::latch::OnceLatch;
-use crate::scheduler::park::Parker;
+use crate::base::park::Parker;
+use crate::base::Arc;
+use crate::scheduler::job::{execute, HeapJob};
+use crate::scheduler::latch::OnceLatch;
 use crate::scheduler::worker::{self, Core};
-use crate::sync::Arc;
 
 /// A fork-join scope; see [`scope`].
 pub struct Scope<'scope> {
@@ -86,7 +86,7 @@ where
     scope.done.wait(&parker, || {
         match core.and_then(|c| c.pop_job_above(mark?)) {
             Some(job) => {
-                super::execute(job);
+                execute(job);
                 true
             }
             None => false,
@@ -145,7 +145,7 @@ impl<'scope> Scope<'scope> {
         match unsafe { worker::current_ptr().as_ref() } {
             Some(core) => core.push_job(job),
             // No worker (the pool was closed): run it now.
-            None => super::execute(job),
+            None => execute(job),
         }
     }
 

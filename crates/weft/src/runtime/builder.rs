@@ -6,8 +6,7 @@ use std::sync::Arc as StdArc;
 
 use super::{env, Runtime};
 
-/// The most workers one runtime may have.
-pub(crate) const MAX_WORKERS: usize = 4096;
+use super::env::MAX_WORKERS;
 
 /// How long a task may keep a worker before the stall report names it.
 const DEFAULT_STALL: std::time::Duration = std::time::Duration::from_secs(5);

@@ -2,6 +2,9 @@
 //! `WEFT_VERBOSE`, `WEFT_DEBUG_STALL` (and `WEFT_STACK_SIZE`, read by `fiber::stack`).
 //! A malformed value is reported on stderr and ignored (a malformed flag reads as off).
 
+/// The most workers one runtime may have.
+pub(crate) const MAX_WORKERS: usize = 4096;
+
 /// A positive count from `var`, or `None` (unset, or malformed and reported).
 pub(crate) fn count(var: &str) -> Option<usize> {
     let raw = std::env::var(var).ok()?;
@@ -26,10 +29,7 @@ pub(crate) fn count_or_zero(var: &str) -> Option<usize> {
 fn parse_count(raw: &str) -> Result<usize, String> {
     match raw.trim().parse::<usize>() {
         Ok(0) => Err("it must be at least 1".into()),
-        Ok(n) if n > super::builder::MAX_WORKERS => Err(format!(
-            "it must be at most {}",
-            super::builder::MAX_WORKERS
-        )),
+        Ok(n) if n > MAX_WORKERS => Err(format!("it must be at most {}", MAX_WORKERS)),
         Ok(n) => Ok(n),
         Err(_) => Err("expected a positive whole number".into()),
     }

@@ -5,9 +5,9 @@ use std::fmt;
 use std::future::Future;
 
 use super::{Inner, Pool};
+use crate::base::Arc;
 use crate::scheduler::stats::Stats;
 use crate::scheduler::{worker, Shared};
-use crate::sync::Arc;
 use crate::task::JoinHandle;
 
 /// A cloneable reference to a runtime, for spawning onto it from anywhere.
@@ -98,7 +98,8 @@ impl Handle {
     /// assert!(weft::Handle::try_current().is_err());
     /// ```
     pub fn try_current() -> Result<Handle, TryCurrentError> {
-        if let Some(inner) = worker::with_current(|c| c.and_then(|c| c.shared().rt.upgrade())) {
+        let on_worker = worker::with_current(|c| c.and_then(|c| c.shared().rt.upgrade()));
+        if let Some(inner) = on_worker.and_then(|rt| rt.downcast::<Inner>().ok()) {
             return Ok(Handle { inner });
         }
         ENTERED
@@ -160,20 +161,6 @@ impl Handle {
         R: Send + 'static,
     {
         self.inner.blocking.spawn(f)
-    }
-
-    /// Runs `future` to completion on the current thread with this runtime as the
-    /// current one; it is [`wait`](crate::wait) on the future. On a worker thread the
-    /// worker keeps running tasks meanwhile instead of blocking.
-    ///
-    /// ```
-    /// let rt = weft::Runtime::new().unwrap();
-    /// let h = rt.handle().clone();
-    /// assert_eq!(h.block_on(async { 7 }), 7);
-    /// ```
-    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
-        let _enter = enter(self);
-        super::wait::wait(future)
     }
 
     /// The runtime's statistics.

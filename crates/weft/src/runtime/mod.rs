@@ -4,9 +4,10 @@ mod builder;
 mod env;
 mod handle;
 pub(crate) mod sysmon;
-pub(crate) mod wait;
 
+pub use crate::scheduler::Pool;
 pub use builder::Builder;
+pub(crate) use handle::enter;
 pub use handle::{spawn, spawn_blocking, spawn_on, Handle, TryCurrentError};
 
 use std::future::Future;
@@ -14,31 +15,13 @@ use std::io;
 use std::sync::{Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use crate::base::Arc;
+use crate::driver::timer::Driver;
 use crate::scheduler::blocking::BlockingPool;
 use crate::scheduler::stats::Stats;
 use crate::scheduler::worker::{self, Core};
 use crate::scheduler::Shared;
-use crate::sync::Arc;
 use crate::task::JoinHandle;
-use crate::time::driver::Driver;
-
-/// The pools of a runtime. A task runs on the workers of the pool it was spawned
-/// into; `spawn` keeps the caller's pool, `spawn_on` names one.
-///
-/// ```
-/// let rt = weft::Builder::new().worker_threads(2).interactive_threads(1).build().unwrap();
-/// let h = rt.handle().spawn_on(weft::Pool::Interactive, async { "latency-sensitive" });
-/// assert_eq!(h.join().unwrap(), "latency-sensitive");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Pool {
-    /// The main pool: one worker per core unless configured.
-    Default,
-    /// A small pool for latency-sensitive tasks, so they never queue behind a
-    /// saturated default pool. With zero interactive threads, tasks spawned here run
-    /// on the default pool.
-    Interactive,
-}
 
 /// The most recently started runtime, for spawns from threads that entered none.
 static LATEST: Mutex<Weak<Inner>> = Mutex::new(Weak::new());
@@ -206,7 +189,7 @@ impl Runtime {
                     .spawn(move || {
                         // Fibers run here: a stack overflow must be reported from an
                         // alternate signal stack.
-                        crate::fiber::overflow::ensure_altstack();
+                        crate::stack::overflow::ensure_altstack();
                         if let Some(f) = &start {
                             f();
                         }
@@ -236,19 +219,6 @@ impl Runtime {
                 .spawn(move || sysmon::run(weak, mon, threshold))?;
         }
         Ok(rt)
-    }
-
-    /// Runs `future` to completion on the current thread, with this runtime as the
-    /// current one (so [`spawn`](crate::spawn) works inside). Called from a worker
-    /// thread (inside a task) it helps run other tasks instead of deadlocking.
-    ///
-    /// ```
-    /// let rt = weft::Runtime::new().unwrap();
-    /// let v = rt.block_on(async { weft::spawn(async { 1 }).await.unwrap() + 1 });
-    /// assert_eq!(v, 2);
-    /// ```
-    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
-        self.handle.block_on(future)
     }
 
     /// Spawns a task.

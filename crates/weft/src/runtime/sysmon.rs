@@ -21,10 +21,9 @@ use std::sync::{Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::Inner;
-use crate::sync::Arc;
+use crate::base::Arc;
 
-/// High bit of `Remote::running_task`: the task is a fiber.
-pub(crate) const FIBER_BIT: u64 = 1 << 63;
+use crate::task::header::FIBER_BIT;
 
 /// Names of named fibers by task id, for the report (only named fibers are listed).
 static NAMES: Mutex<Option<HashMap<u64, std::sync::Arc<str>>>> = Mutex::new(None);

@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::sync::Arc;
+use crate::base::Arc;
 use crate::task::header::Header;
 use crate::task::owned::OwnedTasks;
 use crate::task::raw::{Notified, Schedule};

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{fence, Arc, AtomicPtr, Mutex};
+use crate::base::{fence, Arc, AtomicPtr, Mutex};
 #[cfg(loom)]
 use loom::sync::atomic::AtomicIsize;
 #[cfg(not(loom))]

@@ -44,7 +44,7 @@
 
 use std::sync::atomic::Ordering::{AcqRel, SeqCst};
 
-use crate::sync::{AtomicU64, AtomicUsize};
+use crate::base::{AtomicU64, AtomicUsize};
 
 pub(crate) struct Idle {
     num_searching: AtomicUsize,

@@ -6,7 +6,7 @@
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering::{Acquire, Release};
 
-use crate::sync::{AtomicUsize, Mutex};
+use crate::base::{AtomicUsize, Mutex};
 use crate::task::header::Header;
 use crate::task::raw::Notified;
 

@@ -9,9 +9,31 @@ use std::ptr::NonNull;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::latch::OnceLatch;
-use super::FnContext;
-use crate::scheduler::park::Parker;
-use crate::sync::{Arc, AtomicUsize};
+use crate::base::park::Parker;
+use crate::base::{Arc, AtomicUsize};
+
+/// Where a closure of `join_context` runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FnContext {
+    pub(crate) migrated: bool,
+}
+
+impl FnContext {
+    /// True when the closure runs on another thread than the one that called join (a
+    /// thief took it).
+    pub(crate) fn migrated(&self) -> bool {
+        self.migrated
+    }
+}
+
+/// Executes a job taken from a queue or deque. A job belongs to no task: it runs with
+/// none current, whatever task its thread was polling or helping in.
+pub(crate) fn execute(job: JobRef) {
+    let _no_task = crate::task::current::enter_no_task();
+    // SAFETY: every job in a queue is executed exactly once, by whoever took it out,
+    // and its creator keeps it alive until it completes.
+    unsafe { job.execute() }
+}
 
 /// The job header: one function pointer.
 #[repr(C)]

@@ -11,8 +11,8 @@
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
-use crate::scheduler::park::Parker;
-use crate::sync::{Arc, AtomicU32};
+use crate::base::park::Parker;
+use crate::base::{Arc, AtomicU32};
 
 const UNSET: u32 = 0;
 const SLEEPY: u32 = 1;

@@ -3,12 +3,15 @@
 //! [`Shared`] is what every worker and every handle sees: the workers' stealable queue
 //! ends and parkers, the injection queue, the idle state and the owned-task list.
 //! Each worker's private half lives in [`worker::Core`] on its own thread.
+//!
+//! (Over 600 lines with its unit tests; the code is under 600.)
 
 pub(crate) mod blocking;
-pub(crate) mod clock;
+pub(crate) mod deque;
 pub(crate) mod idle;
 pub(crate) mod inject;
-pub(crate) mod park;
+pub(crate) mod job;
+pub(crate) mod latch;
 pub(crate) mod queue;
 pub(crate) mod stacks;
 pub(crate) mod stats;
@@ -21,21 +24,38 @@ use std::sync::Weak;
 
 use crossbeam_utils::CachePadded;
 
-use crate::runtime::{Inner, Pool};
 use std::collections::VecDeque;
 
-use crate::forkjoin::deque;
-use crate::forkjoin::job::{Job, JobRef};
-use crate::sync::{fence, Arc, Mutex};
+use crate::base::clock;
+use crate::base::park::Parker;
+use crate::base::{fence, Arc, Mutex};
+use crate::driver::timer::Driver;
+use crate::scheduler::job::{Job, JobRef};
 use crate::task::header::{Header, Home};
 use crate::task::owned::OwnedTasks;
 use crate::task::raw::{Notified, Schedule};
 use crate::task::{new_task_of_kind, JoinHandle};
-use crate::time::driver::Driver;
 use idle::Idle;
 use inject::Inject;
-use park::Parker;
 use stats::{PoolStats, WorkerCounters};
+
+/// The pools of a runtime. A task runs on the workers of the pool it was spawned
+/// into; `spawn` keeps the caller's pool, `spawn_on` names one.
+///
+/// ```
+/// let rt = weft::Builder::new().worker_threads(2).interactive_threads(1).build().unwrap();
+/// let h = rt.handle().spawn_on(weft::Pool::Interactive, async { "latency-sensitive" });
+/// assert_eq!(h.join().unwrap(), "latency-sensitive");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Pool {
+    /// The main pool: one worker per core unless configured.
+    Default,
+    /// A small pool for latency-sensitive tasks, so they never queue behind a
+    /// saturated default pool. With zero interactive threads, tasks spawned here run
+    /// on the default pool.
+    Interactive,
+}
 
 /// The part of a worker that other threads use.
 pub(crate) struct Remote {
@@ -58,9 +78,9 @@ pub(crate) struct Remote {
     /// Workers waiting in `join` for a job this worker stole from them (leapfroggers,
     /// see `forkjoin`): while any wait, this worker's heartbeat counts as hungry, and
     /// promoting a frame wakes them to take it.
-    pub(crate) leapfroggers: crate::sync::AtomicUsize,
+    pub(crate) leapfroggers: crate::base::AtomicUsize,
     /// The worker whose theft this worker is waiting on in `join` (`usize::MAX`: none).
-    pub(crate) waiting_on: crate::sync::AtomicUsize,
+    pub(crate) waiting_on: crate::base::AtomicUsize,
     /// Shutdown: tasks tied to this worker (suspended fibers, and what its inbox held)
     /// that only this worker may cancel, on its own thread, as it leaves (see
     /// [`Shared::set_aside`]).
@@ -90,8 +110,9 @@ pub(crate) struct Shared {
     shutdown: AtomicBool,
     external_spawned: AtomicU64,
     pub(crate) pool: Pool,
-    /// The runtime this pool belongs to (for `Handle::current` on a worker).
-    pub(crate) rt: Weak<Inner>,
+    /// The runtime this pool belongs to (for `Handle::current` on a worker), as the
+    /// runtime layer's own type, which this layer does not name.
+    pub(crate) rt: Weak<dyn std::any::Any + Send + Sync>,
     /// The runtime's timer driver, shared by all its pools.
     pub(crate) time: Arc<Driver>,
     /// Fork-join jobs injected from threads outside the pool (`join`, `scope`).
@@ -132,7 +153,7 @@ impl Shared {
     pub(crate) fn new(
         workers: usize,
         pool: Pool,
-        rt: Weak<Inner>,
+        rt: Weak<dyn std::any::Any + Send + Sync>,
         time: Arc<Driver>,
     ) -> (Arc<Shared>, Vec<WorkerParts>) {
         let mut locals = Vec::with_capacity(workers);
@@ -150,8 +171,8 @@ impl Shared {
                     inbox: Inject::new(),
                     running_task: AtomicU64::new(0),
                     stalled: AtomicBool::new(false),
-                    leapfroggers: crate::sync::AtomicUsize::new(0),
-                    waiting_on: crate::sync::AtomicUsize::new(usize::MAX),
+                    leapfroggers: crate::base::AtomicUsize::new(0),
+                    waiting_on: crate::base::AtomicUsize::new(usize::MAX),
                     set_aside: Mutex::new(SetAside {
                         tasks: Vec::new(),
                         closed: false,
@@ -425,7 +446,7 @@ impl Shared {
             q.queue.drain(..).collect()
         };
         for j in jobs {
-            crate::forkjoin::execute(j);
+            crate::scheduler::job::execute(j);
         }
     }
 

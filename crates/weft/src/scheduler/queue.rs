@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use crossbeam_utils::CachePadded;
 
 use super::inject::Inject;
-use crate::sync::{Arc, AtomicPtr, AtomicU32};
+use crate::base::{Arc, AtomicPtr, AtomicU32};
 use crate::task::header::Header;
 use crate::task::raw::Notified;
 

@@ -52,9 +52,9 @@ use std::task::Wake;
 
 use corosensei::{Coroutine, Yielder};
 
-use super::park::Parker;
-use crate::fiber::stack::Stack;
-use crate::sync::{fence, Arc, AtomicBool, AtomicUsize, Mutex};
+use crate::base::park::Parker;
+use crate::base::{fence, Arc, AtomicBool, AtomicUsize, Mutex};
+use crate::stack::Stack;
 
 /// The slot of a wait whose stack is not set aside (it runs, or it dispatches).
 const NO_SLOT: usize = usize::MAX;
@@ -143,7 +143,7 @@ pub(crate) struct LoopCtx {
     /// sees another one is inside a join or scope and must not set the stack aside.
     pub(crate) base_mark: Cell<(usize, u32)>,
     /// What the overflow handler reports if a task overflows this stack.
-    pub(crate) frame: crate::fiber::overflow::Frame,
+    pub(crate) frame: crate::stack::overflow::Frame,
 }
 
 struct SetAside<S> {

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::sync::AtomicU64;
+use crate::base::AtomicU64;
 
 /// Counters a worker updates about itself. Only the owning worker writes them (a plain
 /// load and store, no read-modify-write); anyone may read them.
@@ -82,7 +82,7 @@ pub struct Stats {
     /// Timers fired since the runtime started.
     pub timers_fired: u64,
     /// Fibers and their stacks (process-wide figures).
-    pub fibers: crate::fiber::FiberStats,
+    pub fibers: crate::stack::FiberStats,
     /// Tasks and fibers the stall reporter named (see
     /// [`Builder::stall_report`](crate::Builder::stall_report)).
     pub stalls_reported: u64,
@@ -101,7 +101,7 @@ pub struct Stats {
 #[non_exhaustive]
 pub struct PoolStats {
     /// Which pool.
-    pub pool: crate::Pool,
+    pub pool: super::Pool,
     /// Tasks ever spawned on this pool.
     pub total_spawned: u64,
     /// Polls across this pool's workers.
@@ -123,7 +123,7 @@ pub struct PoolStats {
 }
 
 impl PoolStats {
-    pub(crate) fn new(pool: crate::Pool, spawned: u64, workers: Vec<WorkerStats>) -> Self {
+    pub(crate) fn new(pool: super::Pool, spawned: u64, workers: Vec<WorkerStats>) -> Self {
         PoolStats {
             pool,
             total_spawned: spawned,
@@ -160,7 +160,7 @@ impl Stats {
             blocking,
             timers_pending: timers.0,
             timers_fired: timers.1,
-            fibers: crate::fiber::stats(),
+            fibers: crate::stack::fiber_stats(),
             stalls_reported,
         }
     }

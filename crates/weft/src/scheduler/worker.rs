@@ -14,6 +14,11 @@
 //! stack it runs on aside, and the worker goes on with [`Core::run_until`] on another
 //! (see [`super::stacks`]); fork-join joins help in place. All state is in `Cell`s and
 //! no borrow is held across a poll or a stack switch.
+//!
+//! (About 730 lines of code: the run loop, the search order and the local queue
+//! operations are the path of every poll and stay in one module, so in one codegen
+//! unit; the fork-join frames, the park path and the dispatcher of set-aside waits are
+//! in `worker/`.)
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -28,13 +33,17 @@ use super::clock;
 use super::queue::Local;
 use super::stacks::{LoopCtx, LoopStack, Stacks, WaitSignal, Yielded};
 use super::{cancel_queued, Remote, Shared, WorkerParts};
-use crate::forkjoin::deque::{self, Steal};
-use crate::forkjoin::job::{Frame, Job, JobRef};
-use crate::forkjoin::latch::OnceLatch;
-use crate::sync::AtomicUsize;
-use crate::sync::{fence, Arc};
+use crate::base::AtomicUsize;
+use crate::base::{fence, Arc};
+use crate::scheduler::deque::{self, Steal};
+use crate::scheduler::job::{Frame, Job, JobRef};
+use crate::scheduler::latch::OnceLatch;
 use crate::task::current;
 use crate::task::raw::Notified;
+
+mod dispatch;
+mod frames;
+mod park;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 /// Fork-join heartbeat: joins between clock reads start at `HEARTBEAT_JOINS` and adapt
@@ -93,7 +102,7 @@ pub(crate) struct Core {
     /// poll's path (see [`Core::remote`]).
     remote: NonNull<Remote>,
     /// This worker's parker (a copy of `shared.remotes[index].parker`).
-    parker: Arc<crate::scheduler::park::Parker>,
+    parker: Arc<crate::base::park::Parker>,
     local: Local,
     /// The owner's end of this worker's fork-join deque.
     jobs: deque::Worker<Job>,
@@ -369,201 +378,12 @@ impl Core {
         self.leave_searching();
     }
 
-    /// A signal for one blocked wait on this worker (see [`super::stacks`]).
-    pub(crate) fn wait_signal(&self) -> StdArc<WaitSignal> {
-        self.stacks.signal(&self.parker)
-    }
-
-    /// Returns once `signal` fired or the runtime shuts down (or spuriously), having
-    /// kept the worker busy meanwhile: the loop stack this runs on is set aside until
-    /// then, or, where it cannot be (the thread's own stack, a fiber's, or inside a
-    /// fork-join join or scope), this wait dispatches: it resumes other set-aside
-    /// stacks and runs a spare loop stack (see [`super::stacks`]).
-    pub(crate) fn wait_for(&self, signal: &StdArc<WaitSignal>) {
-        let ctx = current::loop_stack().cast::<LoopCtx>();
-        // SAFETY: a non-null loop stack is the context of the loop stack this thread
-        // runs on now, which lives at that stack's base, below this frame.
-        if let Some(ctx) = unsafe { ctx.as_ref() } {
-            if ctx.base_mark.get() == self.join_mark() {
-                {
-                    let _switch = self.switch();
-                    // SAFETY: the yielder lives at the base of the loop stack this
-                    // thread runs on, as above. Whatever we are resumed with, the
-                    // caller's loop looks at the runtime's state itself.
-                    let _finish =
-                        unsafe { &*ctx.yielder }.suspend(Yielded::Waiting(signal.clone()));
-                }
-                ctx.base_mark.set(self.join_mark());
-                return;
-            }
-        }
-        self.dispatch(Some(signal));
-    }
-
-    /// The dispatcher (see [`super::stacks`]): resumes the set-aside stacks whose waits
-    /// were woken; with `mine` (a wait that cannot set its stack aside) also runs a
-    /// spare loop stack, until `mine` fires or the runtime shuts down.
-    fn dispatch(&self, mine: Option<&WaitSignal>) {
-        let stacks = &self.stacks;
-        loop {
-            if mine.is_some_and(WaitSignal::is_woken) {
-                return;
-            }
-            // `take_ready` sets `any` again while more stacks are ready: it must not be
-            // cleared by a dispatcher that leaves a ready one behind.
-            stacks.start_looking();
-            if let Some(stack) = stacks.take_ready() {
-                self.resume_stack(stack);
-                continue;
-            }
-            let Some(mine) = mine else {
-                return;
-            };
-            if mine.is_woken() || self.shared.is_shutdown() {
-                return;
-            }
-            if stacks.ready().any() {
-                continue;
-            }
-            match stacks
-                .take_spare()
-                .map_or_else(|| self.new_loop_stack(), Ok)
-            {
-                Ok(stack) => self.resume_stack(stack),
-                // No stack to be had (the memory map limit): help on this stack.
-                Err(_) => self.run_until(|| stacks.ready().any()),
-            }
-        }
-    }
-
-    /// Runs `stack` until it hands the thread back, and keeps it as it says.
-    fn resume_stack(&self, mut stack: LoopStack) {
-        let result = {
-            let _switch = self.switch();
-            stack.resume(false)
-        };
-        match result {
-            CoroutineResult::Yield(Yielded::Waiting(signal)) => {
-                self.stacks.set_aside(stack, signal);
-            }
-            CoroutineResult::Yield(Yielded::Idle) => {
-                if let Some(extra) = self.stacks.keep_spare(stack) {
-                    self.retire_stack(extra);
-                }
-            }
-            CoroutineResult::Return(()) => crate::fiber::stack::release(stack.into_stack()),
-        }
-    }
-
-    /// Makes an idle loop stack finish, and gives its memory back.
-    fn retire_stack(&self, mut stack: LoopStack) {
-        let result = {
-            let _switch = self.switch();
-            stack.resume(true)
-        };
-        debug_assert!(matches!(result, CoroutineResult::Return(())));
-        if stack.done() {
-            crate::fiber::stack::release(stack.into_stack());
-        }
-    }
-
-    /// A new loop stack: the worker loop, until the dispatcher wants the thread back.
-    fn new_loop_stack(&self) -> Result<LoopStack, crate::fiber::SpawnError> {
-        crate::fiber::overflow::install();
-        let stack = crate::fiber::stack::acquire(LOOP_STACK_SIZE)?;
-        let frame =
-            crate::fiber::overflow::Frame::loop_stack(stack.guard_range(), stack.usable_size());
-        let core: *const Core = self;
-        Ok(Coroutine::with_stack(
-            stack,
-            move |yielder: &Yielder<bool, Yielded>, finish: bool| {
-                // SAFETY: a loop stack only runs on its core's thread, resumed by that
-                // core's dispatcher, and `Core::run` finishes every loop stack before
-                // the core is dropped.
-                let core = unsafe { &*core };
-                let ctx = LoopCtx {
-                    yielder,
-                    base_mark: Cell::new(core.join_mark()),
-                    frame,
-                };
-                let mut finish = finish;
-                while !finish {
-                    current::set_loop_stack((&ctx as *const LoopCtx).cast(), &ctx.frame);
-                    ctx.base_mark.set(core.join_mark());
-                    core.run_until(|| core.stacks.ready().any());
-                    current::set_loop_stack(std::ptr::null(), std::ptr::null());
-                    finish = yielder.suspend(Yielded::Idle);
-                }
-            },
-        ))
-    }
-
-    /// Shutdown: lets every set-aside wait see it (each then blocks its thread until
-    /// its future completes, as any wait during shutdown does) and finishes the loop
-    /// stacks, on this thread.
-    fn finish_stacks(&self) {
-        loop {
-            let all = self.stacks.take_all();
-            if all.is_empty() {
-                break;
-            }
-            for stack in all {
-                self.resume_stack(stack);
-            }
-        }
-        for stack in self.stacks.take_spares() {
-            self.retire_stack(stack);
-        }
-    }
-
-    /// Saves what this thread runs (the current task and stacks, the stall reporter's
-    /// task) while it switches to another loop stack; restores it when dropped, back on
-    /// this one.
-    fn switch(&self) -> Switch<'_> {
-        Switch {
-            running: self.remote().running_task.load(Relaxed),
-            current: Some(current::take()),
-            core: self,
-        }
-    }
-
-    /// Blocks this worker's thread until `done()`, running nothing else meanwhile: for a
-    /// wait that may neither suspend a fiber nor help (a panic is unwinding on this
-    /// thread, and no other task may run inside that unwind and see
-    /// `thread::panicking()`). Wakes from this thread go to the injection queue, where
-    /// the other workers find them; while it can, the thread holds the timer driver and
-    /// fires what comes due, so a timer can end the wait even on a one-worker pool.
-    #[cold]
-    pub(crate) fn block_until(&self, done: impl Fn() -> bool) {
-        let was_parking = self.transitioning_to_park.replace(true);
-        let time = &self.shared.time;
-        while !done() {
-            let holds_driver = time.try_acquire(&self.parker);
-            let timeout = if holds_driver {
-                time.process();
-                time.holder_timeout()
-            } else {
-                // Another worker holds the driver; look again now and then, in case it
-                // stops holding it while this thread still waits.
-                Some(BLOCKED_DRIVER_RECHECK)
-            };
-            if !done() {
-                self.parker.park_timeout(timeout);
-            }
-            if holds_driver {
-                time.release();
-                time.process();
-            }
-        }
-        self.transitioning_to_park.set(was_parking);
-    }
-
     /// Runs a fork-join job forked by another thread.
     fn run_job(&self, job: JobRef) {
         self.woken.set(false);
         self.leave_searching();
         self.counters().jobs_run.bump(1);
-        crate::forkjoin::execute(job);
+        crate::scheduler::job::execute(job);
     }
 
     /// Pushes a job onto this worker's deque, where thieves can take it, and wakes a
@@ -576,329 +396,8 @@ impl Core {
 
     /// The parker this worker sleeps on (also for fork-join latches).
     #[inline]
-    pub(crate) fn parker(&self) -> &Arc<crate::scheduler::park::Parker> {
+    pub(crate) fn parker(&self) -> &Arc<crate::base::park::Parker> {
         &self.parker
-    }
-
-    /// Which fork-join `join` and `scope` are in progress on this worker: a fiber that
-    /// sees a different mark than when it was resumed entered one, and must not suspend
-    /// until it left (their frames and deque marks must be undone in order).
-    #[inline]
-    pub(crate) fn join_mark(&self) -> (usize, u32) {
-        (
-            self.private_newest.get() as usize ^ self.outermost.get() as usize,
-            self.scopes.get() + self.private_len.get(),
-        )
-    }
-
-    /// A `scope` body starts (`true`) or ends on this worker.
-    pub(crate) fn scope_entered(&self, entered: bool) {
-        let n = self.scopes.get();
-        self.scopes.set(if entered { n + 1 } else { n - 1 });
-    }
-
-    /// Takes the heartbeat countdown back from the plain-join allowance: the slow path
-    /// of a join calls this first, and every piece of user code that ran with an
-    /// allowance is followed by it.
-    #[inline]
-    pub(crate) fn absorb_plain(&self) {
-        let n = PLAIN_JOINS.with(|c| c.replace(0));
-        if n > 0 {
-            self.joins_until_check.set(n as u32);
-        }
-    }
-
-    /// Before user code runs from a join: if enough private frames wait, hands the
-    /// heartbeat countdown to the plain-join allowance (see [`take_plain_join`]). Every
-    /// grant is followed by [`Core::absorb_plain`] before the core's frame state is
-    /// read or changed again.
-    #[inline]
-    pub(crate) fn grant_plain(&self) {
-        if self.private_len.get() >= self.frames_before_plain.get() {
-            let n = self.joins_until_check.get() as i32;
-            PLAIN_JOINS.with(|c| c.set(n));
-        }
-    }
-
-    /// Links a `join`'s second half as the newest private frame, then runs the
-    /// heartbeat check when it is due (see `forkjoin`).
-    #[inline]
-    pub(crate) fn push_frame(&self, frame: &Frame) {
-        self.private_len.set(self.private_len.get() + 1);
-        let newest = self.private_newest.get();
-        frame.prev.set(newest);
-        if newest.is_null() {
-            self.private_oldest.set(frame);
-        } else {
-            // SAFETY: private frames are live: each is unlinked by its own join before
-            // its stack frame ends, newest first.
-            unsafe { (*newest).next.set(frame) };
-        }
-        self.private_newest.set(frame);
-        // Outermost: no join frame of this worker is in progress (promoted frames
-        // leave the private list, so an empty list does not say that).
-        if self.outermost.get().is_null() {
-            self.outermost_join(frame);
-        } else {
-            let n = self.joins_until_check.get() - 1;
-            if n == 0 {
-                self.heartbeat();
-            } else {
-                self.joins_until_check.set(n);
-            }
-        }
-    }
-
-    /// The outermost join of a computation. If a worker is hungry its second half is
-    /// shown to thieves at once; a *parked* worker is woken for it right away only if
-    /// this worker's outermost joins have been lasting longer than a wake-up takes (an
-    /// EWMA of their measured durations). Otherwise the half is shown quietly (a
-    /// searching worker may still take it) and the first heartbeat wakes a sleeper if
-    /// the computation is still running, so a tiny computation never pays a futex wake.
-    #[cold]
-    fn outermost_join(&self, frame: &Frame) {
-        let now = clock::now_ns();
-        self.last_heartbeat.set(now);
-        self.last_check.set(now);
-        self.outermost_start.set(now);
-        self.outermost.set(frame);
-        self.joins_until_check.set(self.heartbeat_joins.get());
-        self.frames_before_plain.set(FRAMES_WHILE_ALONE);
-        if !self.someone_hungry() {
-            return;
-        }
-        let worth_a_wake = self.shared.idle.num_searching() > 0
-            || self.avg_outermost_ns.get() > self.shared.wake_latency_ns() as f64;
-        if worth_a_wake {
-            self.promote_oldest();
-        } else {
-            self.promote_oldest_quietly();
-        }
-    }
-
-    /// The outermost join ended: fold its duration into the EWMA.
-    #[cold]
-    fn outermost_done(&self) {
-        self.outermost.set(std::ptr::null());
-        let took = clock::since(clock::now_ns(), self.outermost_start.get()).as_nanos() as f64;
-        let avg = self.avg_outermost_ns.get();
-        self.avg_outermost_ns.set(if avg.is_finite() {
-            0.75 * avg + 0.25 * took
-        } else {
-            took
-        });
-    }
-
-    #[cold]
-    fn heartbeat(&self) {
-        let now = clock::now_ns();
-        let joins = adapt_heartbeat(
-            self.heartbeat_joins.get(),
-            clock::since(now, self.last_check.get()),
-        );
-        self.last_check.set(now);
-        self.heartbeat_joins.set(joins);
-        self.joins_until_check.set(joins);
-        if clock::since(now, self.last_heartbeat.get()) >= HEARTBEAT {
-            self.last_heartbeat.set(now);
-            if self.someone_hungry() {
-                if self.private_oldest.get().is_null() {
-                    // Everything private was shown already (quietly): wake a sleeper.
-                    self.shared.notify_parked();
-                } else {
-                    self.promote_oldest();
-                }
-            }
-        }
-    }
-
-    /// Whether another worker would take work from this one: one searches or sleeps,
-    /// or waits in `join` for a job this worker stole (and can help with its parts).
-    #[inline]
-    pub(crate) fn someone_hungry(&self) -> bool {
-        self.shared.idle.num_searching() > 0
-            || self.shared.idle.any_parked_except(self.index).is_some()
-            || self.remote().leapfroggers.load(Relaxed) > 0
-    }
-
-    /// When a worker is hungry, moves every private frame to the deque (oldest first,
-    /// so the deque keeps the frames' order).
-    pub(crate) fn share_private_frames(&self) {
-        if self.someone_hungry() {
-            while !self.private_oldest.get().is_null() {
-                self.promote_oldest();
-            }
-        }
-    }
-
-    /// Moves the oldest private frame to the deque and wakes a worker for it.
-    #[cold]
-    fn promote_oldest(&self) {
-        // Work is being shared from here on: keep more frames (see FRAMES_WHILE_ALONE).
-        self.frames_before_plain.set(FRAMES_WHILE_SHARING);
-        if self.promote_oldest_quietly() {
-            self.shared.notify_parked();
-        }
-    }
-
-    /// Moves the oldest private frame to the deque without waking anyone. Returns
-    /// whether there was one.
-    fn promote_oldest_quietly(&self) -> bool {
-        let oldest = self.private_oldest.get();
-        if oldest.is_null() {
-            return false;
-        }
-        // SAFETY: private frames are live (see `push_frame`).
-        let frame = unsafe { &*oldest };
-        let next = frame.next.get();
-        self.private_oldest.set(next);
-        if next.is_null() {
-            self.private_newest.set(std::ptr::null());
-        } else {
-            // SAFETY: as above.
-            unsafe { (*next).prev.set(std::ptr::null()) };
-        }
-        frame.promoted.set(true);
-        self.private_len.set(self.private_len.get() - 1);
-        self.offer_job(frame.job_ref());
-        true
-    }
-
-    /// Pushes a job for thieves, and wakes the workers waiting for a theft of ours.
-    pub(crate) fn offer_job(&self, job: JobRef) {
-        self.jobs.push(job.as_ptr());
-        self.wake_leapfroggers();
-    }
-
-    /// After a push to the deque: wakes the workers that wait in `join` for a job this
-    /// worker stole from them, so they take the new job instead of sleeping on.
-    fn wake_leapfroggers(&self) {
-        // Pairs with the SeqCst registration in `leapfrog`: either the waiter's steal
-        // after registering sees the job, or this load sees the registration.
-        fence(SeqCst);
-        if self.remote().leapfroggers.load(SeqCst) == 0 {
-            return;
-        }
-        for (i, remote) in self.shared.remotes.iter().enumerate() {
-            if i != self.index && remote.waiting_on.load(Relaxed) == self.index {
-                remote.parker.unpark();
-            }
-        }
-    }
-
-    /// Waits in `join` until `latch` (of a job of ours that a thief took) is set,
-    /// running only jobs stolen back from that thief (`b`'s own descendants; see
-    /// `forkjoin`). Once the thief is known this worker registers as its leapfrogger,
-    /// so the thief's heartbeat shares work with it (and wakes it) instead of leaving
-    /// it idle until the thief is done.
-    pub(crate) fn wait_for_thief(&self, latch: &OnceLatch, thief: &AtomicUsize) {
-        let mut leapfrog = None;
-        latch.wait(&self.parker, || {
-            let thief = thief.load(Relaxed);
-            if thief == usize::MAX {
-                return false;
-            }
-            if leapfrog.is_none() {
-                // Before the steal below: see `wake_leapfroggers`.
-                leapfrog = Some(self.leapfrog(thief));
-            }
-            self.help_thief(thief)
-        });
-    }
-
-    /// Registers this worker as waiting in `join` for `thief` to finish a job it stole
-    /// from us (see [`Core::wake_leapfroggers`]) until the guard drops.
-    fn leapfrog(&self, thief: usize) -> Leapfrog<'_> {
-        let prev = self.remote().waiting_on.swap(thief, SeqCst);
-        self.shared.remotes[thief].leapfroggers.fetch_add(1, SeqCst);
-        Leapfrog {
-            core: self,
-            thief,
-            prev,
-        }
-    }
-
-    /// Unlinks `frame` at the end of its `join`. Returns true if the caller may run the
-    /// job itself: it was still private, or it was promoted and popped back before any
-    /// thief took it.
-    #[inline]
-    pub(crate) fn pop_frame(&self, frame: &Frame) -> bool {
-        if std::ptr::eq(self.outermost.get(), frame) {
-            self.outermost_done();
-        }
-        if !frame.promoted.get() {
-            debug_assert_eq!(self.private_newest.get(), frame as *const Frame);
-            self.private_len.set(self.private_len.get() - 1);
-            let prev = frame.prev.get();
-            self.private_newest.set(prev);
-            if prev.is_null() {
-                self.private_oldest.set(std::ptr::null());
-            } else {
-                // SAFETY: private frames are live (see `push_frame`).
-                unsafe { (*prev).next.set(std::ptr::null()) };
-            }
-            return true;
-        }
-        // Promoted frames leave the private list, oldest first; everything newer was
-        // unlinked by nested joins, and everything older was promoted before it.
-        debug_assert!(self.private_newest.get().is_null());
-        // Above our frame the deque may hold jobs pushed while `a` ran (`scope` spawns
-        // from inside `a`): they are ours, and nobody else may be left to run them, so
-        // run them until our frame comes back, or the deque runs dry (a thief took it).
-        loop {
-            match self.pop_job() {
-                Some(j) if j == frame.job_ref() => return true,
-                Some(other) => crate::forkjoin::execute(other),
-                None => return false,
-            }
-        }
-    }
-
-    /// The deque position now; see [`Core::pop_job_above`].
-    pub(crate) fn jobs_mark(&self) -> isize {
-        self.jobs.bottom()
-    }
-
-    /// Pops a job only if it was pushed after `mark` was taken.
-    pub(crate) fn pop_job_above(&self, mark: isize) -> Option<JobRef> {
-        if self.jobs.bottom() <= mark {
-            return None;
-        }
-        self.pop_job()
-    }
-
-    #[inline]
-    pub(crate) fn pop_job(&self) -> Option<JobRef> {
-        // SAFETY: this deque only holds pointers pushed by `push_job`.
-        self.jobs.pop().map(|p| unsafe { JobRef::from_ptr(p) })
-    }
-
-    /// While waiting for a stolen job: steal one of its descendants from the thief and
-    /// run it (leapfrogging). Returns whether it ran something.
-    fn help_thief(&self, thief: usize) -> bool {
-        match self.steal_job_from(thief) {
-            Some(job) => {
-                self.counters().jobs_run.bump(1);
-                crate::forkjoin::execute(job);
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn steal_job_from(&self, victim: usize) -> Option<JobRef> {
-        let stealer = &self.shared.remotes[victim].jobs;
-        loop {
-            match stealer.steal() {
-                Steal::Success(p) => {
-                    self.counters().jobs_stolen.bump(1);
-                    // SAFETY: deques only hold pointers pushed by `push_job`.
-                    return Some(unsafe { JobRef::from_ptr(p) });
-                }
-                Steal::Empty => return None,
-                Steal::Retry => std::hint::spin_loop(),
-            }
-        }
     }
 
     fn run_task(&self, task: Notified) {
@@ -1148,98 +647,6 @@ impl Core {
         self.next_global().map(Work::Task)
     }
 
-    /// The sleep transition (see [`super::idle`] for why this order is safe). The first
-    /// worker to park holds the timer driver and sleeps until the next deadline.
-    fn park(&self, done: &dyn Fn() -> bool) {
-        if self.woken.replace(false) {
-            self.counters().spurious.bump(1);
-        }
-        self.transitioning_to_park.set(true);
-        // With the last-searcher hand-off: work that producers left to this searcher
-        // must not wait behind a busy worker while this one sleeps.
-        self.leave_searching();
-        let idle = &self.shared.idle;
-        idle.publish_parked(self.index);
-        fence(SeqCst);
-        self.sample_task_time(clock::now_ns());
-        let has_work = !self.shared.inject.is_empty()
-            || !self.inbox().is_empty()
-            || (idle.num_searching() == 0 && self.shared.has_work_for(self.index));
-        if has_work || done() || self.shared.is_shutdown() {
-            self.unpublish();
-        } else {
-            self.counters().parked.bump(1);
-            let parker = &self.parker;
-            let time = &self.shared.time;
-            let mut holds_driver = false;
-            let mut spin_ns = self.shared.spin_ns();
-            loop {
-                if !holds_driver && time.try_acquire(parker) {
-                    holds_driver = true;
-                    idle.set_driver_holder(Some(self.index));
-                }
-                let timeout = if holds_driver {
-                    // Fired timers wake their tasks through the normal path; with
-                    // `transitioning_to_park` set they go to the injection queue, whose
-                    // producer side claims a parked worker (maybe this one).
-                    time.process();
-                    time.holder_timeout()
-                } else {
-                    None
-                };
-                let slept = parker.park_spin_timeout(spin_ns, timeout);
-                // One spin per park: a wake-up that finds no work sleeps at once.
-                spin_ns = 0;
-                if !slept {
-                    self.counters().spin_wakeups.bump(1);
-                }
-                if !idle.is_parked(self.index) {
-                    // A producer claimed us and counted us as a searcher.
-                    if slept {
-                        // Only a wake from sleep measures what a futex wake costs.
-                        self.shared.record_wake(self.index);
-                    }
-                    self.searching.set(true);
-                    self.woken.set(true);
-                    break;
-                }
-                if !self.inbox().is_empty() {
-                    // A fiber tied to this worker was woken (see `Shared::push_inbox`).
-                    self.unpublish();
-                    break;
-                }
-                if done() || self.shared.is_shutdown() {
-                    self.unpublish();
-                    break;
-                }
-            }
-            if holds_driver {
-                idle.set_driver_holder(None);
-                time.release();
-                // Timers that came due while we slept are fired before running tasks.
-                time.process();
-                if time.has_pending() {
-                    // Hand the driver on: nudge a sleeping peer (without claiming it),
-                    // which takes the driver and sleeps until the next deadline.
-                    if let Some(peer) = idle.any_parked_except(self.index) {
-                        self.shared.remotes[peer].parker.unpark();
-                    }
-                }
-            }
-            // Time asleep is not task time: sample up to the park (which also restarted
-            // the poll count), restart the clock after it.
-            self.tick_start.set(clock::now_ns());
-        }
-        self.transitioning_to_park.set(false);
-    }
-
-    fn unpublish(&self) {
-        if !self.shared.idle.unpublish_parked(self.index) {
-            // Claimed meanwhile: the producer counted us as a searcher.
-            self.searching.set(true);
-        }
-    }
-
     /// Queues a task woken or spawned on this worker. New tasks go to the LIFO slot
     /// (evicting the previous one to the queue), yields to the deferred list.
     /// Returns the task if it must go to the injection queue instead.
@@ -1364,40 +771,6 @@ impl Core {
         }
         self.leave_searching();
         self.drain();
-    }
-}
-
-/// A worker's registration as a leapfrogger (see [`Core::leapfrog`]).
-struct Leapfrog<'c> {
-    core: &'c Core,
-    thief: usize,
-    prev: usize,
-}
-
-/// See [`Core::switch`].
-struct Switch<'a> {
-    core: &'a Core,
-    current: Option<current::Saved>,
-    running: u64,
-}
-
-impl Drop for Switch<'_> {
-    fn drop(&mut self) {
-        if let Some(saved) = self.current.take() {
-            current::restore(saved);
-        }
-        self.core.remote().running_task.store(self.running, Relaxed);
-    }
-}
-
-impl Drop for Leapfrog<'_> {
-    fn drop(&mut self) {
-        // Nested waits (helping runs joins whose halves get stolen too) restore the
-        // outer wait's thief.
-        self.core.remote().waiting_on.store(self.prev, Relaxed);
-        self.core.shared.remotes[self.thief]
-            .leapfroggers
-            .fetch_sub(1, Relaxed);
     }
 }
 

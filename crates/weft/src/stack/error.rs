@@ -3,7 +3,7 @@
 use std::fmt;
 use std::io;
 
-use super::stack::{MAPS_PER_STACK, MAX_STACK_SIZE, MIN_STACK_SIZE};
+use super::{MAPS_PER_STACK, MAX_STACK_SIZE, MIN_STACK_SIZE};
 
 /// The error returned when a fiber cannot be spawned.
 ///

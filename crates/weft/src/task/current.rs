@@ -7,30 +7,31 @@ use std::cell::Cell;
 use std::ptr::NonNull;
 
 use super::header::Header;
-use crate::fiber::FiberCtx;
 
+/// The record. The fiber, loop-stack and overflow-report pointers belong to higher
+/// layers (`fiber`, `scheduler::stacks`, `stack::overflow`), which alone know their
+/// types: this layer only keeps them, as untyped pointers, for the thread.
 #[derive(Clone, Copy)]
 struct Current {
     task: Option<NonNull<Header>>,
-    fiber: *const FiberCtx,
-    /// The fiber whose stack this thread is on (null: the thread's own). Unlike
-    /// `fiber`, a task polled on a fiber's stack (a worker helping inside a fiber's
-    /// `join` or `wait`) keeps it: an overflow there is still that stack's.
-    stack: *const FiberCtx,
-    /// The worker loop stack this thread runs on (null: not on one; see
-    /// `scheduler::stacks`): whose blocked wait may set its stack aside. Cleared while
-    /// a fiber's stack runs on top of it.
+    /// The running fiber's context (a `fiber::FiberCtx`), or null.
+    fiber: *const (),
+    /// The overflow report (a `stack::overflow::Frame`) of the stack this thread runs
+    /// on: a fiber's or a worker loop stack's (null: the thread's own). Unlike
+    /// `fiber`, a task polled on a fiber's stack keeps it: an overflow there is still
+    /// that stack's.
+    stack_frame: *const (),
+    /// The worker loop stack this thread runs on (a `scheduler::stacks::LoopCtx`;
+    /// null: not on one): whose blocked wait may set its stack aside. Cleared while a
+    /// fiber's stack runs on top of it.
     loop_stack: *const (),
-    /// The overflow report of that loop stack.
-    loop_frame: *const crate::fiber::overflow::Frame,
 }
 
 const NONE: Current = Current {
     task: None,
     fiber: std::ptr::null(),
-    stack: std::ptr::null(),
+    stack_frame: std::ptr::null(),
     loop_stack: std::ptr::null(),
-    loop_frame: std::ptr::null(),
 };
 
 #[cfg(not(loom))]
@@ -100,47 +101,37 @@ pub(crate) fn with<R>(f: impl FnOnce(Option<&Header>) -> R) -> R {
     f(task.map(|p| unsafe { p.as_ref() }))
 }
 
-/// Makes `fiber` the running fiber, on its own stack, until the returned guard drops
-/// (around every resume of its coroutine, and its unwinding).
+/// Makes `fiber` the running fiber until the returned guard drops (around every resume
+/// of its coroutine, and its unwinding), with `stack_frame` the overflow report of the
+/// stack the thread then runs on: the fiber's own, or null when the thread stays on its
+/// own stack (dropping a finished fiber's locals after its stack went back to the
+/// pool).
 #[inline]
-pub(crate) fn enter_fiber(fiber: *const FiberCtx) -> EnterFiber {
-    enter_fiber_with(fiber, fiber)
-}
-
-/// Makes `fiber` the running fiber while the thread stays on its own stack (dropping a
-/// finished fiber's locals after its stack went back to the pool).
-pub(crate) fn enter_fiber_off_stack(fiber: *const FiberCtx) -> EnterFiber {
-    enter_fiber_with(fiber, std::ptr::null())
-}
-
-#[inline]
-fn enter_fiber_with(fiber: *const FiberCtx, stack: *const FiberCtx) -> EnterFiber {
+pub(crate) fn enter_fiber(fiber: *const (), stack_frame: *const ()) -> EnterFiber {
     let prev = CURRENT.with(|c| {
-        let mut cur = c.get();
-        let prev = (cur.fiber, cur.stack, cur.loop_stack, cur.loop_frame);
-        cur.fiber = fiber;
-        cur.stack = stack;
-        // A fiber's stack (or the thread's own, for a finished fiber's locals) is no
-        // worker loop stack: a wait there must not suspend the loop stack below it.
-        cur.loop_stack = std::ptr::null();
-        cur.loop_frame = std::ptr::null();
-        c.set(cur);
+        let prev = c.get();
+        c.set(Current {
+            fiber,
+            stack_frame,
+            // A fiber's stack (or the thread's own, for a finished fiber's locals) is
+            // no worker loop stack: a wait there must not suspend the loop stack below.
+            loop_stack: std::ptr::null(),
+            ..prev
+        });
         prev
     });
     EnterFiber {
-        prev_fiber: prev.0,
-        prev_stack: prev.1,
-        prev_loop_stack: prev.2,
-        prev_loop_frame: prev.3,
+        prev_fiber: prev.fiber,
+        prev_stack_frame: prev.stack_frame,
+        prev_loop_stack: prev.loop_stack,
     }
 }
 
-/// Restores the previously running fiber and stack (null: none).
+/// Restores the previously running fiber and stacks (null: none).
 pub(crate) struct EnterFiber {
-    prev_fiber: *const FiberCtx,
-    prev_stack: *const FiberCtx,
+    prev_fiber: *const (),
+    prev_stack_frame: *const (),
     prev_loop_stack: *const (),
-    prev_loop_frame: *const crate::fiber::overflow::Frame,
 }
 
 impl Drop for EnterFiber {
@@ -149,9 +140,8 @@ impl Drop for EnterFiber {
         CURRENT.with(|c| {
             let mut cur = c.get();
             cur.fiber = self.prev_fiber;
-            cur.stack = self.prev_stack;
+            cur.stack_frame = self.prev_stack_frame;
             cur.loop_stack = self.prev_loop_stack;
-            cur.loop_frame = self.prev_loop_frame;
             c.set(cur);
         });
     }
@@ -178,39 +168,35 @@ pub(crate) fn loop_stack() -> *const () {
 }
 
 /// Records that this thread now runs on the worker loop stack `stack` (null: none),
-/// whose overflow report is `frame`.
-pub(crate) fn set_loop_stack(stack: *const (), frame: *const crate::fiber::overflow::Frame) {
+/// whose overflow report is `stack_frame`.
+pub(crate) fn set_loop_stack(stack: *const (), stack_frame: *const ()) {
     CURRENT.with(|c| {
         let mut cur = c.get();
         cur.loop_stack = stack;
-        cur.loop_frame = frame;
+        cur.stack_frame = stack_frame;
         c.set(cur);
     });
 }
 
-/// The context of the fiber running on this thread, or null.
+/// The context of the fiber running on this thread (a `fiber::FiberCtx`), or null.
 #[inline]
-pub(crate) fn fiber() -> *const FiberCtx {
+pub(crate) fn fiber() -> *const () {
     CURRENT.with(|c| c.get().fiber)
 }
 
-/// The overflow report of the fiber whose stack this thread is on (null: none), for the
-/// fault handler; also while a task polled on that stack runs. `CURRENT` is
-/// const-initialised and has no destructor, so reading it needs no lazy initialisation
-/// or registration, which a signal handler must not do.
+/// The overflow report (a `stack::overflow::Frame`) of the stack this thread is on
+/// (null: its own), for the fault handler; also while a task polled on that stack runs.
+/// `CURRENT` is const-initialised and has no destructor, so reading it needs no lazy
+/// initialisation or registration, which a signal handler must not do.
 #[cfg(not(loom))]
-pub(crate) fn signal_frame() -> *const crate::fiber::overflow::Frame {
-    let (fiber, loop_frame) = CURRENT
-        .try_with(|c| (c.get().stack, c.get().loop_frame))
-        .unwrap_or((std::ptr::null(), std::ptr::null()));
-    // SAFETY: a non-null stack owner is the live context of a fiber resumed on this
-    // thread: `enter_fiber`'s guard, which clears it, is on this thread's stack.
-    // A non-null loop frame lives at the base of the loop stack this thread runs on.
-    unsafe { fiber.as_ref() }.map_or(loop_frame, FiberCtx::frame_ptr)
+pub(crate) fn signal_frame() -> *const () {
+    CURRENT
+        .try_with(|c| c.get().stack_frame)
+        .unwrap_or(std::ptr::null())
 }
 
 /// loom models never take a fault.
 #[cfg(loom)]
-pub(crate) fn signal_frame() -> *const crate::fiber::overflow::Frame {
+pub(crate) fn signal_frame() -> *const () {
     std::ptr::null()
 }

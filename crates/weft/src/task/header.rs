@@ -4,7 +4,11 @@ use std::fmt;
 use std::ptr::NonNull;
 
 use super::state::State;
-use crate::sync::{AtomicU32, UnsafeCell};
+use crate::base::{AtomicU32, UnsafeCell};
+
+/// High bit of a tagged id (the stall reporter's `Remote::running_task`): the task is a
+/// fiber.
+pub(crate) const FIBER_BIT: u64 = 1 << 63;
 
 /// The first field of every task allocation; the scheduler only sees `NonNull<Header>`.
 #[repr(C)]
@@ -57,7 +61,7 @@ impl Header {
     #[inline]
     pub(crate) fn tagged_id(&self) -> u64 {
         if self.fiber {
-            self.id.0 | crate::runtime::sysmon::FIBER_BIT
+            self.id.0 | FIBER_BIT
         } else {
             self.id.0
         }

@@ -105,25 +105,6 @@ impl<T> JoinHandle<T> {
     pub fn id(&self) -> Id {
         self.header().id
     }
-
-    /// Blocks until the task finishes and returns its result.
-    ///
-    /// Works from any thread; it is [`wait`](crate::wait) on the handle. On a fiber it
-    /// suspends the fiber. On a worker thread of a weft runtime it does not block the
-    /// worker: the stack it runs on is set aside until the task completes, and the worker
-    /// goes on running other tasks on another stack, so joining from inside a task on a
-    /// one-worker runtime cannot deadlock, however the tasks involved wait on each other
-    /// (inside a fork-join `join` or `scope` the stack stays, and the worker runs other
-    /// work on top of it). On any other thread it sleeps until the task completes.
-    ///
-    /// ```
-    /// let rt = weft::Runtime::new().unwrap();
-    /// let h = rt.spawn(async { "done" });
-    /// assert_eq!(h.join().unwrap(), "done");
-    /// ```
-    pub fn join(self) -> Result<T, JoinError> {
-        crate::runtime::wait::wait(self)
-    }
 }
 
 impl<T> Future for JoinHandle<T> {

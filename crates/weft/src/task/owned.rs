@@ -7,7 +7,7 @@ use std::ptr::NonNull;
 use crossbeam_utils::CachePadded;
 
 use super::header::Header;
-use crate::sync::Mutex;
+use crate::base::Mutex;
 
 struct Shard {
     head: Option<NonNull<Header>>,

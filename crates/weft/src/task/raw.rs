@@ -12,7 +12,7 @@ use super::header::{Header, Id, OwnedLinks, Vtable};
 use super::join::JoinError;
 use super::state::{Idle, Run, State};
 use super::{current, waker};
-use crate::sync::{AtomicU32, UnsafeCell};
+use crate::base::{AtomicU32, UnsafeCell};
 
 /// What a task needs from the scheduler that runs it.
 pub(crate) trait Schedule: Send + Sync + Sized + 'static {

@@ -16,7 +16,7 @@
 
 use std::fmt;
 
-use crate::sync::AtomicU64;
+use crate::base::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
 const LIFECYCLE_SHIFT: u32 = 16;

@@ -19,18 +19,18 @@
 //! });
 //! ```
 
-pub(crate) mod driver;
 mod interval;
 mod sleep;
 mod timeout;
-pub(crate) mod wheel;
+
+use crate::driver::timer as driver;
 
 pub use interval::{interval, interval_at, Interval, MissedTickBehavior};
 pub use sleep::{sleep, sleep_until, Sleep};
 pub use std::time::Instant;
 pub use timeout::{timeout, timeout_at, Elapsed, Timeout};
 
-use crate::sync::Arc;
+use crate::base::Arc;
 
 fn try_current_driver() -> Option<Arc<driver::Driver>> {
     // On a worker: its pool's driver (the runtime's, shared by all its pools), without

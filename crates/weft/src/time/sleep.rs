@@ -4,9 +4,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use super::driver::Driver;
-use super::wheel::TimerKey;
-use crate::sync::Arc;
+use crate::base::Arc;
+use crate::driver::timer::Driver;
+use crate::driver::wheel::TimerKey;
 
 /// Waits until `duration` has elapsed.
 ///

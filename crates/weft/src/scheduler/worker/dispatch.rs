@@ -1,0 +1,184 @@
+//! Blocking waits on this worker: setting the loop stack a wait runs on aside, and the
+//! dispatcher that resumes set-aside stacks and runs spare ones (the protocol is in
+//! [`super::super::stacks`]).
+
+use super::*;
+
+impl Core {
+    /// A signal for one blocked wait on this worker (see [`super::stacks`]).
+    pub(crate) fn wait_signal(&self) -> StdArc<WaitSignal> {
+        self.stacks.signal(&self.parker)
+    }
+
+    /// Returns once `signal` fired or the runtime shuts down (or spuriously), having
+    /// kept the worker busy meanwhile: the loop stack this runs on is set aside until
+    /// then, or, where it cannot be (the thread's own stack, a fiber's, or inside a
+    /// fork-join join or scope), this wait dispatches: it resumes other set-aside
+    /// stacks and runs a spare loop stack (see [`super::stacks`]).
+    pub(crate) fn wait_for(&self, signal: &StdArc<WaitSignal>) {
+        let ctx = current::loop_stack().cast::<LoopCtx>();
+        // SAFETY: a non-null loop stack is the context of the loop stack this thread
+        // runs on now, which lives at that stack's base, below this frame.
+        if let Some(ctx) = unsafe { ctx.as_ref() } {
+            if ctx.base_mark.get() == self.join_mark() {
+                {
+                    let _switch = self.switch();
+                    // SAFETY: the yielder lives at the base of the loop stack this
+                    // thread runs on, as above. Whatever we are resumed with, the
+                    // caller's loop looks at the runtime's state itself.
+                    let _finish =
+                        unsafe { &*ctx.yielder }.suspend(Yielded::Waiting(signal.clone()));
+                }
+                ctx.base_mark.set(self.join_mark());
+                return;
+            }
+        }
+        self.dispatch(Some(signal));
+    }
+
+    /// The dispatcher (see [`super::stacks`]): resumes the set-aside stacks whose waits
+    /// were woken; with `mine` (a wait that cannot set its stack aside) also runs a
+    /// spare loop stack, until `mine` fires or the runtime shuts down.
+    pub(super) fn dispatch(&self, mine: Option<&WaitSignal>) {
+        let stacks = &self.stacks;
+        loop {
+            if mine.is_some_and(WaitSignal::is_woken) {
+                return;
+            }
+            // `take_ready` sets `any` again while more stacks are ready: it must not be
+            // cleared by a dispatcher that leaves a ready one behind.
+            stacks.start_looking();
+            if let Some(stack) = stacks.take_ready() {
+                self.resume_stack(stack);
+                continue;
+            }
+            let Some(mine) = mine else {
+                return;
+            };
+            if mine.is_woken() || self.shared.is_shutdown() {
+                return;
+            }
+            if stacks.ready().any() {
+                continue;
+            }
+            match stacks
+                .take_spare()
+                .map_or_else(|| self.new_loop_stack(), Ok)
+            {
+                Ok(stack) => self.resume_stack(stack),
+                // No stack to be had (the memory map limit): help on this stack.
+                Err(_) => self.run_until(|| stacks.ready().any()),
+            }
+        }
+    }
+
+    /// Runs `stack` until it hands the thread back, and keeps it as it says.
+    pub(super) fn resume_stack(&self, mut stack: LoopStack) {
+        let result = {
+            let _switch = self.switch();
+            stack.resume(false)
+        };
+        match result {
+            CoroutineResult::Yield(Yielded::Waiting(signal)) => {
+                self.stacks.set_aside(stack, signal);
+            }
+            CoroutineResult::Yield(Yielded::Idle) => {
+                if let Some(extra) = self.stacks.keep_spare(stack) {
+                    self.retire_stack(extra);
+                }
+            }
+            CoroutineResult::Return(()) => crate::stack::release(stack.into_stack()),
+        }
+    }
+
+    /// Makes an idle loop stack finish, and gives its memory back.
+    pub(super) fn retire_stack(&self, mut stack: LoopStack) {
+        let result = {
+            let _switch = self.switch();
+            stack.resume(true)
+        };
+        debug_assert!(matches!(result, CoroutineResult::Return(())));
+        if stack.done() {
+            crate::stack::release(stack.into_stack());
+        }
+    }
+
+    /// A new loop stack: the worker loop, until the dispatcher wants the thread back.
+    pub(super) fn new_loop_stack(&self) -> Result<LoopStack, crate::stack::error::SpawnError> {
+        crate::stack::overflow::install();
+        let stack = crate::stack::acquire(LOOP_STACK_SIZE)?;
+        let frame =
+            crate::stack::overflow::Frame::loop_stack(stack.guard_range(), stack.usable_size());
+        let core: *const Core = self;
+        Ok(Coroutine::with_stack(
+            stack,
+            move |yielder: &Yielder<bool, Yielded>, finish: bool| {
+                // SAFETY: a loop stack only runs on its core's thread, resumed by that
+                // core's dispatcher, and `Core::run` finishes every loop stack before
+                // the core is dropped.
+                let core = unsafe { &*core };
+                let ctx = LoopCtx {
+                    yielder,
+                    base_mark: Cell::new(core.join_mark()),
+                    frame,
+                };
+                let mut finish = finish;
+                while !finish {
+                    current::set_loop_stack(
+                        (&ctx as *const LoopCtx).cast(),
+                        (&ctx.frame as *const crate::stack::overflow::Frame).cast(),
+                    );
+                    ctx.base_mark.set(core.join_mark());
+                    core.run_until(|| core.stacks.ready().any());
+                    current::set_loop_stack(std::ptr::null(), std::ptr::null());
+                    finish = yielder.suspend(Yielded::Idle);
+                }
+            },
+        ))
+    }
+
+    /// Shutdown: lets every set-aside wait see it (each then blocks its thread until
+    /// its future completes, as any wait during shutdown does) and finishes the loop
+    /// stacks, on this thread.
+    pub(super) fn finish_stacks(&self) {
+        loop {
+            let all = self.stacks.take_all();
+            if all.is_empty() {
+                break;
+            }
+            for stack in all {
+                self.resume_stack(stack);
+            }
+        }
+        for stack in self.stacks.take_spares() {
+            self.retire_stack(stack);
+        }
+    }
+
+    /// Saves what this thread runs (the current task and stacks, the stall reporter's
+    /// task) while it switches to another loop stack; restores it when dropped, back on
+    /// this one.
+    fn switch(&self) -> Switch<'_> {
+        Switch {
+            running: self.remote().running_task.load(Relaxed),
+            current: Some(current::take()),
+            core: self,
+        }
+    }
+}
+
+/// See [`Core::switch`].
+struct Switch<'a> {
+    core: &'a Core,
+    current: Option<current::Saved>,
+    running: u64,
+}
+
+impl Drop for Switch<'_> {
+    fn drop(&mut self) {
+        if let Some(saved) = self.current.take() {
+            current::restore(saved);
+        }
+        self.core.remote().running_task.store(self.running, Relaxed);
+    }
+}

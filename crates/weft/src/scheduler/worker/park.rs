@@ -1,0 +1,129 @@
+//! The sleep transition (the protocol is in [`super::super::idle`]) and the thread
+//! block of a wait that may not switch stacks.
+
+use super::*;
+
+impl Core {
+    /// The sleep transition (see [`super::idle`] for why this order is safe). The first
+    /// worker to park holds the timer driver and sleeps until the next deadline.
+    pub(super) fn park(&self, done: &dyn Fn() -> bool) {
+        if self.woken.replace(false) {
+            self.counters().spurious.bump(1);
+        }
+        self.transitioning_to_park.set(true);
+        // With the last-searcher hand-off: work that producers left to this searcher
+        // must not wait behind a busy worker while this one sleeps.
+        self.leave_searching();
+        let idle = &self.shared.idle;
+        idle.publish_parked(self.index);
+        fence(SeqCst);
+        self.sample_task_time(clock::now_ns());
+        let has_work = !self.shared.inject.is_empty()
+            || !self.inbox().is_empty()
+            || (idle.num_searching() == 0 && self.shared.has_work_for(self.index));
+        if has_work || done() || self.shared.is_shutdown() {
+            self.unpublish();
+        } else {
+            self.counters().parked.bump(1);
+            let parker = &self.parker;
+            let time = &self.shared.time;
+            let mut holds_driver = false;
+            let mut spin_ns = self.shared.spin_ns();
+            loop {
+                if !holds_driver && time.try_acquire(parker) {
+                    holds_driver = true;
+                    idle.set_driver_holder(Some(self.index));
+                }
+                let timeout = if holds_driver {
+                    // Fired timers wake their tasks through the normal path; with
+                    // `transitioning_to_park` set they go to the injection queue, whose
+                    // producer side claims a parked worker (maybe this one).
+                    time.process();
+                    time.holder_timeout()
+                } else {
+                    None
+                };
+                let slept = parker.park_spin_timeout(spin_ns, timeout);
+                // One spin per park: a wake-up that finds no work sleeps at once.
+                spin_ns = 0;
+                if !slept {
+                    self.counters().spin_wakeups.bump(1);
+                }
+                if !idle.is_parked(self.index) {
+                    // A producer claimed us and counted us as a searcher.
+                    if slept {
+                        // Only a wake from sleep measures what a futex wake costs.
+                        self.shared.record_wake(self.index);
+                    }
+                    self.searching.set(true);
+                    self.woken.set(true);
+                    break;
+                }
+                if !self.inbox().is_empty() {
+                    // A fiber tied to this worker was woken (see `Shared::push_inbox`).
+                    self.unpublish();
+                    break;
+                }
+                if done() || self.shared.is_shutdown() {
+                    self.unpublish();
+                    break;
+                }
+            }
+            if holds_driver {
+                idle.set_driver_holder(None);
+                time.release();
+                // Timers that came due while we slept are fired before running tasks.
+                time.process();
+                if time.has_pending() {
+                    // Hand the driver on: nudge a sleeping peer (without claiming it),
+                    // which takes the driver and sleeps until the next deadline.
+                    if let Some(peer) = idle.any_parked_except(self.index) {
+                        self.shared.remotes[peer].parker.unpark();
+                    }
+                }
+            }
+            // Time asleep is not task time: sample up to the park (which also restarted
+            // the poll count), restart the clock after it.
+            self.tick_start.set(clock::now_ns());
+        }
+        self.transitioning_to_park.set(false);
+    }
+
+    pub(super) fn unpublish(&self) {
+        if !self.shared.idle.unpublish_parked(self.index) {
+            // Claimed meanwhile: the producer counted us as a searcher.
+            self.searching.set(true);
+        }
+    }
+
+    /// Blocks this worker's thread until `done()`, running nothing else meanwhile: for a
+    /// wait that may neither suspend a fiber nor help (a panic is unwinding on this
+    /// thread, and no other task may run inside that unwind and see
+    /// `thread::panicking()`). Wakes from this thread go to the injection queue, where
+    /// the other workers find them; while it can, the thread holds the timer driver and
+    /// fires what comes due, so a timer can end the wait even on a one-worker pool.
+    #[cold]
+    pub(crate) fn block_until(&self, done: impl Fn() -> bool) {
+        let was_parking = self.transitioning_to_park.replace(true);
+        let time = &self.shared.time;
+        while !done() {
+            let holds_driver = time.try_acquire(&self.parker);
+            let timeout = if holds_driver {
+                time.process();
+                time.holder_timeout()
+            } else {
+                // Another worker holds the driver; look again now and then, in case it
+                // stops holding it while this thread still waits.
+                Some(BLOCKED_DRIVER_RECHECK)
+            };
+            if !done() {
+                self.parker.park_timeout(timeout);
+            }
+            if holds_driver {
+                time.release();
+                time.process();
+            }
+        }
+        self.transitioning_to_park.set(was_parking);
+    }
+}
