@@ -474,3 +474,68 @@ mod tests {
         assert_eq!(park_under_lock_reports() - before, expected);
     }
 }
+
+/// The shutdown side of the thread rule, against the scheduler's set-aside lists (here,
+/// above the scheduler, because the test spawns a fiber).
+#[cfg(all(test, not(loom)))]
+mod set_aside_tests {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::time::Duration;
+
+    /// Runs `f` inside `rt.block_on`, so that what it spawns goes to `rt` (not to the
+    /// latest runtime, maybe another test's).
+    fn on<R>(rt: &crate::Runtime, f: impl FnOnce() -> R) -> R {
+        rt.block_on(async move { f() })
+    }
+
+    /// Sets its flag when dropped.
+    struct Dropped(std::sync::Arc<AtomicBool>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, SeqCst);
+        }
+    }
+
+    /// A pinned fiber that reaches its worker's set-aside list after the list closed
+    /// (woken from another thread once its worker left or was given up on) is
+    /// cancelled on the waking thread without being unwound there: its handle reports
+    /// cancellation, and nothing on its stack is dropped, then or at runtime drop.
+    #[test]
+    fn a_fiber_set_aside_after_its_list_closed_is_leaked_not_unwound() {
+        let rt = crate::Builder::new()
+            .worker_threads(1)
+            .interactive_threads(0)
+            .stall_report(None)
+            .build()
+            .unwrap();
+        let shared = rt.handle().inner.pools[0].clone();
+        let dropped = std::sync::Arc::new(AtomicBool::new(false));
+        let parked = std::sync::Arc::new(AtomicBool::new(false));
+        let (wake_tx, wake_rx) = futures_channel::oneshot::channel::<()>();
+        let h = {
+            let (dropped, parked) = (dropped.clone(), parked.clone());
+            let spawn = move || {
+                crate::fiber::spawn(move || {
+                    let _guard = Dropped(dropped);
+                    parked.store(true, SeqCst);
+                    let _ = crate::wait(wake_rx);
+                    unreachable!("the fiber was resumed");
+                })
+            };
+            on(&rt, spawn)
+        };
+        while !parked.load(SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        // As after its worker left: the inbox and the set-aside list are closed.
+        assert!(shared.remotes[0].inbox.close().is_empty());
+        shared.close_set_aside(0, false);
+        wake_tx.send(()).unwrap();
+        assert!(h.join().unwrap_err().is_cancelled());
+        assert!(!dropped.load(SeqCst), "unwound on the waking thread");
+        drop(rt);
+        assert!(!dropped.load(SeqCst), "unwound at shutdown");
+    }
+}
