@@ -30,7 +30,7 @@ fn new_pool(n: usize) -> (Arc<Shared>, Vec<crate::scheduler::WorkerParts>) {
     Shared::new(
         n,
         crate::Pool::Default,
-        std::sync::Weak::new(),
+        std::sync::Weak::<()>::new(),
         Arc::new(crate::driver::timer::Driver::new()),
     )
 }
@@ -537,7 +537,7 @@ mod forkjoin_models {
     /// deadlock); then the thief finishes and sets the waiter's latch.
     #[test]
     fn loom_leapfrog_offer_vs_waiter_sleep() {
-        use crate::forkjoin::FnContext;
+        use crate::scheduler::job::FnContext;
         use crate::scheduler::job::StackJob;
         loom::model(|| {
             let (shared, mut locals) = new_pool(2);
@@ -628,7 +628,7 @@ mod forkjoin_models {
 mod fiber {
     use super::*;
     use crate::fiber::future::FiberFuture;
-    use crate::fiber::stack;
+    use crate::stack;
 
     use loom::sync::atomic::AtomicBool;
 

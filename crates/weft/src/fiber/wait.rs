@@ -45,7 +45,16 @@ impl Wake for ThreadSignal {
 ///   task's wait to end. Inside a fork-join `join` or `scope` the stack cannot be set
 ///   aside; the worker then runs other work on top of it.
 /// * While a panic unwinds on this thread (a `Drop` that waits), the thread blocks and
-///   runs nothing else.
+///   runs nothing else (no task may run inside another's unwind): what it waits for
+///   must be able to run elsewhere. A task the waiter spawned moves where other workers
+///   can take it, but on a one-worker pool, or for a fiber tied to this worker, such a
+///   wait cannot end.
+///
+/// Known limits: a future that wakes itself on every poll (a loop of `yield_now`) is
+/// polled again at once, so the worker runs nothing else meanwhile; a wait in progress
+/// when the runtime shuts down goes on resuming the waits set aside on its worker and
+/// firing timers, but cannot see that worker's suspended fibers unwound (that happens
+/// after the worker's loop).
 /// * On any other thread, the thread sleeps until the waker fires.
 ///
 /// Inside an async task, prefer `.await`: `wait` there occupies the worker's stack for
@@ -79,7 +88,7 @@ fn wait_off_fiber<F: Future>(mut future: Pin<&mut F>) -> F::Output {
     // SAFETY: the pointer is set by `Core::run` for the life of the core on this thread
     // and cleared before the core is dropped (null off a worker).
     let core = unsafe { worker::current_ptr().as_ref() };
-    let Some(core) = core.filter(|c| !c.shared().is_shutdown()) else {
+    let Some(core) = core else {
         return block_thread(future);
     };
     let signal = core.wait_signal();
@@ -93,10 +102,12 @@ fn wait_off_fiber<F: Future>(mut future: Pin<&mut F>) -> F::Output {
         if signal.is_woken() {
             continue;
         }
-        core.wait_for(&signal);
-        if core.shared().is_shutdown() && !signal.is_woken() {
-            // The worker stops running tasks; wait for the future like a thread.
-            return block_thread(future);
+        if core.shared().is_shutdown() {
+            // No more tasks run, but waits set aside that are ready go on, and timers
+            // fire: waits that depend on each other all end.
+            core.wait_shutting_down(&signal);
+        } else {
+            core.wait_for(&signal);
         }
     }
 }

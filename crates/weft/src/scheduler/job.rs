@@ -26,10 +26,36 @@ impl FnContext {
     }
 }
 
+/// Counts a job as running on this worker while it runs: a wait inside it must not set
+/// its stack aside (found in review: a scope's job set aside on the scope's own worker,
+/// while the scope waited for it on its latch below, never finished).
+struct RunningJob(*const super::worker::Core);
+
+impl RunningJob {
+    fn enter() -> RunningJob {
+        let core = super::worker::current_ptr();
+        // SAFETY: the core of this thread outlives the job that runs on it.
+        if let Some(c) = unsafe { core.as_ref() } {
+            c.job_running(true);
+        }
+        RunningJob(core)
+    }
+}
+
+impl Drop for RunningJob {
+    fn drop(&mut self) {
+        // SAFETY: as in `enter`; the job ran on this thread.
+        if let Some(c) = unsafe { self.0.as_ref() } {
+            c.job_running(false);
+        }
+    }
+}
+
 /// Executes a job taken from a queue or deque. A job belongs to no task: it runs with
 /// none current, whatever task its thread was polling or helping in.
 pub(crate) fn execute(job: JobRef) {
     let _no_task = crate::task::current::enter_no_task();
+    let _running = RunningJob::enter();
     // SAFETY: every job in a queue is executed exactly once, by whoever took it out,
     // and its creator keeps it alive until it completes.
     unsafe { job.execute() }

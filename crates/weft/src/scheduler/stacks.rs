@@ -232,20 +232,22 @@ impl<S> Stacks<S> {
         None
     }
 
-    /// Every set-aside stack, woken or not (shutdown: each wait then sees it).
-    pub(crate) fn take_all(&self) -> Vec<S> {
-        let mut v = self.set_aside.borrow_mut();
-        let out: Vec<_> = v
-            .iter_mut()
-            .filter_map(Option::take)
-            .map(|e| {
-                e.signal.slot.store(NO_SLOT, SeqCst);
-                e.stack
-            })
-            .collect();
-        v.clear();
-        self.free_slots.borrow_mut().clear();
-        out
+    /// Marks every set-aside stack ready, woken or not (shutdown: each wait then looks
+    /// at its future again); false if none is set aside.
+    pub(crate) fn make_all_ready(&self) -> bool {
+        let v = self.set_aside.borrow();
+        let mut slots = self.ready.slots.lock();
+        for (slot, e) in v.iter().enumerate() {
+            if let Some(e) = e {
+                e.signal.woken.store(true, SeqCst);
+                slots.push(slot);
+            }
+        }
+        let any = !slots.is_empty();
+        if any {
+            self.ready.any.store(true, SeqCst);
+        }
+        any
     }
 
     pub(crate) fn take_spare(&self) -> Option<S> {

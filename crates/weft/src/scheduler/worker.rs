@@ -80,9 +80,19 @@ const MIN_GLOBAL_BATCH: usize = 4;
 /// How often a worker blocked in [`Core::block_until`] without the timer driver
 /// offers again to hold it.
 const BLOCKED_DRIVER_RECHECK: Duration = Duration::from_millis(10);
-/// A loop stack is as large as a worker thread's own stack (Rust's default for spawned
-/// threads): the tasks it polls expect no less.
-const LOOP_STACK_SIZE: usize = 2 * 1024 * 1024;
+/// A loop stack is as large as a worker thread's own stack: `RUST_MIN_STACK` if set
+/// (as std reads it for spawned threads), else 2 MiB; the tasks it polls expect no less
+/// (found in review: with `RUST_MIN_STACK` raised, a task that fit on the worker's stack
+/// overflowed a fixed 2 MiB loop stack).
+fn loop_stack_size() -> usize {
+    static SIZE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SIZE.get_or_init(|| {
+        std::env::var("RUST_MIN_STACK")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(2 * 1024 * 1024)
+    })
+}
 /// The injection queue should wait at most about this long for a busy worker.
 const TARGET_LATENCY: Duration = Duration::from_millis(1);
 const MIN_INTERVAL: u32 = 8;
@@ -122,6 +132,8 @@ pub(crate) struct Core {
     frames_before_plain: Cell<u32>,
     /// `scope` bodies in progress on this worker.
     scopes: Cell<u32>,
+    /// Fork-join jobs running on this worker's thread (see [`Core::join_mark`]).
+    jobs_running: Cell<u32>,
     /// Joins until the next heartbeat check.
     joins_until_check: Cell<u32>,
     last_heartbeat: Cell<u64>,
@@ -253,6 +265,7 @@ impl Core {
             avg_outermost_ns: Cell::new(f64::INFINITY),
             frames_before_plain: Cell::new(FRAMES_WHILE_ALONE),
             scopes: Cell::new(0),
+            jobs_running: Cell::new(0),
             joins_until_check: Cell::new(HEARTBEAT_JOINS),
             last_heartbeat: Cell::new(now),
             heartbeat_joins: Cell::new(HEARTBEAT_JOINS),

@@ -66,8 +66,12 @@ impl Core {
                 .map_or_else(|| self.new_loop_stack(), Ok)
             {
                 Ok(stack) => self.resume_stack(stack),
-                // No stack to be had (the memory map limit): help on this stack.
-                Err(_) => self.run_until(|| stacks.ready().any()),
+                // No stack to be had (the memory map limit): help on this stack, which
+                // nests the tasks it runs in this wait (say so, once).
+                Err(e) => {
+                    report_no_loop_stack(&e);
+                    self.run_until(|| stacks.ready().any())
+                }
             }
         }
     }
@@ -106,7 +110,7 @@ impl Core {
     /// A new loop stack: the worker loop, until the dispatcher wants the thread back.
     pub(super) fn new_loop_stack(&self) -> Result<LoopStack, crate::stack::error::SpawnError> {
         crate::stack::overflow::install();
-        let stack = crate::stack::acquire(LOOP_STACK_SIZE)?;
+        let stack = crate::stack::acquire(loop_stack_size())?;
         let frame =
             crate::stack::overflow::Frame::loop_stack(stack.guard_range(), stack.usable_size());
         let core: *const Core = self;
@@ -141,18 +145,31 @@ impl Core {
     /// its future completes, as any wait during shutdown does) and finishes the loop
     /// stacks, on this thread.
     pub(super) fn finish_stacks(&self) {
-        loop {
-            let all = self.stacks.take_all();
-            if all.is_empty() {
-                break;
-            }
-            for stack in all {
+        // All made ready at once, so that a wait resumed first can resume one that it
+        // depends on (`wait_shutting_down`), whatever their order.
+        while self.stacks.make_all_ready() {
+            while let Some(stack) = self.stacks.take_ready() {
                 self.resume_stack(stack);
             }
         }
         for stack in self.stacks.take_spares() {
             self.retire_stack(stack);
         }
+    }
+
+    /// A wait on this worker while the runtime shuts down: it neither sets its stack
+    /// aside nor runs tasks (the loop has ended), but it resumes the set-aside waits
+    /// that are ready, and fires timers while it blocks (`block_until`), so that waits
+    /// depending on each other, or on a timer, all end (found in review: a chain of
+    /// joins, or a sleep, in progress at runtime drop hung it). Returns when `signal`
+    /// fired, or after resuming one stack.
+    pub(crate) fn wait_shutting_down(&self, signal: &WaitSignal) {
+        self.stacks.start_looking();
+        if let Some(stack) = self.stacks.take_ready() {
+            self.resume_stack(stack);
+            return;
+        }
+        self.block_until(|| signal.is_woken() || self.stacks.ready().any());
     }
 
     /// Saves what this thread runs (the current task and stacks, the stall reporter's
@@ -181,4 +198,17 @@ impl Drop for Switch<'_> {
         }
         self.core.remote().running_task.store(self.running, Relaxed);
     }
+}
+
+/// Says once per process that waits run without loop stacks (see [`Core::dispatch`]).
+#[cold]
+fn report_no_loop_stack(e: &crate::stack::error::SpawnError) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        eprintln!(
+            "weft: no stack for a blocking wait to set its stack aside ({e}); until stacks \
+             can be had again, such waits run other tasks on top of themselves and can \
+             deadlock when they wait on each other"
+        );
+    });
 }

@@ -5,15 +5,23 @@
 use super::*;
 
 impl Core {
-    /// Which fork-join `join` and `scope` are in progress on this worker: a fiber that
-    /// sees a different mark than when it was resumed entered one, and must not suspend
-    /// until it left (their frames and deque marks must be undone in order).
+    /// Which fork-join `join` and `scope` are in progress on this worker, and how many
+    /// fork-join jobs run on it: a fiber (or a loop stack's wait) that sees a different
+    /// mark than when it was resumed entered one, and must not suspend until it left
+    /// (their frames and deque marks must be undone in order, and a job must finish
+    /// for the join or scope that owns it, maybe lower on this thread, to go on).
     #[inline]
     pub(crate) fn join_mark(&self) -> (usize, u32) {
         (
             self.private_newest.get() as usize ^ self.outermost.get() as usize,
-            self.scopes.get() + self.private_len.get(),
+            self.scopes.get() + self.private_len.get() + self.jobs_running.get(),
         )
+    }
+
+    /// A fork-join job starts (`true`) or ends on this worker (see [`Core::join_mark`]).
+    pub(crate) fn job_running(&self, running: bool) {
+        let n = self.jobs_running.get();
+        self.jobs_running.set(if running { n + 1 } else { n - 1 });
     }
 
     /// A `scope` body starts (`true`) or ends on this worker.

@@ -105,6 +105,13 @@ impl Core {
     #[cold]
     pub(crate) fn block_until(&self, done: impl Fn() -> bool) {
         let was_parking = self.transitioning_to_park.replace(true);
+        // What waits in the LIFO slot (a child the waiting task just spawned, say) goes
+        // where other workers can steal it; fibers tied to this worker cannot move, and a
+        // wait here for one of them, or on a one-worker pool for a task, cannot end.
+        if let Some(task) = self.lifo.take() {
+            self.push_local(task);
+        }
+        self.shared.notify_parked();
         let time = &self.shared.time;
         while !done() {
             let holds_driver = time.try_acquire(&self.parker);
