@@ -177,6 +177,7 @@ impl<'scope> Scope<'scope> {
 
 struct ScopePtr<'scope>(*const Scope<'scope>);
 
-// SAFETY: the scope is shared with its jobs on other workers; all its fields used by
-// them are atomic (or the latch's documented protocol).
+// SAFETY: the scope is shared with its jobs on other workers; `scope` keeps it alive
+// on the caller's stack until every job signalled completion, and all its fields used
+// by them are atomic (or the latch's documented protocol), so any thread may use it.
 unsafe impl Send for ScopePtr<'_> {}

@@ -73,8 +73,9 @@ const _: () = assert!(std::mem::size_of::<Job>() == 8);
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct JobRef(NonNull<Job>);
 
-// SAFETY: a job is handed to exactly one executor; the data it points to is `Send`
-// (checked where the job is created).
+// SAFETY: a job is handed to exactly one executor, on any thread; its creator keeps it
+// alive (on its stack, or boxed) until the job signals completion, and the data it
+// points to is `Send` (checked where the job is created).
 unsafe impl Send for JobRef {}
 
 impl JobRef {

@@ -30,8 +30,9 @@ pub struct JoinHandle<T> {
     _out: PhantomData<T>,
 }
 
-// SAFETY: the handle only moves the `T` out of the task, so it is as `Send` as `T`; its
-// shared operations are atomic.
+// SAFETY: the handle owns one counted reference to its task, which keeps the header
+// alive wherever the handle goes, on any thread; it only moves the `T` out of the task
+// (so it is as `Send` as `T`), and its other operations are on the atomic state word.
 unsafe impl<T: Send> Send for JoinHandle<T> {}
 // SAFETY: `&JoinHandle` only offers `abort` and `is_finished`, which are atomic.
 unsafe impl<T: Send> Sync for JoinHandle<T> {}
@@ -170,7 +171,8 @@ pub struct AbortHandle {
     raw: NonNull<Header>,
 }
 
-// SAFETY: every operation on an `AbortHandle` is atomic.
+// SAFETY: the handle owns one counted reference to its task (the header stays alive on
+// any thread), and every operation on it is on the atomic state word.
 unsafe impl Send for AbortHandle {}
 // SAFETY: as above.
 unsafe impl Sync for AbortHandle {}

@@ -29,7 +29,10 @@ pub(crate) trait Schedule: Send + Sync + Sized + 'static {
 /// One queue reference to a task: whoever holds it must run it or drop it.
 pub(crate) struct Notified(NonNull<Header>);
 
-// SAFETY: a task may be run on any worker; the future is `Send` (checked at spawn).
+// SAFETY: the value owns one counted reference (its task stays alive while it exists,
+// on whichever thread holds it); a task may be run on any worker, as its future is
+// `Send` (checked at spawn). A started fiber's future is not run off its home worker:
+// the scheduler routes its `Notified` to that worker (see `FiberFuture`'s Send).
 unsafe impl Send for Notified {}
 
 impl Notified {
