@@ -16,7 +16,6 @@ mod common;
 
 use std::cell::Cell;
 use std::future::{poll_fn, Future};
-use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
 use std::task::Poll;
@@ -74,16 +73,7 @@ fn run_child(case: &str, limit: Duration) -> Output {
 
 /// Asserts that the child exited normally after running its whole case.
 fn assert_child_ok(out: &Output) {
-    let context = out.context();
-    if let Some(sig) = out.status.signal() {
-        panic!("the child was killed by signal {sig}\n{context}");
-    }
-    assert!(out.status.success(), "{context}");
-    assert_eq!(
-        out.report("done"),
-        Some("ok"),
-        "the child did not finish its case\n{context}"
-    );
+    out.assert_finished();
 }
 
 fn check(case: &str, limit: Duration) -> Output {

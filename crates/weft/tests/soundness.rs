@@ -9,7 +9,6 @@
 mod common;
 
 use std::future::{poll_fn, Future};
-use std::os::unix::process::ExitStatusExt;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
@@ -57,16 +56,7 @@ fn run_child(case: &str, limit: Duration) -> Output {
 
 /// Asserts that the child exited normally after running its whole case.
 fn assert_child_ok(out: &Output) {
-    let context = out.context();
-    if let Some(sig) = out.status.signal() {
-        panic!("the child was killed by signal {sig}\n{context}");
-    }
-    assert!(out.status.success(), "{context}");
-    assert_eq!(
-        out.report("done"),
-        Some("ok"),
-        "the child did not finish its case\n{context}"
-    );
+    out.assert_finished();
 }
 
 /// No core dump for an expected crash of a child.

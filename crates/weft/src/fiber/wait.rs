@@ -18,6 +18,7 @@ use std::sync::Arc as StdArc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::base::park::Parker;
+use crate::scheduler::stacks::WaitSignal;
 use crate::scheduler::worker;
 use crate::task::{JoinError, JoinHandle};
 use crate::{Handle, Runtime};
@@ -81,44 +82,27 @@ pub fn wait<F: Future>(future: F) -> F::Output {
 
 /// [`wait`] where no fiber can suspend: on a worker the wait's stack is set aside (or
 /// it dispatches, see `scheduler::stacks`); any other thread blocks.
-fn wait_off_fiber<F: Future>(mut future: Pin<&mut F>) -> F::Output {
+fn wait_off_fiber<F: Future>(future: Pin<&mut F>) -> F::Output {
     if std::thread::panicking() {
         return wait_unwinding(future);
     }
-    // SAFETY: the pointer is set by `Core::run` for the life of the core on this thread
-    // and cleared before the core is dropped (null off a worker).
-    let core = unsafe { worker::current_ptr().as_ref() };
-    let Some(core) = core else {
-        return block_thread(future);
-    };
-    let signal = core.wait_signal();
-    let waker = Waker::from(signal.clone());
-    let mut cx = Context::from_waker(&waker);
-    loop {
-        signal.reset();
-        if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
-            return v;
-        }
-        if signal.is_woken() {
-            continue;
-        }
+    on_worker(future, |core, signal| {
         if core.shared().is_shutdown() {
             // No more tasks run, but waits set aside that are ready go on, and timers
             // fire: waits that depend on each other all end.
-            core.wait_shutting_down(&signal);
+            core.wait_shutting_down(signal);
         } else {
-            core.wait_for(&signal);
+            core.wait_for(signal);
         }
-    }
+    })
 }
 
-/// [`wait`] while a panic unwinds on this thread (a `Drop` that waits): the thread
-/// blocks, and runs nothing else meanwhile. Suspending a fiber here would leave the
-/// thread `panicking()` for whatever ran next on it (spurious `Mutex` poisoning, and a
-/// second panic in a destructor aborts the process), and helping would run other tasks
-/// inside the unwind.
-#[cold]
-fn wait_unwinding<F: Future>(mut future: Pin<&mut F>) -> F::Output {
+/// Polls `future` with a waker of this worker's, calling `pending` each time it is
+/// pending and its waker has not fired yet; off a worker, blocks the thread.
+fn on_worker<F: Future>(
+    mut future: Pin<&mut F>,
+    pending: impl Fn(&worker::Core, &StdArc<WaitSignal>),
+) -> F::Output {
     // SAFETY: the pointer is set by `Core::run` for the life of the core on this thread
     // and cleared before the core is dropped (null off a worker).
     let Some(core) = (unsafe { worker::current_ptr().as_ref() }) else {
@@ -132,8 +116,22 @@ fn wait_unwinding<F: Future>(mut future: Pin<&mut F>) -> F::Output {
         if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
             return v;
         }
-        core.block_until(|| signal.is_woken());
+        if !signal.is_woken() {
+            pending(core, &signal);
+        }
     }
+}
+
+/// [`wait`] while a panic unwinds on this thread (a `Drop` that waits): the thread
+/// blocks, and runs nothing else meanwhile. Suspending a fiber here would leave the
+/// thread `panicking()` for whatever ran next on it (spurious `Mutex` poisoning, and a
+/// second panic in a destructor aborts the process), and helping would run other tasks
+/// inside the unwind.
+#[cold]
+fn wait_unwinding<F: Future>(future: Pin<&mut F>) -> F::Output {
+    on_worker(future, |core, signal| {
+        core.block_until(|| signal.is_woken())
+    })
 }
 
 thread_local! {

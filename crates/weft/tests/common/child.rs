@@ -39,6 +39,22 @@ impl Output {
         )
     }
 
+    /// Asserts that the child exited normally after printing `CHILD done=ok` (its
+    /// whole case ran).
+    pub fn assert_finished(&self) {
+        use std::os::unix::process::ExitStatusExt;
+        let context = self.context();
+        if let Some(sig) = self.status.signal() {
+            panic!("the child was killed by signal {sig}\n{context}");
+        }
+        assert!(self.status.success(), "{context}");
+        assert_eq!(
+            self.report("done"),
+            Some("ok"),
+            "the child did not finish its case\n{context}"
+        );
+    }
+
     /// The value the child printed as a `CHILD key=value` line, trimmed.
     pub fn report(&self, key: &str) -> Option<&str> {
         // libtest may print "test child_... ... " on the same line.
