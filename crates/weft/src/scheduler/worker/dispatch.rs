@@ -21,13 +21,14 @@ impl Core {
         // runs on now, which lives at that stack's base, below this frame.
         if let Some(ctx) = unsafe { ctx.as_ref() } {
             if ctx.base_mark.get() == self.join_mark() {
+                // SAFETY: the yielder lives at the base of the loop stack this thread
+                // runs on, as above.
+                let yielder = unsafe { &*ctx.yielder };
                 {
                     let _switch = self.switch();
-                    // SAFETY: the yielder lives at the base of the loop stack this
-                    // thread runs on, as above. Whatever we are resumed with, the
-                    // caller's loop looks at the runtime's state itself.
-                    let _finish =
-                        unsafe { &*ctx.yielder }.suspend(Yielded::Waiting(signal.clone()));
+                    // Whatever we are resumed with, the caller's loop looks at the
+                    // runtime's state itself.
+                    let _finish = yielder.suspend(Yielded::Waiting(signal.clone()));
                 }
                 ctx.base_mark.set(self.join_mark());
                 return;

@@ -110,8 +110,8 @@ impl Core {
         // wait here for one of them, or on a one-worker pool for a task, cannot end.
         if let Some(task) = self.lifo.take() {
             self.push_local(task);
+            self.shared.notify_parked();
         }
-        self.shared.notify_parked();
         let time = &self.shared.time;
         while !done() {
             let holds_driver = time.try_acquire(&self.parker);
