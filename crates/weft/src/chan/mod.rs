@@ -641,6 +641,25 @@ impl<T> Receiver<T> {
             Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
             Err(TryRecvError::Empty) => {}
         }
+        if let Flavor::Timer(t, convert) = &self.flavor {
+            // Sleep until the timer fires or the deadline passes, whichever is first.
+            loop {
+                if let Some(at) = t.try_take() {
+                    return Ok(convert(at));
+                }
+                let until = t.deadline().map_or(deadline, |d| d.min(deadline));
+                if Instant::now() >= deadline {
+                    return Err(RecvTimeoutError::Timeout);
+                }
+                let mut never = std::pin::pin!(std::future::pending::<()>());
+                crate::fiber::wait::wait_until(never.as_mut(), until);
+            }
+        }
+        if let Flavor::Never = self.flavor {
+            let mut never = std::pin::pin!(std::future::pending::<()>());
+            crate::fiber::wait::wait_until(never.as_mut(), deadline);
+            return Err(RecvTimeoutError::Timeout);
+        }
         let mut fut = std::pin::pin!(self.recv());
         match crate::fiber::wait::wait_until(fut.as_mut(), deadline) {
             Some(r) => r.map_err(RecvTimeoutError::from),
