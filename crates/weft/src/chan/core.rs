@@ -706,6 +706,28 @@ impl<T> Chan<T> {
     }
 }
 
+/// What the loom models inspect: (waiting receivers, waiting senders, buffered values,
+/// reserved slots), counted under the lock.
+#[cfg(all(test, loom))]
+impl<T> Chan<T> {
+    pub(crate) fn census(&self) -> (usize, usize, usize, usize) {
+        let st = self.lock();
+        let (mut r, mut s) = (0, 0);
+        // SAFETY: under the lock.
+        unsafe {
+            st.receivers.any(|_| {
+                r += 1;
+                false
+            });
+            st.senders.any(|_| {
+                s += 1;
+                false
+            });
+        }
+        (r, s, st.buf.len(), st.reserved)
+    }
+}
+
 /// The first waiting receiver that can take a value now (claimed), off its list.
 ///
 /// # Safety

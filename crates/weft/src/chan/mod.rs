@@ -46,6 +46,8 @@
 mod core;
 mod error;
 mod iter;
+#[cfg(all(test, loom))]
+mod loom_tests;
 #[macro_use]
 mod macros;
 mod ops;

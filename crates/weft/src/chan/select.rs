@@ -695,6 +695,13 @@ impl<'a> Machine<'a> {
                             n.refresh_waker(cx.waker());
                         }
                         self.waker = Some(cx.waker().clone());
+                        // A winner that claimed a node before its waker was replaced
+                        // woke the old waker only: look again (a claim made after a
+                        // node's refresh wakes the new one; one made before it is
+                        // seen here, the refresh having taken the claimant's lock).
+                        if !self.group.is_open() {
+                            continue;
+                        }
                     }
                     return Poll::Pending;
                 }
@@ -747,7 +754,7 @@ impl<'a> Machine<'a> {
             };
             let mut fut = std::pin::pin!(std::future::poll_fn(|cx| self.poll(cx, false)));
             let r = match wake_at {
-                None => Some(crate::wait(fut)),
+                None => Some(wait(fut)),
                 Some(d) => crate::fiber::wait::wait_until(fut.as_mut(), d),
             };
             match r {
@@ -902,7 +909,7 @@ impl SelectedOperation<'_> {
             Won::Closed => Err(RecvError),
             Won::Pending => {
                 // Paired with a selecting sender: its value comes to our node.
-                let got = crate::wait(std::future::poll_fn(|cx| {
+                let got = wait(std::future::poll_fn(|cx| {
                     match node.chan.won_state(&node.node, true, Some(cx.waker())) {
                         Some(Won::Pending) => Poll::Pending,
                         Some(Won::Value) => Poll::Ready(true),
@@ -914,7 +921,7 @@ impl SelectedOperation<'_> {
                     Some(v) => Ok(v),
                     None => {
                         node.chan.release_won(&node.node, true);
-                        r.recv_blocking()
+                        recv_again(r)
                     }
                 }
             }
@@ -955,7 +962,7 @@ impl SelectedOperation<'_> {
             Ok(()) => Ok(()),
             Err(v) if s.is_closed() => Err(SendError(v)),
             // The receiver held for us went away: send the ordinary way.
-            Err(v) => s.send_blocking(v),
+            Err(v) => send_again(s, v),
         }
     }
 }
@@ -970,7 +977,53 @@ impl Drop for SelectedOperation<'_> {
     }
 }
 
+/// `weft::wait`: the select's blocking waits (an untimed select, and a selected
+/// receive waiting for the value of the selecting sender it is paired with).
+#[cfg(not(all(test, loom)))]
+fn wait<F: Future>(f: F) -> F::Output {
+    crate::wait(f)
+}
+
+/// In the loom models, which must not block a model thread on a real futex (nor keep
+/// loom objects in a thread-local across executions), the models' own hand-polling.
+#[cfg(all(test, loom))]
+fn wait<F: Future>(f: F) -> F::Output {
+    super::loom_tests::block_on(f)
+}
+
+/// A selected send that lost the receiver held for it sends the ordinary way.
+#[cfg(not(all(test, loom)))]
+fn send_again<T>(s: &Sender<T>, v: T) -> Result<(), SendError<T>> {
+    s.send_blocking(v)
+}
+
+/// As above, polled by hand in the loom models.
+#[cfg(all(test, loom))]
+fn send_again<T>(s: &Sender<T>, v: T) -> Result<(), SendError<T>> {
+    wait(s.send(v))
+}
+
+/// A selected receive whose paired sender let it go receives the ordinary way.
+#[cfg(not(all(test, loom)))]
+fn recv_again<T>(r: &Receiver<T>) -> Result<T, RecvError> {
+    r.recv_blocking()
+}
+
+/// As above, polled by hand in the loom models.
+#[cfg(all(test, loom))]
+fn recv_again<T>(r: &Receiver<T>) -> Result<T, RecvError> {
+    wait(r.recv())
+}
+
+/// Under loom every execution is replayed: the order must not depend on the clock or
+/// on the OS thread (loom runs every model thread on one), so it is fixed.
+#[cfg(loom)]
+fn random() -> u64 {
+    0x9e37_79b9_7f4a_7c15
+}
+
 /// A per-thread xorshift generator for the random order of select's operations.
+#[cfg(not(loom))]
 fn random() -> u64 {
     thread_local! {
         static STATE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
