@@ -17,9 +17,9 @@ use std::collections::VecDeque;
 use std::ptr;
 use std::task::{Context, Poll};
 
-use crate::base::{AtomicBool, AtomicUsize};
+use crate::base::{fence, AtomicBool, AtomicUsize};
 use crate::waitlist::{Kind, Lock, LockGuard, Node, Reason, WaitList, WakeBatch};
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Release, SeqCst};
 
 pub(crate) struct Chan<T> {
     state: Lock<State<T>>,
@@ -29,6 +29,11 @@ pub(crate) struct Chan<T> {
     pub(crate) receivers: AtomicUsize,
     /// Mirrors `State::closed` for lock-free `is_closed`.
     closed: AtomicBool,
+    /// Values handed to receivers' nodes (or held by a selected receive) and not yet
+    /// taken by their owners. While any is, a closed channel is not yet drained: a
+    /// receiver waits instead of seeing it disconnected, since the owner may give the
+    /// value back (a cancelled receive) rather than take it.
+    in_flight: AtomicUsize,
 }
 
 pub(crate) struct State<T> {
@@ -84,6 +89,7 @@ impl<T> Chan<T> {
             senders: AtomicUsize::new(1),
             receivers: AtomicUsize::new(1),
             closed: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
         }
     }
 
@@ -93,6 +99,39 @@ impl<T> Chan<T> {
 
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Acquire)
+    }
+
+    /// A value was put in a receiver's node (under the lock).
+    fn handed(&self) {
+        self.in_flight.fetch_add(1, AcqRel);
+    }
+
+    /// The owner of a receiver's node took the value handed to it (without the lock).
+    /// The last one of a closed channel wakes the receivers that waited for it.
+    pub(crate) fn taken(&self) {
+        // Store-buffering with `close`: each side writes, then a SeqCst fence, then
+        // reads the other's word. Either this sees the channel closed (and wakes the
+        // waiters), or the close's fence comes later and every receiver that checks the
+        // count under the lock after the close sees it at 0.
+        let last = self.in_flight.fetch_sub(1, AcqRel) == 1;
+        fence(SeqCst);
+        if last && self.closed.load(Acquire) {
+            let mut wakes = WakeBatch::new();
+            let mut st = self.lock();
+            st.wake_closed(&mut wakes);
+        }
+    }
+
+    /// As [`Chan::taken`], under the lock.
+    fn taken_locked(&self, st: &mut State<T>, wakes: &mut WakeBatch) {
+        if self.in_flight.fetch_sub(1, AcqRel) == 1 && st.closed {
+            st.wake_closed(wakes);
+        }
+    }
+
+    /// Closed, and no value is on its way to a receiver.
+    fn is_drained(&self, st: &State<T>) -> bool {
+        st.closed && self.in_flight.load(Acquire) == 0
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -121,6 +160,8 @@ impl<T> Chan<T> {
         if first {
             st.closed = true;
             self.closed.store(true, Release);
+            // Pairs with the fence in `taken`.
+            fence(SeqCst);
             let st = &mut *st;
             // SAFETY: under the lock; the nodes are on these lists.
             unsafe {
@@ -166,6 +207,7 @@ impl<T> Chan<T> {
         }
         // SAFETY: under the lock.
         if let Some(r) = unsafe { take_receiver(st, ptr::null()) } {
+            self.handed();
             // SAFETY: `r` was just taken off the list under the lock: ours to complete.
             unsafe {
                 (*r).put_slot(v);
@@ -223,7 +265,7 @@ impl<T> Chan<T> {
             }
             return Err(Fail::Paired);
         }
-        Err(if st.closed {
+        Err(if self.is_drained(st) {
             Fail::Closed
         } else {
             Fail::NotReady
@@ -279,6 +321,7 @@ impl<T> Chan<T> {
         }
         // SAFETY: under the lock.
         if let Some(r) = unsafe { take_receiver(st, ptr::null()) } {
+            self.handed();
             // SAFETY: taken off the list under the lock.
             unsafe {
                 (*r).put_slot(v);
@@ -306,6 +349,7 @@ impl<T> Chan<T> {
                 Reason::Data => {
                     // SAFETY: we saw `Data`: the sender is done with the node.
                     let v = unsafe { node.take_slot() }.expect("a value was handed over");
+                    self.taken();
                     // Ready for another wait (a `Stream` reuses its node).
                     node.reset();
                     *registered = false;
@@ -367,6 +411,7 @@ impl<T> Chan<T> {
                     Reason::Data => {
                         if let Some(v) = node.take_slot() {
                             drop_later = self.give_back_locked(&mut st, v, &mut wakes);
+                            self.taken_locked(&mut st, &mut wakes);
                         }
                     }
                     _ => {}
@@ -457,7 +502,7 @@ impl<T> Chan<T> {
         let mut st = self.lock();
         let own = node.group();
         // SAFETY: under the lock.
-        let ready = st.closed
+        let ready = self.is_drained(&st)
             || !st.buf.is_empty()
             || unsafe {
                 st.senders.any(|n| match n.kind() {
@@ -529,7 +574,7 @@ impl<T> Chan<T> {
     pub(crate) fn recv_ready(&self, own: *const crate::waitlist::Group) -> bool {
         let st = self.lock();
         // SAFETY: under the lock.
-        st.closed
+        self.is_drained(&st)
             || !st.buf.is_empty()
             || unsafe {
                 st.senders.any(|n| match n.kind() {
@@ -558,6 +603,7 @@ impl<T> Chan<T> {
         let mut st = self.lock();
         match self.try_recv_locked(&mut st, pair.then_some(node), &mut wakes) {
             Ok(v) => {
+                self.handed();
                 // SAFETY: the node is ours and on no list.
                 unsafe { node.put_slot(v) };
                 Some(Won::Value)
@@ -637,6 +683,7 @@ impl<T> Chan<T> {
         unsafe {
             let partner = node.partner();
             if !partner.is_null() {
+                self.handed();
                 node.set_partner(ptr::null());
                 (*partner).set_partner(ptr::null());
                 (*partner).put_slot(v);
@@ -685,6 +732,9 @@ impl<T> Chan<T> {
         unsafe {
             if let Some(v) = node.take_slot() {
                 drop_later = self.give_back_locked(&mut st, v, &mut wakes);
+                if recv {
+                    self.taken_locked(&mut st, &mut wakes);
+                }
             }
             let partner = node.partner();
             if !partner.is_null() {
@@ -760,6 +810,22 @@ unsafe fn abandon_partner<T>(node: &Node<T>) {
 }
 
 impl<T> State<T> {
+    /// The last value on its way to a receiver of a closed channel was taken: the
+    /// receivers waiting for it see the channel disconnected now.
+    fn wake_closed(&mut self, wakes: &mut WakeBatch) {
+        if !self.closed {
+            return;
+        }
+        // SAFETY: `self` is behind the lock that owns the list.
+        unsafe {
+            self.receivers.drain(|n| {
+                if n.claim() {
+                    n.notify(Reason::Close, wakes);
+                }
+            });
+        }
+    }
+
     /// Wakes (with `Signal`) the observer nodes of the receivers' (or senders') list
     /// whose select they can still win.
     fn wake_observers(&mut self, receivers: bool, wakes: &mut WakeBatch) {

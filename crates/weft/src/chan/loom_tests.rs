@@ -855,17 +855,13 @@ fn loom_chan_select_send_and_recv_same_channel() {
 }
 
 /// The strict form of [`loom_chan_recv_drop_vs_handover`]: once a receiver has been
-/// told `Disconnected`, no value may turn up in the channel after it. This fails
-/// today: the send hands its value to the receive being dropped and returns `Ok`, the
-/// last sender goes (close), the other receiver finds the channel closed and empty
-/// (`Disconnected`), and only then does the dropped receive give the value back, into
-/// the buffer of a channel whose remaining receiver has already stopped. The value is
-/// not dropped by the channel code, but no receiver will take it (it is dropped with
-/// the channel) although its send succeeded. Kept as a record of the interleaving
-/// until the close waits for values in flight to dropped receives (see the report of
-/// the `chan-loom` branch); run it with `--ignored`.
+/// told `Disconnected`, no value may turn up in the channel after it. The interleaving
+/// it guards: the send hands its value to a receive that is then dropped, the last
+/// sender goes (close), another receiver finds the channel closed and empty, and only
+/// then does the dropped receive give the value back. A closed channel with values in
+/// flight to receivers' nodes (`Chan::in_flight`) is therefore not yet drained: the
+/// other receiver waits for the value (or for the count to reach 0).
 #[test]
-#[ignore = "known: a value given back after a receiver saw Disconnected (see doc)"]
 fn loom_chan_recv_drop_vs_handover_strict() {
     loom::model(|| {
         let (tx, rx) = bounded::<u32>(0);

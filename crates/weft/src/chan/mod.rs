@@ -223,9 +223,10 @@ impl<T> RefUnwindSafe for Receiver<T> {}
 
 /// How long a blocking operation keeps its core before it sleeps: a partner on
 /// another core often completes it within a microsecond, far less than a futex park
-/// and wake (about 40 us here). A plain thread then yields its core a few times (the
-/// partner may be waiting for it, with more threads than cores); a fiber or worker
-/// does neither, since its suspension is cheap and its thread has other work.
+/// and wake (about 40 us here; a fiber woken on another worker costs that too, since
+/// a started fiber runs on its own worker). A plain thread then yields its core a few
+/// times (the partner may be waiting for it, with more threads than cores); a fiber or
+/// worker does not, since its thread has other work.
 struct Backoff {
     step: u32,
     limit: u32,
@@ -238,7 +239,7 @@ impl Backoff {
         let plain = !crate::fiber::is_fiber() && !crate::fiber::wait::on_worker_thread();
         Backoff {
             step: 0,
-            limit: if plain { Self::SPINS + 4 } else { 2 },
+            limit: if plain { Self::SPINS + 4 } else { Self::SPINS },
         }
     }
 

@@ -918,7 +918,10 @@ impl SelectedOperation<'_> {
                 }));
                 // SAFETY: a value was delivered (or none will be): the node is ours.
                 match got.then(|| unsafe { node.node.take_slot() }).flatten() {
-                    Some(v) => Ok(v),
+                    Some(v) => {
+                        node.chan.taken();
+                        Ok(v)
+                    }
                     None => {
                         node.chan.release_won(&node.node, true);
                         recv_again(r)
@@ -927,7 +930,10 @@ impl SelectedOperation<'_> {
             }
             // SAFETY: the value was handed to our node, which is ours alone now.
             _ => match unsafe { node.node.take_slot() } {
-                Some(v) => Ok(v),
+                Some(v) => {
+                    node.chan.taken();
+                    Ok(v)
+                }
                 None => Err(RecvError),
             },
         }
