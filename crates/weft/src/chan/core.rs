@@ -334,6 +334,48 @@ impl<T> Chan<T> {
         None
     }
 
+    /// A receive that does not wait for a sender: from the buffer, a waiting sender,
+    /// or a waiting select's send. The last commits to its value only once paired, so
+    /// this waits for that value (as crossbeam's zero-capacity flavour does): the
+    /// select was woken as the pairing was made and sends at once. If it withdraws
+    /// instead, the receive reports nothing there.
+    pub(crate) fn try_recv_now(&self) -> Result<T, Fail> {
+        let guard = PairedRecv {
+            chan: self,
+            node: Node::new(),
+            paired: std::cell::Cell::new(false),
+        };
+        let r = {
+            let mut wakes = WakeBatch::new();
+            let mut st = self.lock();
+            self.try_recv_locked(&mut st, Some(&guard.node), &mut wakes)
+        };
+        match r {
+            Err(Fail::Paired) => guard.paired.set(true),
+            other => return other,
+        }
+        let reason = crate::wait(std::future::poll_fn(|cx| {
+            let _st = self.lock();
+            match guard.node.reason() {
+                Reason::Waiting => {
+                    // SAFETY: under the lock; the node is ours and on no list.
+                    unsafe { guard.node.set_waker(cx.waker()) };
+                    Poll::Pending
+                }
+                r => Poll::Ready(r),
+            }
+        }));
+        if reason == Reason::Data {
+            // SAFETY: `Data` was stored after the value: the sender is done with the
+            // node.
+            if let Some(v) = unsafe { guard.node.take_slot() } {
+                self.taken();
+                return Ok(v);
+            }
+        }
+        Err(Fail::NotReady)
+    }
+
     // ---- the waiting operations (one future each, see `ops`) ----
 
     /// One poll of a receive whose node is `node`.
@@ -775,6 +817,28 @@ impl<T> Chan<T> {
             });
         }
         (r, s, st.buf.len(), st.reserved)
+    }
+}
+
+/// The node of [`Chan::try_recv_now`]: if it is left while paired (a panic in the
+/// wait), the pairing is undone and a value already delivered goes back.
+struct PairedRecv<'a, T> {
+    chan: &'a Chan<T>,
+    node: Node<T>,
+    paired: std::cell::Cell<bool>,
+}
+
+impl<T> Drop for PairedRecv<'_, T> {
+    fn drop(&mut self) {
+        if !self.paired.get() {
+            return;
+        }
+        let taken = self.node.reason() == Reason::Data
+            // SAFETY: after `Data` the node is ours alone.
+            && !unsafe { self.node.has_value() };
+        if !taken {
+            self.chan.cancel_recv(&self.node);
+        }
     }
 }
 

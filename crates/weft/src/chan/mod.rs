@@ -590,8 +590,9 @@ impl<T> Receiver<T> {
     }
 
     /// Receives a message if one is there now. On a rendezvous channel that takes the
-    /// value of a waiting sender (a `select` that waits to send is not one: it
-    /// commits to its value only once selected).
+    /// value of a waiting sender; a `select` waiting to send commits to its value only
+    /// once paired, so then this waits for the select to send it (it was woken as the
+    /// pairing was made), and reports nothing if the select withdraws instead.
     ///
     /// ```
     /// let (tx, rx) = weft::chan::unbounded();
@@ -601,16 +602,10 @@ impl<T> Receiver<T> {
     /// ```
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
         match &self.flavor {
-            Flavor::Chan(c) => {
-                let mut wakes = WakeBatch::new();
-                let mut st = c.lock();
-                let r = c.try_recv_locked(&mut st, None, &mut wakes);
-                drop(st);
-                r.map_err(|why| match why {
-                    Fail::Closed => TryRecvError::Disconnected,
-                    _ => TryRecvError::Empty,
-                })
-            }
+            Flavor::Chan(c) => c.try_recv_now().map_err(|why| match why {
+                Fail::Closed => TryRecvError::Disconnected,
+                _ => TryRecvError::Empty,
+            }),
             Flavor::Timer(t, convert) => t.try_take().map(convert).ok_or(TryRecvError::Empty),
             Flavor::Never => Err(TryRecvError::Empty),
         }
