@@ -354,17 +354,7 @@ impl<T> Chan<T> {
             Err(Fail::Paired) => guard.paired.set(true),
             other => return other,
         }
-        let reason = crate::wait(std::future::poll_fn(|cx| {
-            let _st = self.lock();
-            match guard.node.reason() {
-                Reason::Waiting => {
-                    // SAFETY: under the lock; the node is ours and on no list.
-                    unsafe { guard.node.set_waker(cx.waker()) };
-                    Poll::Pending
-                }
-                r => Poll::Ready(r),
-            }
-        }));
+        let reason = self.await_pairing(&guard.node);
         if reason == Reason::Data {
             // SAFETY: `Data` was stored after the value: the sender is done with the
             // node.
@@ -374,6 +364,27 @@ impl<T> Chan<T> {
             }
         }
         Err(Fail::NotReady)
+    }
+
+    /// Waits a little for the value of the select `node` is paired with (a "try"
+    /// operation must not wait long: a select whose future nobody polls any more never
+    /// sends). `Waiting` when it did not come in time; the caller then undoes the
+    /// pairing (a value arriving meanwhile is then given back).
+    pub(crate) fn await_pairing(&self, node: &Node<T>) -> Reason {
+        let mut fut = std::pin::pin!(std::future::poll_fn(|cx| {
+            let _st = self.lock();
+            match node.reason() {
+                Reason::Waiting => {
+                    // SAFETY: under the lock; the node is held by its caller, on no
+                    // list.
+                    unsafe { node.set_waker(cx.waker()) };
+                    Poll::Pending
+                }
+                r => Poll::Ready(r),
+            }
+        }));
+        let deadline = std::time::Instant::now() + PAIRING_PATIENCE;
+        crate::fiber::wait::wait_until(fut.as_mut(), deadline).unwrap_or(Reason::Waiting)
     }
 
     // ---- the waiting operations (one future each, see `ops`) ----
@@ -819,6 +830,11 @@ impl<T> Chan<T> {
         (r, s, st.buf.len(), st.reserved)
     }
 }
+
+/// How long a "try" receive waits for the value of the select it paired with: the
+/// select was woken as the pairing was made and sends within microseconds if anyone
+/// runs it.
+const PAIRING_PATIENCE: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// The node of [`Chan::try_recv_now`]: if it is left while paired (a panic in the
 /// wait), the pairing is undone and a value already delivered goes back.

@@ -60,6 +60,11 @@ trait OpNode: Send + Sync {
     }
     /// Makes the node reusable for a new round (it is on no list).
     fn reset(&self);
+    /// For a receive paired in step 1: waits a little for the value (`true` if it
+    /// came).
+    fn await_pairing(&self) -> bool {
+        false
+    }
     /// The typed node, for `SelectedOperation::recv`/`send`.
     fn as_ptr(&self) -> *const ();
 }
@@ -129,6 +134,9 @@ impl<T: Send> OpNode for RecvNode<'_, T> {
     }
     fn won_state(&self, waker: Option<&Waker>) -> Option<Won> {
         self.chan.won_state(&self.node, true, waker)
+    }
+    fn await_pairing(&self) -> bool {
+        self.chan.await_pairing(&self.node) == crate::waitlist::Reason::Data
     }
     fn release(&self) {
         self.chan.release_won(&self.node, true)
@@ -358,9 +366,21 @@ impl<'a> Select<'a> {
     /// ```
     pub fn try_select(&mut self) -> Result<SelectedOperation<'a>, TrySelectError> {
         let mut m = Machine::new(self, Kind::Select);
-        // No pairing with a waiting select's send: that would have to wait for its
-        // value (as `try_recv` does not either).
-        match m.try_phase(false) {
+        match m.try_phase(true) {
+            Some((i, Won::Pending)) => {
+                // Paired with a waiting select's send: its value comes at once if its
+                // select runs (as in crossbeam); if not, the pairing is undone and the
+                // other operations are tried without pairing.
+                if m.node(i).await_pairing() {
+                    return Ok(m.selected(i, Won::Value));
+                }
+                m.node(i).release();
+                m.node(i).reset();
+                match m.try_phase(false) {
+                    Some((i, won)) => Ok(m.selected(i, won)),
+                    None => Err(TrySelectError),
+                }
+            }
             Some((i, won)) => Ok(m.selected(i, won)),
             None => Err(TrySelectError),
         }
