@@ -372,12 +372,13 @@ impl<T> Chan<T> {
     /// pairing (a value arriving meanwhile is then given back).
     pub(crate) fn await_pairing(&self, node: &Node<T>) -> Reason {
         let mut fut = std::pin::pin!(std::future::poll_fn(|cx| {
+            let mut wakes = WakeBatch::new();
             let _st = self.lock();
             match node.reason() {
                 Reason::Waiting => {
                     // SAFETY: under the lock; the node is held by its caller, on no
                     // list.
-                    unsafe { node.set_waker(cx.waker()) };
+                    unsafe { node.set_waker(cx.waker(), &mut wakes) };
                     Poll::Pending
                 }
                 r => Poll::Ready(r),
@@ -385,6 +386,71 @@ impl<T> Chan<T> {
         }));
         let deadline = std::time::Instant::now() + PAIRING_PATIENCE;
         crate::fiber::wait::wait_until(fut.as_mut(), deadline).unwrap_or(Reason::Waiting)
+    }
+
+    /// One poll of a receiver's `Stream`. Its node is an observer: it is only told that
+    /// a value may be there (`Signal`) and is never handed one, so no value can be
+    /// stranded in a receiver whose stream nobody polls any more.
+    pub(crate) fn poll_stream(
+        &self,
+        node: &Node<T>,
+        registered: &mut bool,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<T>> {
+        if *registered {
+            if node.reason() == Reason::Waiting {
+                let mut wakes = WakeBatch::new();
+                let st = self.lock();
+                if node.reason() == Reason::Waiting {
+                    // SAFETY: under the lock; the node is on the receivers' list.
+                    unsafe { node.set_waker(cx.waker(), &mut wakes) };
+                    drop(st);
+                    return Poll::Pending;
+                }
+            }
+            // Woken: the waker took it off the list.
+            *registered = false;
+            node.reset();
+        }
+        loop {
+            match self.try_recv_now() {
+                Ok(v) => return Poll::Ready(Some(v)),
+                Err(Fail::Closed) => return Poll::Ready(None),
+                Err(_) => {}
+            }
+            let mut wakes = WakeBatch::new();
+            let mut st = self.lock();
+            match self.try_recv_locked(&mut st, None, &mut wakes) {
+                Ok(v) => return Poll::Ready(Some(v)),
+                Err(Fail::Closed) => return Poll::Ready(None),
+                Err(_) => {}
+            }
+            // A waiting select's send needs a pairing, which the next round makes.
+            // SAFETY: under the lock.
+            let select_send =
+                unsafe { st.senders.any(|n| n.kind() == Kind::Select && n.is_open()) };
+            if select_send {
+                continue;
+            }
+            // SAFETY: under the lock; the receiver keeps the boxed node until
+            // `unregister_stream` takes it off.
+            unsafe {
+                node.set_waker(cx.waker(), &mut wakes);
+                st.receivers.push_back(node);
+            }
+            st.observers += 1;
+            *registered = true;
+            return Poll::Pending;
+        }
+    }
+
+    /// Takes a receiver's stream node off the list.
+    pub(crate) fn unregister_stream(&self, node: &Node<T>) {
+        let mut st = self.lock();
+        // SAFETY: under the lock; the node is on the receivers' list or on none.
+        if unsafe { st.receivers.remove(node) } {
+            st.observers -= 1;
+        }
     }
 
     // ---- the waiting operations (one future each, see `ops`) ----
@@ -412,7 +478,7 @@ impl<T> Chan<T> {
                     let st = self.lock();
                     if node.reason() == Reason::Waiting {
                         // SAFETY: under the lock.
-                        unsafe { node.set_waker(cx.waker()) };
+                        unsafe { node.set_waker(cx.waker(), &mut wakes) };
                         drop(st);
                         return Poll::Pending;
                     }
@@ -430,16 +496,18 @@ impl<T> Chan<T> {
             Ok(v) => Poll::Ready(Ok(v)),
             Err(Fail::Closed) => Poll::Ready(Err(())),
             Err(Fail::Paired) => {
-                // SAFETY: under the lock; the node is ours.
-                unsafe { node.set_waker(cx.waker()) };
+                // Recorded before any user code (the waker's clone, the wakes) can
+                // panic: the future's `Drop` must undo the pairing.
                 *registered = true;
+                // SAFETY: under the lock; the node is ours.
+                unsafe { node.set_waker(cx.waker(), &mut wakes) };
                 Poll::Pending
             }
             Err(Fail::NotReady) => {
                 // SAFETY: under the lock; the caller keeps the node pinned until
                 // `cancel_recv` (its `Drop`) takes it off.
                 unsafe {
-                    node.set_waker(cx.waker());
+                    node.set_waker(cx.waker(), &mut wakes);
                     st.receivers.push_back(node);
                 }
                 // A receiver waits: a rendezvous send is now possible.
@@ -495,7 +563,7 @@ impl<T> Chan<T> {
                     let st = self.lock();
                     if node.reason() == Reason::Waiting {
                         // SAFETY: under the lock.
-                        unsafe { node.set_waker(cx.waker()) };
+                        unsafe { node.set_waker(cx.waker(), &mut wakes) };
                         drop(st);
                         return Poll::Pending;
                     }
@@ -522,8 +590,8 @@ impl<T> Chan<T> {
                 // SAFETY: under the lock; the caller keeps the node pinned until
                 // `cancel_send` takes it off.
                 unsafe {
+                    node.set_waker(cx.waker(), &mut wakes);
                     node.put_slot(v);
-                    node.set_waker(cx.waker());
                     st.senders.push_back(node);
                 }
                 st.wake_observers(true, &mut wakes);
@@ -569,7 +637,7 @@ impl<T> Chan<T> {
         }
         // SAFETY: under the lock; the select keeps the node boxed until it is off.
         unsafe {
-            node.set_waker(cx.waker());
+            node.set_waker(cx.waker(), &mut wakes);
             st.receivers.push_back(node);
         }
         if node.kind() == Kind::Observe {
@@ -597,7 +665,7 @@ impl<T> Chan<T> {
         }
         // SAFETY: under the lock; the select keeps the node boxed until it is off.
         unsafe {
-            node.set_waker(cx.waker());
+            node.set_waker(cx.waker(), &mut wakes);
             st.senders.push_back(node);
         }
         if node.kind() == Kind::Observe {
@@ -701,11 +769,12 @@ impl<T> Chan<T> {
         recv: bool,
         waker: Option<&std::task::Waker>,
     ) -> Option<Won> {
+        let mut wakes = WakeBatch::new();
         let _st = self.lock();
         // SAFETY: under the lock.
         unsafe {
             if let Some(w) = waker {
-                node.set_waker(w);
+                node.set_waker(w, &mut wakes);
             }
             match node.reason() {
                 Reason::Close => Some(Won::Closed),
@@ -723,9 +792,10 @@ impl<T> Chan<T> {
 
     /// Replaces a registered node's waker.
     pub(crate) fn refresh_waker(&self, node: &Node<T>, waker: &std::task::Waker) {
+        let mut wakes = WakeBatch::new();
         let _st = self.lock();
         // SAFETY: under the lock.
-        unsafe { node.set_waker(waker) };
+        unsafe { node.set_waker(waker, &mut wakes) };
     }
 
     /// Completes a selected send with `v`.
@@ -752,10 +822,16 @@ impl<T> Chan<T> {
                 }
                 match self.try_send_locked(&mut st, v, &mut wakes) {
                     Ok(()) => return Ok(()),
-                    // The slot was held, so there is room; only `closed` is left.
-                    Err((v, _)) => {
+                    Err((v, Fail::Closed)) => {
                         drop(st);
                         return Err(v);
+                    }
+                    // The held slot was taken by a value given back meanwhile (those
+                    // go in whatever the capacity): this one still goes in.
+                    Err((v, _)) => {
+                        st.buf.push_back(v);
+                        st.wake_observers(true, &mut wakes);
+                        return Ok(());
                     }
                 }
             }
@@ -846,7 +922,9 @@ struct PairedRecv<'a, T> {
 
 impl<T> Drop for PairedRecv<'_, T> {
     fn drop(&mut self) {
-        if !self.paired.get() {
+        // While unwinding (a waker that panicked while the pairing was made) the flag
+        // may not be set yet: undo whatever the node holds.
+        if !self.paired.get() && !std::thread::panicking() {
             return;
         }
         let taken = self.node.reason() == Reason::Data

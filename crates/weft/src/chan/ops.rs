@@ -165,20 +165,19 @@ pub(crate) struct StreamRecv<T> {
 impl<T> StreamRecv<T> {
     pub(crate) fn new() -> Box<Self> {
         Box::new(StreamRecv {
-            node: Node::new(),
+            node: Node::with(crate::waitlist::Kind::Observe, std::ptr::null(), 0),
             registered: false,
         })
     }
 
     pub(crate) fn poll(&mut self, chan: &Chan<T>, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        chan.poll_recv(&self.node, &mut self.registered, cx)
-            .map(|r| r.ok())
+        chan.poll_stream(&self.node, &mut self.registered, cx)
     }
 
     pub(crate) fn cancel(&mut self, chan: &Chan<T>) {
         if self.registered {
             self.registered = false;
-            chan.cancel_recv(&self.node);
+            chan.unregister_stream(&self.node);
             self.node.reset();
         }
     }

@@ -36,7 +36,10 @@ pub fn ordered<T>(cap: usize) -> (OrderedSender<T>, OrderedReceiver<T>) {
         OrderedSender { tx },
         OrderedReceiver {
             rx,
-            head: Mutex::new(None),
+            head: Mutex::new(Head {
+                next: 0,
+                back: std::collections::VecDeque::new(),
+            }),
         },
     )
 }
@@ -55,7 +58,7 @@ pub struct OrderedSender<T> {
 pub struct OrderedReceiver<T> {
     rx: Receiver<JoinHandle<T>>,
     /// The handle a cancelled `recv` was joining: the next receive joins it first.
-    head: Mutex<Option<JoinHandle<T>>>,
+    head: Mutex<Head<T>>,
 }
 
 fn handle() -> crate::Handle {
@@ -169,13 +172,19 @@ impl<T: Send + 'static> OrderedReceiver<T> {
         &self,
     ) -> impl Future<Output = Result<Result<T, JoinError>, RecvError>> + Send + '_ {
         async move {
-            let held = self.head.lock().take();
-            let h = match held {
-                Some(h) => h,
-                None => self.rx.recv().await?,
+            let held = self.head.lock().back.pop_front();
+            let (seq, h) = match held {
+                Some(held) => held,
+                None => {
+                    let h = self.rx.recv().await?;
+                    let mut head = self.head.lock();
+                    head.next += 1;
+                    (head.next, h)
+                }
             };
             let mut guard = PutBack {
                 slot: &self.head,
+                seq,
                 h: Some(h),
             };
             let r = guard.h.as_mut().expect("held").await;
@@ -199,16 +208,27 @@ impl<T: Send + 'static> OrderedReceiver<T> {
     }
 }
 
-/// Puts a handle back at the head if the receive joining it is dropped.
+/// Puts a handle back at the head if the receive joining it is dropped, in queue
+/// order among those put back.
 struct PutBack<'a, T> {
-    slot: &'a Mutex<Option<JoinHandle<T>>>,
+    slot: &'a Mutex<Head<T>>,
+    seq: u64,
     h: Option<JoinHandle<T>>,
+}
+
+/// Handles put back by cancelled receives, in queue order (each numbered when it left
+/// the channel).
+struct Head<T> {
+    next: u64,
+    back: std::collections::VecDeque<(u64, JoinHandle<T>)>,
 }
 
 impl<T> Drop for PutBack<'_, T> {
     fn drop(&mut self) {
         if let Some(h) = self.h.take() {
-            *self.slot.lock() = Some(h);
+            let mut head = self.slot.lock();
+            let at = head.back.partition_point(|(s, _)| *s < self.seq);
+            head.back.insert(at, (self.seq, h));
         }
     }
 }
@@ -218,7 +238,7 @@ impl<T> Drop for OrderedReceiver<T> {
         // Close first: a spawn from now on joins its own work; then cancel what is
         // queued.
         self.rx.close();
-        if let Some(h) = self.head.lock().take() {
+        for (_, h) in self.head.lock().back.drain(..) {
             h.abort();
         }
         while let Ok(h) = self.rx.try_recv() {

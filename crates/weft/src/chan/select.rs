@@ -20,7 +20,6 @@
 //! became possible and are never handed anything.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -198,7 +197,11 @@ impl OpNode for TimerNode<'_> {
     fn won_state(&self, _: Option<&Waker>) -> Option<Won> {
         None
     }
-    fn release(&self) {}
+    fn release(&self) {
+        if let Some(at) = self.fired.lock().take() {
+            self.timer.give_back(at);
+        }
+    }
     fn refresh_waker(&self, _: &Waker) {}
     fn deadline(&self) -> Option<Instant> {
         self.timer.deadline()
@@ -451,7 +454,10 @@ impl<'a> Select<'a> {
     }
 
     /// Waits, as a future, until an operation is ready and selects it: the form for
-    /// async code (a `Send` future). Timer receivers in it need a weft runtime.
+    /// async code (a `Send` future).
+    ///
+    /// # Panics
+    /// If no operation was added (it would wait for ever).
     ///
     /// ```
     /// let rt = weft::Runtime::new().unwrap();
@@ -466,22 +472,24 @@ impl<'a> Select<'a> {
     /// assert_eq!(got, 4);
     /// ```
     pub fn select_async(&mut self) -> impl Future<Output = SelectedOperation<'a>> + Send + '_ {
+        assert!(
+            self.ops.iter().any(|o| o.is_some()),
+            "no operations have been added to `Select`"
+        );
         let mut m = Machine::new(self, Kind::Select);
-        let mut sleep: Option<Pin<Box<crate::time::Sleep>>> = None;
+        let mut alarm: Option<super::timer::Alarm> = None;
         std::future::poll_fn(move |cx| loop {
             if let Poll::Ready(r) = m.poll(cx, false) {
                 let (i, won) = r.expect("a select without a deadline selects");
                 return Poll::Ready(m.take_selected(i, won));
             }
-            // Timer operations: a sleep on the runtime's wheel until the next one.
+            // Timer operations: an alarm (the runtime's wheel, or the alarm thread
+            // off a runtime) until the next one.
             let Some(d) = m.next_timer() else {
                 return Poll::Pending;
             };
-            let s = sleep.get_or_insert_with(|| Box::pin(crate::time::sleep_until(d)));
-            if s.deadline() != d {
-                s.as_mut().reset(d);
-            }
-            if s.as_mut().poll(cx).is_pending() {
+            let a = alarm.get_or_insert_with(|| super::timer::Alarm::new(d));
+            if a.poll(d, cx).is_pending() {
                 return Poll::Pending;
             }
         })
@@ -812,6 +820,18 @@ impl<'a> Machine<'a> {
 
 impl Drop for Machine<'_> {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // A waker or a clone panicked in the middle of a step: the flags below may
+            // lag behind what the nodes hold (a pairing made, a value handed over).
+            // Every node leaves its list and gives back what it holds.
+            for (_, n) in self.each() {
+                n.unregister();
+                if self.kind != Kind::Observe {
+                    n.release();
+                }
+            }
+            return;
+        }
         if let Some(i) = self.paired {
             if let Some(n) = &self.nodes[i] {
                 n.release();

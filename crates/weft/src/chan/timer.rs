@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering::AcqRel;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::base::{Arc, AtomicBool, Mutex};
@@ -69,6 +69,14 @@ impl Timer {
         }
     }
 
+    /// A message taken by a select that was not performed comes back.
+    pub(crate) fn give_back(&self, fired: Instant) {
+        match self {
+            Timer::At { taken, .. } => taken.store(false, std::sync::atomic::Ordering::Release),
+            Timer::Tick { next, .. } => *next.lock() = fired,
+        }
+    }
+
     /// Whether a message is due now.
     pub(crate) fn is_ready(&self) -> bool {
         self.deadline().is_some_and(|d| Instant::now() >= d)
@@ -87,29 +95,33 @@ pub(crate) struct TimerRecv<T> {
     alarm: Option<Alarm>,
 }
 
-/// What wakes a timer receive at its deadline: a sleep on a runtime's wheel (the
-/// current runtime's, else the most recently started live one), or, in a program that
-/// has no runtime, a thread that sleeps until then.
-enum Alarm {
+/// What wakes a timer receive at its deadline: a sleep on the wheel of the runtime the
+/// caller runs in, or, anywhere else, the process's alarm thread (so the receive does
+/// not depend on a runtime that may be dropped meanwhile).
+pub(crate) enum Alarm {
     Wheel(Pin<Box<crate::time::Sleep>>),
-    Thread(Instant),
+    Thread {
+        /// The waker to wake, updated on every poll; the alarm thread forgets an entry
+        /// whose slot nobody else holds any more.
+        slot: std::sync::Arc<std::sync::Mutex<Option<Waker>>>,
+        armed: Option<Instant>,
+    },
 }
 
 impl Alarm {
-    fn new(deadline: Instant) -> Alarm {
+    pub(crate) fn new(deadline: Instant) -> Alarm {
         let sleep = crate::time::sleep_until(deadline);
         if sleep.is_bound() {
             return Alarm::Wheel(Box::pin(sleep));
         }
-        if let Some(h) = crate::runtime::latest() {
-            let _enter = crate::runtime::enter(&h);
-            return Alarm::Wheel(Box::pin(crate::time::sleep_until(deadline)));
+        Alarm::Thread {
+            slot: Default::default(),
+            armed: None,
         }
-        Alarm::Thread(far_instant())
     }
 
     /// Pending until `deadline`, with `cx` woken then.
-    fn poll(&mut self, deadline: Instant, cx: &mut Context<'_>) -> Poll<()> {
+    pub(crate) fn poll(&mut self, deadline: Instant, cx: &mut Context<'_>) -> Poll<()> {
         match self {
             Alarm::Wheel(sleep) => {
                 if sleep.deadline() != deadline {
@@ -117,18 +129,14 @@ impl Alarm {
                 }
                 sleep.as_mut().poll(cx)
             }
-            Alarm::Thread(armed) => {
+            Alarm::Thread { slot, armed } => {
                 if Instant::now() >= deadline {
                     return Poll::Ready(());
                 }
-                if *armed != deadline {
-                    *armed = deadline;
-                    let waker = cx.waker().clone();
-                    std::thread::spawn(move || {
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        std::thread::sleep(left);
-                        waker.wake();
-                    });
+                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+                if *armed != Some(deadline) {
+                    *armed = Some(deadline);
+                    alarm_thread::arm(deadline, slot.clone());
                 }
                 Poll::Pending
             }
@@ -136,8 +144,84 @@ impl Alarm {
     }
 }
 
-fn far_instant() -> Instant {
-    after_or_far(Instant::now(), Duration::MAX)
+/// One thread for the whole process that wakes timer receives made outside any
+/// runtime at their deadlines.
+mod alarm_thread {
+    use std::sync::{Arc, Condvar, Mutex, OnceLock};
+    use std::task::Waker;
+    use std::time::Instant;
+
+    type Slot = Arc<Mutex<Option<Waker>>>;
+
+    struct Alarms {
+        entries: Mutex<Vec<(Instant, Slot)>>,
+        changed: Condvar,
+    }
+
+    fn alarms() -> &'static Alarms {
+        static ALARMS: OnceLock<&'static Alarms> = OnceLock::new();
+        ALARMS.get_or_init(|| {
+            let a: &'static Alarms = Box::leak(Box::new(Alarms {
+                entries: Mutex::new(Vec::new()),
+                changed: Condvar::new(),
+            }));
+            std::thread::Builder::new()
+                .name("weft-chan-alarms".into())
+                .spawn(move || run(a))
+                .expect("weft: cannot start the channel alarm thread");
+            a
+        })
+    }
+
+    pub(super) fn arm(deadline: Instant, slot: Slot) {
+        let a = alarms();
+        a.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((deadline, slot));
+        a.changed.notify_one();
+    }
+
+    fn run(a: &'static Alarms) {
+        let mut entries = a.entries.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let now = Instant::now();
+            let mut due = Vec::new();
+            // Entries whose receive is gone (only this list holds the slot) go too.
+            entries.retain(|(d, slot)| {
+                if Arc::strong_count(slot) == 1 {
+                    false
+                } else if *d <= now {
+                    due.push(slot.clone());
+                    false
+                } else {
+                    true
+                }
+            });
+            let next = entries.iter().map(|(d, _)| *d).min();
+            drop(entries);
+            for slot in due {
+                let w = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(w) = w {
+                    w.wake();
+                }
+            }
+            entries = a.entries.lock().unwrap_or_else(|e| e.into_inner());
+            entries = match next {
+                None if entries.is_empty() => {
+                    a.changed.wait(entries).unwrap_or_else(|e| e.into_inner())
+                }
+                None => entries,
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    a.changed
+                        .wait_timeout(entries, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
+        }
+    }
 }
 
 impl<T> TimerRecv<T> {

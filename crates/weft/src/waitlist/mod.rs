@@ -237,18 +237,25 @@ impl<T> Node<T> {
         !group.is_null() && ptr::eq(self.group, group)
     }
 
+    /// Stores a clone of `waker` unless the stored one wakes the same task. The waker
+    /// it replaces is handed to `wakes`, to be dropped once the lock is released: a
+    /// waker's `Drop` may run user code (drop the last `Sender` of this very channel).
+    ///
     /// # Safety
     /// The caller holds the lock of the object this node waits on (or owns the node
     /// and it is on no list and reserved by nobody).
-    pub(crate) unsafe fn set_waker(&self, waker: &Waker) {
-        self.links.with_mut(|l| {
+    pub(crate) unsafe fn set_waker(&self, waker: &Waker, wakes: &mut WakeBatch) {
+        let old = self.links.with_mut(|l| {
             // SAFETY: exclusive under the lock (the contract).
             let l = unsafe { &mut *l };
             match &l.waker {
-                Some(w) if w.will_wake(waker) => {}
-                _ => l.waker = Some(waker.clone()),
+                Some(w) if w.will_wake(waker) => None,
+                _ => l.waker.replace(waker.clone()),
             }
-        })
+        });
+        if let Some(old) = old {
+            wakes.retire(old);
+        }
     }
 
     /// # Safety
@@ -460,6 +467,9 @@ pub(crate) struct WakeBatch {
     inline: [Option<Waker>; 4],
     len: usize,
     more: Vec<Waker>,
+    /// Replaced wakers, dropped (not woken) with the batch.
+    retired: Option<Waker>,
+    more_retired: Vec<Waker>,
 }
 
 impl Default for WakeBatch {
@@ -474,6 +484,8 @@ impl WakeBatch {
             inline: [None, None, None, None],
             len: 0,
             more: Vec::new(),
+            retired: None,
+            more_retired: Vec::new(),
         }
     }
 
@@ -483,6 +495,14 @@ impl WakeBatch {
             self.len += 1;
         } else {
             self.more.push(waker);
+        }
+    }
+
+    /// Keeps a replaced waker, to be dropped when the batch is, after the lock.
+    pub(crate) fn retire(&mut self, waker: Waker) {
+        match self.retired {
+            None => self.retired = Some(waker),
+            Some(_) => self.more_retired.push(waker),
         }
     }
 
@@ -498,6 +518,8 @@ impl WakeBatch {
         for w in self.more.drain(..) {
             w.wake();
         }
+        self.retired = None;
+        self.more_retired.clear();
     }
 }
 
