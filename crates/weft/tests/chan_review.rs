@@ -257,7 +257,10 @@ fn select_async_waker_swap_race_stress() {
                     lost += 1;
                 }
                 let r2 = poll_with(fut.as_mut(), &wb);
-                assert!(r2.is_ready(), "the send completed: the select must be ready");
+                assert!(
+                    r2.is_ready(),
+                    "the send completed: the select must be ready"
+                );
             }
         }
         assert_eq!(lost, 0, "{lost} rounds lost the current waker's wake-up");
@@ -282,7 +285,12 @@ fn waker_drop_reenters_channel() {
 fn child_waker_drop_reenters_channel() {
     let (tx, rx) = chan::unbounded::<u32>();
     let tx2 = tx.clone();
-    let hooks = Hooks::new(|| {}, move || drop(tx2.len()));
+    let hooks = Hooks::new(
+        || {},
+        move || {
+            let _ = tx2.len();
+        },
+    );
     let w1 = hook_waker(&hooks);
     let mut fut = Box::pin(rx.recv());
     assert!(poll_with(fut.as_mut(), &w1).is_pending());
@@ -305,7 +313,12 @@ fn waker_clone_reenters_channel() {
 fn child_waker_clone_reenters_channel() {
     let (tx, rx) = chan::bounded::<u32>(0);
     let tx2 = tx.clone();
-    let hooks = Hooks::new(move || drop(tx2.is_full()), || {});
+    let hooks = Hooks::new(
+        move || {
+            let _ = tx2.is_full();
+        },
+        || {},
+    );
     let w = hook_waker(&hooks);
     hooks.arm(true);
     let mut fut = Box::pin(rx.recv());
@@ -505,7 +518,10 @@ fn child_timer_thread_alarm_new_waker() {
     assert!(poll_with(fut.as_mut(), &wb).is_pending());
     std::thread::sleep(Duration::from_millis(400));
     println!("CHILD old_wakes={} new_wakes={}", a.wakes(), b.wakes());
-    assert!(b.wakes() > 0, "the current waker was never woken at the deadline");
+    assert!(
+        b.wakes() > 0,
+        "the current waker was never woken at the deadline"
+    );
     assert!(poll_with(fut.as_mut(), &wb).is_ready());
 }
 
@@ -610,7 +626,10 @@ fn child_wake_panic_during_select_pairing() {
         let op = sel.select();
         op.recv(&rx)
     }));
-    assert!(r.is_err(), "the receiving select panicked with the sender's waker");
+    assert!(
+        r.is_err(),
+        "the receiving select panicked with the sender's waker"
+    );
     // The program goes on allocating: the freed node's memory is reused.
     let filler = fillers();
     // The sending select won its group: it completes into the receiver's (freed) node.
@@ -684,6 +703,63 @@ fn check_fillers(fillers: &[Vec<u8>]) {
     );
 }
 
+// ---------------------------------------------------------------------------------
+// 8. A selected send holding a buffer slot blocks (and can hang for ever)
+// ---------------------------------------------------------------------------------
+
+/// `Chan::complete_send` (core.rs, the `is_reserved` arm) assumes "the slot was held,
+/// so there is room" and otherwise reports the channel closed; but a value given back
+/// by a cancelled receive (`give_back_locked`, pushed to the front "whatever the
+/// capacity") or by an unperformed selected receive fills the buffer past its
+/// capacity, so the reserved slot is no longer room. `complete_send` then returns
+/// `Err(v)` on an open channel, and `SelectedOperation::send` (select.rs, the last
+/// arm) falls back to `send_blocking`: the selected send blocks, although a selected
+/// operation must complete without blocking. With no other receiver (here: the
+/// only thread), it blocks for ever. Found by `selects_everywhere_bounded_1`, whose
+/// plain threads both hung there.
+#[test]
+fn selected_send_with_a_held_slot_does_not_block() {
+    watchdog(20, || {
+        let (tx, rx) = chan::bounded::<u32>(1);
+        let mut sel = Select::new();
+        let i = sel.send(&tx);
+        // The select holds the one slot.
+        let op = sel.try_select().unwrap();
+        assert_eq!(op.index(), i);
+        // A receive waits; a value is handed to it; the receive is cancelled: the value
+        // goes back to the buffer, which is now over its capacity.
+        {
+            let mut f = Box::pin(rx.recv());
+            assert!(noop_poll(f.as_mut()).is_pending());
+            tx.try_send(1).unwrap();
+        }
+        assert_eq!(rx.len(), 1);
+        let done = AtomicBool::new(false);
+        let blocked = std::thread::scope(|s| {
+            let t = s.spawn(|| {
+                let r = op.send(&tx, 2);
+                done.store(true, SeqCst);
+                r
+            });
+            let start = Instant::now();
+            while !done.load(SeqCst) && start.elapsed() < Duration::from_millis(500) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let blocked = !done.load(SeqCst);
+            // Unblock it, to end the test either way.
+            let first = rx.recv_blocking();
+            assert!(t.join().unwrap().is_ok());
+            assert_eq!(first, Ok(1));
+            blocked
+        });
+        assert_eq!(rx.try_recv(), Ok(2));
+        assert!(
+            !blocked,
+            "the selected send blocked in send_blocking (it waited for a receiver)"
+        );
+    });
+}
+
 // =================================================================================
 // Attacks that found nothing (they pass; kept as regression tests)
 // =================================================================================
@@ -709,7 +785,12 @@ impl Ids {
     fn check_all_dropped_once(&self) {
         let n = self.next.load(SeqCst);
         for id in 0..n {
-            assert_eq!(self.drops.get(id), 1, "value {id} dropped {} times", self.drops.get(id));
+            assert_eq!(
+                self.drops.get(id),
+                1,
+                "value {id} dropped {} times",
+                self.drops.get(id)
+            );
         }
     }
 }
@@ -805,33 +886,55 @@ fn selects_everywhere(cap: usize) {
         let ids = Ids::new(200_000);
         let ends: Arc<Vec<_>> = Arc::new((0..2).map(|_| chan::bounded::<Tracked>(cap)).collect());
         let logs = Arc::new(Mutex::new(Vec::<Log>::new()));
+        // Participants that finished their steps keep receiving until all have: a
+        // selected send that blocks (bug 8, `selected_send_with_a_held_slot_...`) is
+        // then unblocked instead of hanging the test.
+        let done = Arc::new(AtomicUsize::new(0));
+        const ALL: usize = 6;
+        fn drain(ends: &[(Sender<Tracked>, Receiver<Tracked>)], log: &mut Log) {
+            for (_, rx) in ends {
+                while let Ok(v) = rx.try_recv() {
+                    log.got.push(v.id);
+                }
+            }
+        }
         const STEPS: usize = 1500;
         let mut threads = vec![];
         for k in 0..2u64 {
-            let (ids, ends, logs) = (ids.clone(), ends.clone(), logs.clone());
+            let (ids, ends, logs, done) = (ids.clone(), ends.clone(), logs.clone(), done.clone());
             threads.push(std::thread::spawn(move || {
                 let mut r = chan_common::Rng::new(k + 1);
                 let mut log = Log::default();
                 for _ in 0..STEPS {
                     select_step(&mut r, &ids, &ends, &mut log);
                 }
+                done.fetch_add(1, SeqCst);
+                while done.load(SeqCst) < ALL {
+                    drain(&ends, &mut log);
+                    std::thread::yield_now();
+                }
                 logs.lock().unwrap().push(log);
             }));
         }
         let mut handles = vec![];
         for k in 0..2u64 {
-            let (ids, ends, logs) = (ids.clone(), ends.clone(), logs.clone());
+            let (ids, ends, logs, done) = (ids.clone(), ends.clone(), logs.clone(), done.clone());
             handles.push(chan_common::fiber_on(&rt, move || {
                 let mut r = chan_common::Rng::new(k + 11);
                 let mut log = Log::default();
                 for _ in 0..STEPS {
                     select_step(&mut r, &ids, &ends, &mut log);
                 }
+                done.fetch_add(1, SeqCst);
+                while done.load(SeqCst) < ALL {
+                    drain(&ends, &mut log);
+                    weft::fiber::yield_now();
+                }
                 logs.lock().unwrap().push(log);
             }));
         }
         for k in 0..2u64 {
-            let (ids, ends, logs) = (ids.clone(), ends.clone(), logs.clone());
+            let (ids, ends, logs, done) = (ids.clone(), ends.clone(), logs.clone(), done.clone());
             handles.push(rt.spawn(async move {
                 let mut r = chan_common::Rng::new(k + 21);
                 let mut log = Log::default();
@@ -842,6 +945,11 @@ fn selects_everywhere(cap: usize) {
                         select_step_async(&mut r, &ids, &ends, &mut log),
                     )
                     .await;
+                }
+                done.fetch_add(1, SeqCst);
+                while done.load(SeqCst) < ALL {
+                    drain(&ends, &mut log);
+                    weft::time::sleep(Duration::from_micros(100)).await;
                 }
                 logs.lock().unwrap().push(log);
             }));
@@ -867,7 +975,7 @@ fn selects_everywhere(cap: usize) {
         got.sort_unstable();
         let n = sent.len();
         assert!(n > 100, "too little traffic: {n}");
-        assert_eq!(got, sent, "received != sent (lost or duplicated values)");
+        assert_same(&got, &sent);
         drop(ends);
         drop(rt);
         ids.check_all_dropped_once();
@@ -896,7 +1004,8 @@ fn futures_polled_from_two_threads_with_new_wakers() {
             let (tx, rx) = chan::bounded::<u64>((round % 3) as usize);
             let rx = Arc::new(rx);
             let rx2 = rx.clone();
-            let (ptx, prx) = mpsc::channel::<(Pin<Box<dyn Future<Output = _> + Send>>, Arc<Hooks>)>();
+            let (ptx, prx) =
+                mpsc::channel::<(Pin<Box<dyn Future<Output = _> + Send>>, Arc<Hooks>)>();
             let fut: Pin<Box<dyn Future<Output = _> + Send>> =
                 Box::pin(async move { rx2.recv().await });
             let h = Hooks::counting();
@@ -904,7 +1013,8 @@ fn futures_polled_from_two_threads_with_new_wakers() {
             assert!(poll_with(fut.as_mut(), &hook_waker(&h)).is_pending());
             // Another thread polls it with its own waker.
             let poller = std::thread::spawn(move || {
-                let (mut fut, _): (Pin<Box<dyn Future<Output = _> + Send>>, _) = prx.recv().unwrap();
+                let (mut fut, _): (Pin<Box<dyn Future<Output = _> + Send>>, _) =
+                    prx.recv().unwrap();
                 let h2 = Hooks::counting();
                 let r = poll_with(fut.as_mut(), &hook_waker(&h2));
                 (fut, h2, r.is_ready())
@@ -950,7 +1060,11 @@ fn stream_value_given_back_when_receiver_dropped_elsewhere() {
             let t = std::thread::spawn(move || tx.send_blocking(3));
             std::thread::sleep(Duration::from_millis(20));
             std::thread::spawn(move || drop(rx)).join().unwrap();
-            assert_eq!(rx2.recv_timeout(Duration::from_secs(2)), Ok(3), "cap {cap:?}");
+            assert_eq!(
+                rx2.recv_timeout(Duration::from_secs(2)),
+                Ok(3),
+                "cap {cap:?}"
+            );
             assert!(t.join().unwrap().is_ok());
         }
     });
@@ -999,7 +1113,11 @@ fn aborted_selects_lose_nothing() {
                     let a = sel.recv(&rx0);
                     sel.recv(&rx1);
                     let op = sel.select();
-                    let r = if op.index() == a { op.recv(&rx0) } else { op.recv(&rx1) };
+                    let r = if op.index() == a {
+                        op.recv(&rx0)
+                    } else {
+                        op.recv(&rx1)
+                    };
                     match r {
                         Ok(v) => got.lock().unwrap().push(v),
                         Err(_) => return,
@@ -1012,7 +1130,11 @@ fn aborted_selects_lose_nothing() {
                         let a = sel.recv(&rx0);
                         sel.recv(&rx1);
                         let op = sel.select_async().await;
-                        let r = if op.index() == a { op.recv(&rx0) } else { op.recv(&rx1) };
+                        let r = if op.index() == a {
+                            op.recv(&rx0)
+                        } else {
+                            op.recv(&rx1)
+                        };
                         match r {
                             Ok(v) => got.lock().unwrap().push(v),
                             Err(_) => return,
@@ -1046,9 +1168,42 @@ fn aborted_selects_lose_nothing() {
             chan_common::join_within(h, 10).unwrap();
         }
         let mut got = got.lock().unwrap().clone();
+        // A select returns the closed channel's operation first when one channel is
+        // closed and the other still holds a value: that value is left for us.
+        got.extend(rx0.try_iter());
+        got.extend(rx1.try_iter());
         got.sort_unstable();
-        assert_eq!(got, sent);
+        assert_same(&got, &sent);
     });
+}
+
+/// Asserts `got == sent` (both sorted), naming what was lost and what came twice.
+fn assert_same<T: Ord + Copy + std::fmt::Debug>(got: &[T], sent: &[T]) {
+    if got == sent {
+        return;
+    }
+    let missing: Vec<T> = sent
+        .iter()
+        .filter(|v| got.binary_search(v).is_err())
+        .copied()
+        .collect();
+    let mut twice: Vec<T> = got
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    twice.dedup();
+    let extra: Vec<T> = got
+        .iter()
+        .filter(|v| sent.binary_search(v).is_err())
+        .copied()
+        .collect();
+    panic!(
+        "received != sent: lost {missing:?}, received twice {twice:?}, never sent {extra:?} \
+         ({} sent, {} received)",
+        sent.len(),
+        got.len()
+    );
 }
 
 /// A buffered value whose `Drop` panics while the last receiver drops the channel:
@@ -1073,7 +1228,8 @@ fn panicking_drop_in_disconnect() {
         }
         let tx2 = tx.clone();
         let c2 = counts.clone();
-        let blocked = std::thread::spawn(move || tx2.send_blocking(Bomb(4, c2)).map_err(|e| e.0 .0));
+        let blocked =
+            std::thread::spawn(move || tx2.send_blocking(Bomb(4, c2)).map_err(|e| e.0 .0));
         std::thread::sleep(Duration::from_millis(50));
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(rx)));
         assert!(r.is_err());
@@ -1103,9 +1259,15 @@ fn drop_reentering_the_channel() {
                 if let Some(tx) = self.tx.take() {
                     let _ = tx.len();
                     let _ = tx.is_full();
-                    let _ = tx.try_send(Re { tx: None, drops: self.drops.clone() });
+                    let _ = tx.try_send(Re {
+                        tx: None,
+                        drops: self.drops.clone(),
+                    });
                     let _ = tx.send_timeout(
-                        Re { tx: None, drops: self.drops.clone() },
+                        Re {
+                            tx: None,
+                            drops: self.drops.clone(),
+                        },
                         Duration::from_millis(1),
                     );
                     tx.close();
@@ -1114,7 +1276,10 @@ fn drop_reentering_the_channel() {
         }
         let drops = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = chan::bounded::<Re>(2);
-        let mk = |tx: &Sender<Re>| Re { tx: Some(tx.clone()), drops: drops.clone() };
+        let mk = |tx: &Sender<Re>| Re {
+            tx: Some(tx.clone()),
+            drops: drops.clone(),
+        };
         tx.send_blocking(mk(&tx)).unwrap();
         // A selected receive dropped unperformed gives the value back.
         let mut sel = Select::new();
@@ -1154,7 +1319,11 @@ fn wake_reentering_the_channel() {
         }
         for cap in [0usize, 1, 4] {
             let (tx, rx) = chan::bounded::<u32>(cap);
-            let w = Arc::new(W { tx: tx.clone(), rx: rx.clone(), n: AtomicUsize::new(0) });
+            let w = Arc::new(W {
+                tx: tx.clone(),
+                rx: rx.clone(),
+                n: AtomicUsize::new(0),
+            });
             let waker = Waker::from(w.clone());
             let mut f = Box::pin(rx.recv());
             assert!(poll_with(f.as_mut(), &waker).is_pending());
@@ -1165,7 +1334,11 @@ fn wake_reentering_the_channel() {
             // A sender waiting on a full channel.
             let (tx, rx) = chan::bounded::<u32>(cap.max(1));
             while tx.try_send(0).is_ok() {}
-            let w = Arc::new(W { tx: tx.clone(), rx: rx.clone(), n: AtomicUsize::new(0) });
+            let w = Arc::new(W {
+                tx: tx.clone(),
+                rx: rx.clone(),
+                n: AtomicUsize::new(0),
+            });
             let waker = Waker::from(w.clone());
             let mut f = Box::pin(tx.send(9));
             assert!(poll_with(f.as_mut(), &waker).is_pending());
@@ -1193,39 +1366,45 @@ fn shutdown_timeout_mid_select() {
 }
 
 fn child_runtime_drop_mid_select(with_timeout: bool) {
-    let ids = Ids::new(100_000);
+    let ids = Ids::new(4_000_000);
     {
         let rt = rt(2);
         let (tx0, rx0) = chan::bounded::<Tracked>(0);
         let (tx1, rx1) = chan::bounded::<Tracked>(1);
         let mut hs = vec![];
         for k in 0..6u64 {
-            let (tx0, rx0, tx1, rx1, ids) =
-                (tx0.clone(), rx0.clone(), tx1.clone(), rx1.clone(), ids.clone());
+            let (tx0, rx0, tx1, rx1, ids) = (
+                tx0.clone(),
+                rx0.clone(),
+                tx1.clone(),
+                rx1.clone(),
+                ids.clone(),
+            );
             let body = {
                 let (tx0, rx0, rx1, ids) = (tx0.clone(), rx0.clone(), rx1.clone(), ids.clone());
                 move || loop {
-                let mut sel = Select::new();
-                let a = sel.recv(&rx0);
-                let b = sel.recv(&rx1);
-                let c = sel.send(&tx0);
-                let op = sel.select();
-                let i = op.index();
-                if i == a {
-                    if op.recv(&rx0).is_err() {
-                        return;
-                    }
-                } else if i == b {
-                    if op.recv(&rx1).is_err() {
-                        return;
-                    }
-                } else {
-                    assert_eq!(i, c);
-                    if op.send(&tx0, ids.make()).is_err() {
-                        return;
+                    let mut sel = Select::new();
+                    let a = sel.recv(&rx0);
+                    let b = sel.recv(&rx1);
+                    let c = sel.send(&tx0);
+                    let op = sel.select();
+                    let i = op.index();
+                    if i == a {
+                        if op.recv(&rx0).is_err() {
+                            return;
+                        }
+                    } else if i == b {
+                        if op.recv(&rx1).is_err() {
+                            return;
+                        }
+                    } else {
+                        assert_eq!(i, c);
+                        if ids.next.load(SeqCst) > 3_000_000 || op.send(&tx0, ids.make()).is_err() {
+                            return;
+                        }
                     }
                 }
-            }};
+            };
             if k % 3 == 0 {
                 hs.push(chan_common::fiber_on(&rt, body));
             } else if k % 3 == 1 {
@@ -1247,7 +1426,9 @@ fn child_runtime_drop_mid_select(with_timeout: bool) {
                             }
                         } else {
                             assert_eq!(op.index(), b);
-                            if op.send(&tx1, ids.make()).is_err() {
+                            if ids.next.load(SeqCst) > 3_000_000
+                                || op.send(&tx1, ids.make()).is_err()
+                            {
                                 return;
                             }
                             let _ = rx0.recv().await;
@@ -1262,7 +1443,10 @@ fn child_runtime_drop_mid_select(with_timeout: bool) {
             threads.push(std::thread::spawn(move || {
                 for _ in 0..2000 {
                     if k == 0 {
-                        if tx0.send_timeout(ids.make(), Duration::from_millis(50)).is_err() {
+                        if tx0
+                            .send_timeout(ids.make(), Duration::from_millis(50))
+                            .is_err()
+                        {
                             break;
                         }
                     } else if rx1.recv_timeout(Duration::from_millis(50)).is_err() {
@@ -1366,8 +1550,13 @@ fn close_racing_everything() {
             let mut hs = vec![];
             let mut ths = vec![];
             for k in 0..6u64 {
-                let (tx, rx, ids, sent, got) =
-                    (tx.clone(), rx.clone(), ids.clone(), sent.clone(), got.clone());
+                let (tx, rx, ids, sent, got) = (
+                    tx.clone(),
+                    rx.clone(),
+                    ids.clone(),
+                    sent.clone(),
+                    got.clone(),
+                );
                 let body = move || {
                     for _ in 0..200 {
                         match k % 3 {
@@ -1416,8 +1605,13 @@ fn close_racing_everything() {
                 }
             }
             {
-                let (tx, rx, ids, sent, got) =
-                    (tx.clone(), rx.clone(), ids.clone(), sent.clone(), got.clone());
+                let (tx, rx, ids, sent, got) = (
+                    tx.clone(),
+                    rx.clone(),
+                    ids.clone(),
+                    sent.clone(),
+                    got.clone(),
+                );
                 hs.push(rt.spawn(async move {
                     for i in 0..200 {
                         if i % 2 == 0 {
@@ -1472,18 +1666,31 @@ fn timers_with_zero_and_huge_durations() {
         // Zero: ready at once, in every form.
         assert!(chan::after(Duration::ZERO).recv_blocking().is_ok());
         assert!(chan::after(Duration::ZERO).try_recv().is_ok());
-        assert!(chan::at(Instant::now() - Duration::from_secs(1)).recv_timeout(Duration::ZERO).is_ok());
+        assert!(chan::at(Instant::now() - Duration::from_secs(1))
+            .recv_timeout(Duration::ZERO)
+            .is_ok());
         let t0 = chan::tick(Duration::ZERO);
         for _ in 0..100 {
             assert!(t0.recv_blocking().is_ok());
         }
         let mut t0s = chan::tick(Duration::ZERO);
         for _ in 0..10 {
-            assert!(matches!(poll_next(&mut t0s, Waker::noop()), Poll::Ready(Some(_))));
+            assert!(matches!(
+                poll_next(&mut t0s, Waker::noop()),
+                Poll::Ready(Some(_))
+            ));
         }
         // Huge: never ready, timeouts still work.
-        for t in [chan::after(far), chan::after(huge), chan::tick(far), chan::tick(huge)] {
-            assert_eq!(t.recv_timeout(Duration::from_millis(5)), Err(RecvTimeoutError::Timeout));
+        for t in [
+            chan::after(far),
+            chan::after(huge),
+            chan::tick(far),
+            chan::tick(huge),
+        ] {
+            assert_eq!(
+                t.recv_timeout(Duration::from_millis(5)),
+                Err(RecvTimeoutError::Timeout)
+            );
             assert_eq!(t.try_recv(), Err(TryRecvError::Empty));
             let mut sel = Select::new();
             sel.recv(&t);
@@ -1494,12 +1701,17 @@ fn timers_with_zero_and_huge_durations() {
             let r = rt.block_on(async {
                 let mut sel = Select::new();
                 sel.recv(&t);
-                weft::time::timeout(Duration::from_millis(5), sel.select_async()).await.is_err()
+                weft::time::timeout(Duration::from_millis(5), sel.select_async())
+                    .await
+                    .is_err()
             });
             assert!(r);
             let t2 = t.clone();
             let f = chan_common::fiber_on(&rt, move || t2.recv_timeout(Duration::from_millis(5)));
-            assert_eq!(chan_common::join_within(f, 5).unwrap(), Err(RecvTimeoutError::Timeout));
+            assert_eq!(
+                chan_common::join_within(f, 5).unwrap(),
+                Err(RecvTimeoutError::Timeout)
+            );
         }
         // A huge (representable) timeout on a channel: the value still arrives.
         let (tx, rx) = chan::unbounded::<u32>();
@@ -1713,7 +1925,10 @@ fn blocking_forms_in_tasks_on_one_worker() {
             v
         });
         chan_common::join_within(p, 20).unwrap();
-        assert_eq!(chan_common::join_within(c, 20).unwrap(), (0..50).collect::<Vec<_>>());
+        assert_eq!(
+            chan_common::join_within(c, 20).unwrap(),
+            (0..50).collect::<Vec<_>>()
+        );
     });
 }
 
@@ -1756,14 +1971,17 @@ fn panics_while_holding_waits_and_selected_operations() {
         let rt = rt(2);
         let ids = Ids::new(10_000);
         let (tx, rx) = chan::bounded::<Tracked>(1);
+        let task_got = Arc::new(Mutex::new(Vec::new()));
         let mut hs = vec![];
         for k in 0..200u64 {
-            let (tx, rx, ids) = (tx.clone(), rx.clone(), ids.clone());
+            let (tx, rx, ids, task_got) = (tx.clone(), rx.clone(), ids.clone(), task_got.clone());
             hs.push(rt.spawn(async move {
                 match k % 4 {
                     0 => {
                         let mut f = Box::pin(rx.recv());
-                        let _ = noop_poll(f.as_mut());
+                        if let Poll::Ready(Ok(v)) = noop_poll(f.as_mut()) {
+                            task_got.lock().unwrap().push(v.id);
+                        }
                         weft::task::yield_now().await;
                         panic!("holding a recv");
                     }
@@ -1821,6 +2039,7 @@ fn panics_while_holding_waits_and_selected_operations() {
         let mut sent = sender.join().unwrap();
         let mut got = receiver.join().unwrap();
         got.extend(rx.try_iter().map(|v| v.id));
+        got.extend(task_got.lock().unwrap().iter().copied());
         sent.sort_unstable();
         got.sort_unstable();
         // Values sent by the panicking selects' `send` arms are not counted as sent
@@ -1834,5 +2053,85 @@ fn panics_while_holding_waits_and_selected_operations() {
         drop((tx, rx));
         drop(rt);
         ids.check_all_dropped_once();
+    });
+}
+
+/// The ordered channel's receiver dropped while work runs, with a spawner waiting for
+/// room: queued work is aborted, the waiting spawner gets its own work's result back
+/// (joined), later spawns fail the same way, and nothing hangs.
+#[test]
+fn ordered_receiver_dropped_while_work_runs() {
+    watchdog(30, || {
+        let rt = rt(2);
+        let (tx, rx) = chan::ordered::<u32>(2);
+        let started = Arc::new(AtomicUsize::new(0));
+        let finished = Arc::new(AtomicUsize::new(0));
+        let mk = |i: u32, ms: u64| {
+            let (started, finished) = (started.clone(), finished.clone());
+            async move {
+                started.fetch_add(1, SeqCst);
+                weft::time::sleep(Duration::from_millis(ms)).await;
+                finished.fetch_add(1, SeqCst);
+                i
+            }
+        };
+        rt.block_on(async {
+            tx.spawn(mk(0, 5000)).unwrap();
+            tx.spawn(mk(1, 5000)).unwrap();
+        });
+        let tx2 = tx.clone();
+        let blocked = {
+            let tx2 = tx2.clone();
+            let h = rt.handle().clone();
+            std::thread::spawn(move || {
+                // Waits for room (two handles queued).
+                h.block_on(async { tx2.spawn_async(async { 7u32 }).await })
+                    .map_err(|e| e.into_inner())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(started.load(SeqCst), 2);
+        drop(rx);
+        let r = blocked.join().unwrap();
+        assert!(matches!(r, Err(Ok(7))), "{r:?}");
+        let r = rt.block_on(async { tx.spawn(async { 8u32 }) });
+        assert!(matches!(r.map_err(|e| e.into_inner()), Err(Ok(8))));
+        std::thread::sleep(Duration::from_millis(100));
+        // The two queued ones were aborted: they never finish.
+        assert_eq!(finished.load(SeqCst), 0);
+        drop(tx2);
+    });
+}
+
+/// A value whose `Drop` blocks (waits on another channel) while weft drops it: the
+/// last receiver's drop and a cancelled send's drop wait outside any weft lock, so
+/// the channel stays usable from other threads meanwhile.
+#[test]
+fn drop_that_blocks() {
+    watchdog(20, || {
+        struct Slow(Receiver<()>);
+        impl Drop for Slow {
+            fn drop(&mut self) {
+                let _ = self.0.recv_timeout(Duration::from_millis(200));
+            }
+        }
+        let (gtx, grx) = chan::unbounded::<()>();
+        let (tx, rx) = chan::bounded::<Slow>(1);
+        tx.send_blocking(Slow(grx.clone())).unwrap();
+        // A cancelled send drops its value (blocking) on this thread...
+        let mut f = Box::pin(tx.send(Slow(grx.clone())));
+        assert!(noop_poll(f.as_mut()).is_pending());
+        let tx2 = tx.clone();
+        let other = std::thread::spawn(move || {
+            // ...while the channel is used from another thread.
+            let start = Instant::now();
+            let _ = tx2.is_full();
+            let _ = tx2.len();
+            start.elapsed()
+        });
+        drop(f);
+        assert!(other.join().unwrap() < Duration::from_millis(150));
+        drop(gtx);
+        drop(rx);
     });
 }
