@@ -2135,3 +2135,85 @@ fn drop_that_blocks() {
         drop(rx);
     });
 }
+
+// =================================================================================
+// Regressions in main after this review's base (0a2b487): f073a3a and 825363f
+// =================================================================================
+
+/// At f073a3a `Receiver::try_recv` (core.rs `try_recv_now`) pairs with a waiting
+/// select's send on a rendezvous channel and then *waits* (`crate::wait`) for the
+/// select to perform it. A select is performed only when its owner polls it again
+/// and calls `SelectedOperation::send`: a `select_async` future polled once and kept
+/// (or a `SelectedOperation` held), and `try_recv` blocks until then; on the thread
+/// that owns that future it blocks for ever (the owner cannot poll it). A `try_`
+/// operation must not wait.
+#[test]
+fn try_recv_does_not_wait_for_an_idle_select_send() {
+    watchdog(20, || {
+        let (tx, rx) = chan::bounded::<u32>(0);
+        let mut sel = Select::new();
+        sel.send(&tx);
+        let mut sf = Box::pin(sel.select_async());
+        assert!(noop_poll(sf.as_mut()).is_pending());
+        let done = AtomicBool::new(false);
+        let blocked = std::thread::scope(|s| {
+            let t = s.spawn(|| {
+                let r = rx.try_recv();
+                done.store(true, SeqCst);
+                r
+            });
+            let start = Instant::now();
+            while !done.load(SeqCst) && start.elapsed() < Duration::from_millis(500) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let blocked = !done.load(SeqCst);
+            // Dropping the select lets it go.
+            drop(sf);
+            let _ = t.join().unwrap();
+            blocked
+        });
+        assert!(!blocked, "try_recv waited for a select that nobody polls");
+    });
+}
+
+/// At 825363f a closed channel counts as drained only once every value handed to a
+/// receiver's node has been taken (`in_flight`). A value handed to a node whose owner
+/// never takes it (the idle `Stream` node of bug 3; a forgotten receive) keeps the
+/// channel undrained for ever: after the senders are gone, every other receive waits
+/// for ever instead of returning `Disconnected` (at 0a2b487 it returned
+/// `Disconnected`).
+#[test]
+fn closed_channel_with_a_value_in_an_idle_stream_node_disconnects() {
+    watchdog(20, || {
+        let (tx, mut rx) = chan::unbounded::<u32>();
+        let rx2 = rx.clone();
+        assert!(poll_next(&mut rx, Waker::noop()).is_pending());
+        tx.send_blocking(1).unwrap();
+        drop(tx);
+        let r = rx2.recv_timeout(Duration::from_millis(500));
+        assert!(
+            r != Err(RecvTimeoutError::Timeout),
+            "a receive on a closed channel waits for a value held by an idle stream node"
+        );
+        assert!(rx2.try_recv().is_ok() || rx2.try_recv() == Err(TryRecvError::Disconnected));
+        drop(rx);
+    });
+}
+
+#[test]
+fn closed_channel_with_a_value_in_a_forgotten_receive_disconnects() {
+    watchdog(20, || {
+        let (tx, rx) = chan::unbounded::<u32>();
+        let mut f = Box::pin(rx.recv());
+        assert!(noop_poll(f.as_mut()).is_pending());
+        std::mem::forget(f);
+        tx.send_blocking(1).unwrap();
+        drop(tx);
+        let r = rx.recv_timeout(Duration::from_millis(500));
+        assert_eq!(
+            r,
+            Err(RecvTimeoutError::Disconnected),
+            "after the senders left, a receive waits for ever for a leaked value"
+        );
+    });
+}
