@@ -345,14 +345,27 @@ impl<T> Chan<T> {
             node: Node::new(),
             paired: std::cell::Cell::new(false),
         };
+        // A value taken here is held by `hold` while the wakes run: if one panics, the
+        // value goes back to the channel instead of being dropped by the unwind.
+        let mut hold = GiveBackOnUnwind {
+            chan: self,
+            value: None,
+        };
         let r = {
             let mut wakes = WakeBatch::new();
             let mut st = self.lock();
-            self.try_recv_locked(&mut st, Some(&guard.node), &mut wakes)
+            match self.try_recv_locked(&mut st, Some(&guard.node), &mut wakes) {
+                Ok(v) => {
+                    hold.value = Some(v);
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
         };
         match r {
+            Ok(()) => return Ok(hold.value.take().expect("held")),
             Err(Fail::Paired) => guard.paired.set(true),
-            other => return other,
+            Err(e) => return Err(e),
         }
         let reason = self.await_pairing(&guard.node);
         if reason == Reason::Data {
@@ -904,6 +917,24 @@ impl<T> Chan<T> {
             });
         }
         (r, s, st.buf.len(), st.reserved)
+    }
+}
+
+/// Holds a received value while wakes run; gives it back if one of them panics.
+struct GiveBackOnUnwind<'a, T> {
+    chan: &'a Chan<T>,
+    value: Option<T>,
+}
+
+impl<T> Drop for GiveBackOnUnwind<'_, T> {
+    fn drop(&mut self) {
+        if let Some(v) = self.value.take() {
+            let mut wakes = WakeBatch::new();
+            let mut st = self.chan.lock();
+            let dropped = self.chan.give_back_locked(&mut st, v, &mut wakes);
+            drop(st);
+            drop(dropped);
+        }
     }
 }
 
