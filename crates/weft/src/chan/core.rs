@@ -629,62 +629,64 @@ impl<T> Chan<T> {
 
     // ---- select's registrations ----
 
-    /// Registers `node` (a select's or observer's) on the receivers' list unless a
-    /// receive could proceed now; `true` means "ready: try again instead".
-    pub(crate) fn register_recv(&self, node: &Node<T>, cx: &Context<'_>) -> bool {
-        let mut wakes = WakeBatch::new();
-        let mut st = self.lock();
-        let own = node.group();
-        // SAFETY: under the lock.
-        let ready = self.is_drained(&st)
+    /// Whether a receive could proceed now: a value, a waiting sender (another
+    /// select's too), or the channel closed and drained.
+    fn recv_ready_locked(&self, st: &State<T>, own: *const crate::waitlist::Group) -> bool {
+        self.is_drained(st)
             || !st.buf.is_empty()
+            // SAFETY: the caller holds the lock.
             || unsafe {
                 st.senders.any(|n| match n.kind() {
                     Kind::Op => true,
                     Kind::Select => !n.same_group(own) && n.is_open(),
                     Kind::Observe => false,
                 })
-            };
-        if ready {
-            return true;
-        }
-        // SAFETY: under the lock; the select keeps the node boxed until it is off.
-        unsafe {
-            node.set_waker(cx.waker(), &mut wakes);
-            st.receivers.push_back(node);
-        }
-        if node.kind() == Kind::Observe {
-            st.observers += 1;
-        } else {
-            st.wake_observers(false, &mut wakes);
-        }
-        false
+            }
     }
 
-    /// As [`Chan::register_recv`], for a send.
-    pub(crate) fn register_send(&self, node: &Node<T>, cx: &Context<'_>) -> bool {
-        let mut wakes = WakeBatch::new();
-        let mut st = self.lock();
-        let own = node.group();
-        // SAFETY: under the lock.
-        let ready = st.closed
-            || self.has_room(&st)
+    /// Whether a send could proceed now: room, a waiting receiver (another select's
+    /// too), or the channel closed.
+    fn send_ready_locked(&self, st: &State<T>, own: *const crate::waitlist::Group) -> bool {
+        st.closed
+            || self.has_room(st)
+            // SAFETY: the caller holds the lock.
             || unsafe {
                 st.receivers
                     .any(|n| n.kind() != Kind::Observe && !n.same_group(own) && n.is_open())
-            };
+            }
+    }
+
+    /// Registers `node` (a select's or observer's) on the receivers' (`recv`) or the
+    /// senders' list unless the operation could proceed now; `true` means "ready: try
+    /// again instead".
+    pub(crate) fn register(&self, node: &Node<T>, recv: bool, cx: &Context<'_>) -> bool {
+        let mut wakes = WakeBatch::new();
+        let mut st = self.lock();
+        let ready = if recv {
+            self.recv_ready_locked(&st, node.group())
+        } else {
+            self.send_ready_locked(&st, node.group())
+        };
         if ready {
             return true;
         }
+        let st = &mut *st;
+        let list = if recv {
+            &mut st.receivers
+        } else {
+            &mut st.senders
+        };
         // SAFETY: under the lock; the select keeps the node boxed until it is off.
         unsafe {
             node.set_waker(cx.waker(), &mut wakes);
-            st.senders.push_back(node);
+            list.push_back(node);
         }
         if node.kind() == Kind::Observe {
             st.observers += 1;
         } else {
-            st.wake_observers(true, &mut wakes);
+            // A waiter on one side makes the other side's operation possible (on a
+            // rendezvous channel).
+            st.wake_observers(!recv, &mut wakes);
         }
         false
     }
@@ -706,29 +708,12 @@ impl<T> Chan<T> {
 
     /// Whether a receive could proceed now (for `Select::ready`).
     pub(crate) fn recv_ready(&self, own: *const crate::waitlist::Group) -> bool {
-        let st = self.lock();
-        // SAFETY: under the lock.
-        self.is_drained(&st)
-            || !st.buf.is_empty()
-            || unsafe {
-                st.senders.any(|n| match n.kind() {
-                    Kind::Op => true,
-                    Kind::Select => !n.same_group(own) && n.is_open(),
-                    Kind::Observe => false,
-                })
-            }
+        self.recv_ready_locked(&self.lock(), own)
     }
 
     /// Whether a send could proceed now (for `Select::ready`).
     pub(crate) fn send_ready(&self, own: *const crate::waitlist::Group) -> bool {
-        let st = self.lock();
-        // SAFETY: under the lock.
-        st.closed
-            || self.has_room(&st)
-            || unsafe {
-                st.receivers
-                    .any(|n| n.kind() != Kind::Observe && !n.same_group(own) && n.is_open())
-            }
+        self.send_ready_locked(&self.lock(), own)
     }
 
     /// A select's receive tries to complete now; on success the outcome is in `node`.

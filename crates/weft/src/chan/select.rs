@@ -126,7 +126,7 @@ impl<T: Send> OpNode for RecvNode<'_, T> {
         self.chan.recv_ready(self.node.group())
     }
     fn register(&self, cx: &Context<'_>) -> bool {
-        self.chan.register_recv(&self.node, cx)
+        self.chan.register(&self.node, true, cx)
     }
     fn unregister(&self) {
         self.chan.unregister(&self.node, true)
@@ -159,7 +159,7 @@ impl<T: Send> OpNode for SendNode<'_, T> {
         self.chan.send_ready(self.node.group())
     }
     fn register(&self, cx: &Context<'_>) -> bool {
-        self.chan.register_send(&self.node, cx)
+        self.chan.register(&self.node, false, cx)
     }
     fn unregister(&self) {
         self.chan.unregister(&self.node, false)
