@@ -401,6 +401,23 @@ impl Core {
 
     /// Pushes a job onto this worker's deque, where thieves can take it, and wakes a
     /// sleeper if the deque was empty.
+    /// Whether this worker has work ready to run (its LIFO slot, its ring, its pinned
+    /// fibers, its inbox, the pool's injection queue): a wait on it then suspends at
+    /// once instead of spinning for its partner.
+    pub(crate) fn has_ready_work(&self) -> bool {
+        let lifo = self.lifo.take();
+        let in_lifo = lifo.is_some();
+        self.lifo.set(lifo);
+        let pinned = self.pinned.take();
+        let has_pinned = !pinned.is_empty();
+        self.pinned.set(pinned);
+        in_lifo
+            || has_pinned
+            || !self.local.is_empty()
+            || !self.inbox().is_empty()
+            || !self.shared.inject.is_empty()
+    }
+
     pub(crate) fn push_job(&self, job: JobRef) {
         if self.jobs.push(job.as_ptr()) {
             self.shared.notify_parked();
