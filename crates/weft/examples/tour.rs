@@ -1,6 +1,7 @@
 //! A short tour of weft: spawn many tasks, join them, abort one, survive a panic,
 //! shield a critical section, use timers, the interactive and blocking pools, fork-join,
-//! fibers, and print the scheduler's statistics.
+//! fibers, channels between a thread, a fiber and a task, and print the scheduler's
+//! statistics.
 //!
 //! Run with `cargo run --release --example tour`.
 
@@ -298,6 +299,62 @@ fn main() -> std::io::Result<()> {
         "{RING} fibers slept, passed a value around a ring and waited on an async task in \
          {:?}: {end} came out of the ring ({total} summed over the fibers)",
         start.elapsed(),
+    );
+
+    // 13. Channels: one channel serves every context. A pipeline whose first stage is a
+    //     plain thread, whose second is a fiber and whose last is an async task, joined
+    //     by weft channels; a `select!` watches the pipeline's output and a timeout.
+    let start = Instant::now();
+    const ITEMS: u64 = 10_000;
+    let (numbers_tx, numbers_rx) = weft::chan::bounded::<u64>(64);
+    let (squares_tx, squares_rx) = weft::chan::bounded::<u64>(0);
+    let (sums_tx, sums_rx) = weft::chan::unbounded::<u64>();
+    let producer = std::thread::spawn(move || {
+        for i in 0..ITEMS {
+            numbers_tx.send_blocking(i).unwrap();
+        }
+        // Dropping the sender closes the channel: the fiber's loop ends.
+    });
+    let squarer = weft::fiber::spawn(move || {
+        for n in numbers_rx.iter() {
+            squares_tx.send_blocking(n * n).unwrap();
+        }
+    });
+    let summer = rt.spawn(async move {
+        let mut sum = 0u64;
+        let mut count = 0u64;
+        while let Ok(sq) = squares_rx.recv().await {
+            sum += sq;
+            count += 1;
+            if count % 2_500 == 0 {
+                sums_tx.send(sum).await.unwrap();
+            }
+        }
+        sum
+    });
+    let timeout = weft::chan::after(Duration::from_secs(10));
+    let mut partials = Vec::new();
+    loop {
+        weft::select! {
+            recv(sums_rx) -> partial => match partial {
+                Ok(p) => partials.push(p),
+                Err(_) => break,
+            },
+            recv(timeout) -> _ => {
+                println!("the pipeline timed out");
+                break;
+            }
+        }
+    }
+    producer.join().unwrap();
+    squarer.join().unwrap();
+    let sum = summer.join().unwrap();
+    assert_eq!(sum, (0..ITEMS).map(|i| i * i).sum::<u64>());
+    println!(
+        "a thread -> fiber -> task pipeline squared and summed {ITEMS} numbers in {:?}: \
+         sum {sum}, {} partial sums seen by select!",
+        start.elapsed(),
+        partials.len(),
     );
 
     println!("\n{}", rt.stats());

@@ -50,6 +50,7 @@ extern crate self as weft;
 // Layers, bottom up (see docs/ARCHITECTURE.md; `tests/layering.rs` checks that no
 // module reaches up this order).
 mod base;
+pub mod chan;
 mod driver;
 pub mod fiber;
 pub(crate) mod forkjoin;
@@ -59,6 +60,7 @@ mod scheduler;
 mod stack;
 pub mod task;
 pub mod time;
+mod waitlist;
 
 #[cfg(all(test, loom))]
 mod loom_tests;

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 const ORDER: &[&str] = &[
     "base",
     "task",
+    "waitlist",
     "driver",
     "stack",
     "scheduler",
@@ -20,6 +21,7 @@ const ORDER: &[&str] = &[
     "forkjoin",
     "par",
     "fiber",
+    "chan",
 ];
 
 fn src_dir() -> PathBuf {

@@ -16,6 +16,7 @@ use std::future::Future;
 use std::pin::{pin, Pin};
 use std::sync::Arc as StdArc;
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::Instant;
 
 use crate::base::park::Parker;
 use crate::scheduler::stacks::WaitSignal;
@@ -157,7 +158,18 @@ impl Drop for InUse {
 /// for the outer future would be consumed by the inner loop, which re-polls only the
 /// inner future, and the outer wait would then sleep for ever. The outermost level
 /// uses the thread's [`SIGNAL`]; nested levels make a fresh one.
-fn block_thread<F: Future>(mut future: Pin<&mut F>) -> F::Output {
+fn block_thread<F: Future>(future: Pin<&mut F>) -> F::Output {
+    match block_thread_until(future, None) {
+        Some(v) => v,
+        None => unreachable!("a wait with no deadline ends only with its output"),
+    }
+}
+
+/// [`block_thread`] that gives up at `deadline` (`None` then).
+fn block_thread_until<F: Future>(
+    mut future: Pin<&mut F>,
+    deadline: Option<Instant>,
+) -> Option<F::Output> {
     let outermost = !SIGNAL_IN_USE.with(|u| u.replace(true));
     let _in_use = outermost.then_some(InUse);
     let signal = outermost
@@ -168,10 +180,43 @@ fn block_thread<F: Future>(mut future: Pin<&mut F>) -> F::Output {
     let mut cx = Context::from_waker(&waker);
     loop {
         if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
-            return v;
+            return Some(v);
         }
-        signal.0.park();
+        match deadline {
+            None => signal.0.park(),
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return None;
+                }
+                signal.0.park_timeout(Some(left));
+            }
+        }
     }
+}
+
+/// [`wait`] with a deadline: the future's output, or `None` once `deadline` has passed
+/// first (the future is left as it is, for the caller to finish or drop). Off a
+/// runtime the thread sleeps with a timeout; on a fiber or a worker a timer of the
+/// runtime's ends the wait.
+pub(crate) fn wait_until<F: Future>(
+    mut future: Pin<&mut F>,
+    deadline: Instant,
+) -> Option<F::Output> {
+    let on_runtime = crate::fiber::current_fiber().is_some() || !worker::current_ptr().is_null();
+    if !on_runtime {
+        return block_thread_until(future, Some(deadline));
+    }
+    let mut sleep = pin!(crate::time::sleep_until(deadline));
+    wait(std::future::poll_fn(move |cx| {
+        if let Poll::Ready(v) = future.as_mut().poll(cx) {
+            return Poll::Ready(Some(v));
+        }
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }))
 }
 
 // The blocking entry points of the lower layers are `wait` on their futures; they are

@@ -1,0 +1,771 @@
+//! The channel itself: one buffer and two wait lists under one lock, for every
+//! capacity (0 is the rendezvous channel, `None` unbounded).
+//!
+//! Invariants, all under the lock:
+//! * receivers (other than observers and stale select nodes) wait only while the
+//!   buffer is empty: a send hands its value straight to the first waiting receiver;
+//! * senders wait only while the buffer is full: a receive that frees a slot moves the
+//!   first waiting sender's value into it (or reserves it for a waiting select);
+//! * `buf.len() + reserved <= cap`, except for values given back by a cancelled
+//!   receiver (pushed to the front whatever the capacity, so none is lost);
+//! * a node that is off its list with reason `Waiting` is reserved by its partner,
+//!   which will complete it (a select's send) or let it go with `Signal`.
+//!
+//! Values are dropped and wakers woken only after the lock is released.
+
+use std::collections::VecDeque;
+use std::ptr;
+use std::task::{Context, Poll};
+
+use crate::base::{AtomicBool, AtomicUsize};
+use crate::waitlist::{Kind, Lock, LockGuard, Node, Reason, WaitList, WakeBatch};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+
+pub(crate) struct Chan<T> {
+    state: Lock<State<T>>,
+    /// `None`: unbounded.
+    pub(crate) cap: Option<usize>,
+    pub(crate) senders: AtomicUsize,
+    pub(crate) receivers: AtomicUsize,
+    /// Mirrors `State::closed` for lock-free `is_closed`.
+    closed: AtomicBool,
+}
+
+pub(crate) struct State<T> {
+    buf: VecDeque<T>,
+    /// Slots held for selected sends that have not delivered yet.
+    reserved: usize,
+    closed: bool,
+    senders: WaitList<T>,
+    receivers: WaitList<T>,
+    /// Observer nodes on either list (`Select::ready`): wake them only when any wait.
+    observers: usize,
+}
+
+/// Why an attempt did not complete.
+pub(crate) enum Fail {
+    /// Full (send) or empty (receive).
+    NotReady,
+    Closed,
+    /// The receiver was paired with a selected send: its value will come to its node.
+    Paired,
+}
+
+/// A selected operation's state, decided in its node under the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Won {
+    /// A receive: the value is in the node.
+    Value,
+    /// A receive paired with a select's send: the value will come to the node.
+    Pending,
+    /// A send with a slot of the buffer held for it.
+    Slot,
+    /// A send with a waiting receiver held for it (the node's partner).
+    Partner,
+    /// The channel closed.
+    Closed,
+}
+
+impl<T> Chan<T> {
+    pub(crate) fn new(cap: Option<usize>) -> Chan<T> {
+        // Room for the whole buffer up front where that is modest, so that a bounded
+        // channel allocates nothing per message; large capacities grow on demand.
+        let initial = cap.map_or(16, |c| c.min(4096));
+        Chan {
+            state: Lock::new(State {
+                buf: VecDeque::with_capacity(initial),
+                reserved: 0,
+                closed: false,
+                senders: WaitList::default(),
+                receivers: WaitList::default(),
+                observers: 0,
+            }),
+            cap,
+            senders: AtomicUsize::new(1),
+            receivers: AtomicUsize::new(1),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> LockGuard<'_, State<T>> {
+        self.state.lock()
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Acquire)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.lock().buf.len()
+    }
+
+    pub(crate) fn is_full(&self) -> bool {
+        let st = self.lock();
+        !self.has_room(&st)
+    }
+
+    fn has_room(&self, st: &State<T>) -> bool {
+        match self.cap {
+            None => true,
+            Some(c) => st.buf.len() + st.reserved < c,
+        }
+    }
+
+    /// Closes the channel: every waiter wakes with `Close`. `true` for the call that
+    /// closed it. When the receivers are gone the buffered values are returned, to be
+    /// dropped by the caller once the lock is released.
+    pub(crate) fn close(&self, drain: bool) -> (bool, VecDeque<T>) {
+        let mut wakes = WakeBatch::new();
+        let mut st = self.lock();
+        let first = !st.closed;
+        if first {
+            st.closed = true;
+            self.closed.store(true, Release);
+            let st = &mut *st;
+            // SAFETY: under the lock; the nodes are on these lists.
+            unsafe {
+                st.receivers.drain(|n| {
+                    if n.claim() {
+                        n.notify(Reason::Close, &mut wakes);
+                    }
+                });
+                st.senders.drain(|n| {
+                    if n.claim() {
+                        n.notify(Reason::Close, &mut wakes);
+                    }
+                });
+            }
+            st.observers = 0;
+        }
+        let buf = if drain {
+            std::mem::take(&mut st.buf)
+        } else {
+            VecDeque::new()
+        };
+        drop(st);
+        (first, buf)
+    }
+
+    /// The last sender or receiver of its side is gone.
+    pub(crate) fn disconnect(&self, receivers_side: bool) {
+        let (_, buf) = self.close(receivers_side);
+        drop_leaking_on_panic(buf);
+    }
+
+    // ---- the operations, under the lock ----
+
+    /// Sends `v` now if it can: to a waiting receiver, else into the buffer.
+    pub(crate) fn try_send_locked(
+        &self,
+        st: &mut State<T>,
+        v: T,
+        wakes: &mut WakeBatch,
+    ) -> Result<(), (T, Fail)> {
+        if st.closed {
+            return Err((v, Fail::Closed));
+        }
+        // SAFETY: under the lock.
+        if let Some(r) = unsafe { take_receiver(st, ptr::null()) } {
+            // SAFETY: `r` was just taken off the list under the lock: ours to complete.
+            unsafe {
+                (*r).put_slot(v);
+                (*r).notify(Reason::Data, wakes);
+            }
+            return Ok(());
+        }
+        if self.has_room(st) {
+            st.buf.push_back(v);
+            st.wake_observers(true, wakes);
+            return Ok(());
+        }
+        Err((v, Fail::NotReady))
+    }
+
+    /// Receives now if it can: from the buffer, else from a waiting sender. With
+    /// `pair`, a waiting select's send is paired with that node (the value comes
+    /// later: `Fail::Paired`); without, such senders are passed over.
+    pub(crate) fn try_recv_locked(
+        &self,
+        st: &mut State<T>,
+        pair: Option<&Node<T>>,
+        wakes: &mut WakeBatch,
+    ) -> Result<T, Fail> {
+        if let Some(v) = st.buf.pop_front() {
+            self.admit_sender(st, wakes);
+            return Ok(v);
+        }
+        let own = pair.map_or(ptr::null(), |n| n.group());
+        // SAFETY: under the lock; nodes on the list are alive.
+        let taken = unsafe {
+            st.senders.take_first(|n| match n.kind() {
+                Kind::Op => true,
+                Kind::Select => pair.is_some() && !n.same_group(own) && n.claim(),
+                Kind::Observe => false,
+            })
+        };
+        if let Some(s) = taken {
+            // SAFETY: taken off the list under the lock: ours to complete.
+            let s = unsafe { &*s };
+            if s.kind() == Kind::Op {
+                // SAFETY: as above.
+                let v = unsafe { s.take_slot() }.expect("a waiting send holds its value");
+                // SAFETY: as above.
+                unsafe { s.notify(Reason::Data, wakes) };
+                return Ok(v);
+            }
+            let me = pair.expect("only paired when asked");
+            // SAFETY: both nodes are held by this call under the lock: `s` was taken
+            // off its list, `me` is the caller's and on no list.
+            unsafe {
+                s.set_partner(me);
+                me.set_partner(s);
+                s.notify(Reason::Data, wakes);
+            }
+            return Err(Fail::Paired);
+        }
+        Err(if st.closed {
+            Fail::Closed
+        } else {
+            Fail::NotReady
+        })
+    }
+
+    /// A slot was freed: the first waiting sender's value moves into it (or the slot
+    /// is held for a waiting select's send); with no sender waiting, observers hear of
+    /// the room.
+    fn admit_sender(&self, st: &mut State<T>, wakes: &mut WakeBatch) {
+        if !self.has_room(st) {
+            return;
+        }
+        // SAFETY: under the lock.
+        let taken = unsafe {
+            st.senders.take_first(|n| match n.kind() {
+                Kind::Op => true,
+                Kind::Select => n.claim(),
+                Kind::Observe => false,
+            })
+        };
+        match taken {
+            Some(s) => {
+                // SAFETY: taken off the list under the lock: ours to complete.
+                let s = unsafe { &*s };
+                if s.kind() == Kind::Op {
+                    // SAFETY: as above.
+                    let v = unsafe { s.take_slot() }.expect("a waiting send holds its value");
+                    st.buf.push_back(v);
+                } else {
+                    st.reserved += 1;
+                    // SAFETY: as above.
+                    unsafe { s.set_reserved(true) };
+                }
+                // SAFETY: as above.
+                unsafe { s.notify(Reason::Data, wakes) };
+            }
+            None => st.wake_observers(false, wakes),
+        }
+    }
+
+    /// A value handed to a receiver that will not take it goes back: to the next
+    /// waiting receiver, else to the front of the buffer (whatever the capacity). With
+    /// no receiver left it is returned, to be dropped outside the lock.
+    pub(crate) fn give_back_locked(
+        &self,
+        st: &mut State<T>,
+        v: T,
+        wakes: &mut WakeBatch,
+    ) -> Option<T> {
+        if self.receivers.load(Acquire) == 0 {
+            return Some(v);
+        }
+        // SAFETY: under the lock.
+        if let Some(r) = unsafe { take_receiver(st, ptr::null()) } {
+            // SAFETY: taken off the list under the lock.
+            unsafe {
+                (*r).put_slot(v);
+                (*r).notify(Reason::Data, wakes);
+            }
+            return None;
+        }
+        st.buf.push_front(v);
+        st.wake_observers(true, wakes);
+        None
+    }
+
+    // ---- the waiting operations (one future each, see `ops`) ----
+
+    /// One poll of a receive whose node is `node`.
+    pub(crate) fn poll_recv(
+        &self,
+        node: &Node<T>,
+        registered: &mut bool,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<T, ()>> {
+        let mut wakes = WakeBatch::new();
+        if *registered {
+            match node.reason() {
+                Reason::Data => {
+                    *registered = false;
+                    // SAFETY: we saw `Data`: the sender is done with the node.
+                    let v = unsafe { node.take_slot() }.expect("a value was handed over");
+                    return Poll::Ready(Ok(v));
+                }
+                Reason::Waiting => {
+                    let st = self.lock();
+                    if node.reason() == Reason::Waiting {
+                        // SAFETY: under the lock.
+                        unsafe { node.set_waker(cx.waker()) };
+                        drop(st);
+                        return Poll::Pending;
+                    }
+                    drop(st);
+                    return self.poll_recv(node, registered, cx);
+                }
+                _ => {
+                    *registered = false;
+                    node.reset();
+                }
+            }
+        }
+        let mut st = self.lock();
+        match self.try_recv_locked(&mut st, Some(node), &mut wakes) {
+            Ok(v) => Poll::Ready(Ok(v)),
+            Err(Fail::Closed) => Poll::Ready(Err(())),
+            Err(Fail::Paired) => {
+                // SAFETY: under the lock; the node is ours.
+                unsafe { node.set_waker(cx.waker()) };
+                *registered = true;
+                Poll::Pending
+            }
+            Err(Fail::NotReady) => {
+                // SAFETY: under the lock; the caller keeps the node pinned until
+                // `cancel_recv` (its `Drop`) takes it off.
+                unsafe {
+                    node.set_waker(cx.waker());
+                    st.receivers.push_back(node);
+                }
+                // A receiver waits: a rendezvous send is now possible.
+                st.wake_observers(false, &mut wakes);
+                *registered = true;
+                Poll::Pending
+            }
+        }
+    }
+
+    /// A registered receive is dropped: off the list, a reserved partner let go, a
+    /// value handed to it given back.
+    pub(crate) fn cancel_recv(&self, node: &Node<T>) {
+        let mut wakes = WakeBatch::new();
+        let mut st = self.lock();
+        let mut drop_later = None;
+        // SAFETY: under the lock, for every node access below.
+        unsafe {
+            if !st.receivers.remove(node) {
+                match node.reason() {
+                    Reason::Waiting => abandon_partner(node),
+                    Reason::Data => {
+                        if let Some(v) = node.take_slot() {
+                            drop_later = self.give_back_locked(&mut st, v, &mut wakes);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        drop(st);
+        drop(drop_later);
+    }
+
+    /// One poll of a send of `value` whose node is `node`.
+    pub(crate) fn poll_send(
+        &self,
+        node: &Node<T>,
+        value: &mut Option<T>,
+        registered: &mut bool,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), T>> {
+        let mut wakes = WakeBatch::new();
+        if *registered {
+            match node.reason() {
+                Reason::Data => {
+                    *registered = false;
+                    return Poll::Ready(Ok(()));
+                }
+                Reason::Waiting => {
+                    let st = self.lock();
+                    if node.reason() == Reason::Waiting {
+                        // SAFETY: under the lock.
+                        unsafe { node.set_waker(cx.waker()) };
+                        drop(st);
+                        return Poll::Pending;
+                    }
+                    drop(st);
+                    return self.poll_send(node, value, registered, cx);
+                }
+                _ => {
+                    *registered = false;
+                    // SAFETY: woken with a reason: the node is ours again.
+                    *value = unsafe { node.take_slot() };
+                    node.reset();
+                }
+            }
+        }
+        let v = value.take().expect("send polled after completion");
+        let mut st = self.lock();
+        match self.try_send_locked(&mut st, v, &mut wakes) {
+            Ok(()) => Poll::Ready(Ok(())),
+            Err((v, Fail::Closed)) => {
+                drop(st);
+                Poll::Ready(Err(v))
+            }
+            Err((v, _)) => {
+                // SAFETY: under the lock; the caller keeps the node pinned until
+                // `cancel_send` takes it off.
+                unsafe {
+                    node.put_slot(v);
+                    node.set_waker(cx.waker());
+                    st.senders.push_back(node);
+                }
+                st.wake_observers(true, &mut wakes);
+                *registered = true;
+                Poll::Pending
+            }
+        }
+    }
+
+    /// A registered send ends early: its node leaves the list, and its value comes back
+    /// unless a receiver took it (to be dropped by the caller, outside the lock).
+    pub(crate) fn cancel_send(&self, node: &Node<T>) -> Option<T> {
+        let mut st = self.lock();
+        // SAFETY: under the lock.
+        let v = unsafe {
+            st.senders.remove(node);
+            node.take_slot()
+        };
+        drop(st);
+        v
+    }
+
+    // ---- select's registrations ----
+
+    /// Registers `node` (a select's or observer's) on the receivers' list unless a
+    /// receive could proceed now; `true` means "ready: try again instead".
+    pub(crate) fn register_recv(&self, node: &Node<T>, cx: &Context<'_>) -> bool {
+        let mut wakes = WakeBatch::new();
+        let mut st = self.lock();
+        let own = node.group();
+        // SAFETY: under the lock.
+        let ready = st.closed
+            || !st.buf.is_empty()
+            || unsafe {
+                st.senders.any(|n| match n.kind() {
+                    Kind::Op => true,
+                    Kind::Select => !n.same_group(own) && n.is_open(),
+                    Kind::Observe => false,
+                })
+            };
+        if ready {
+            return true;
+        }
+        // SAFETY: under the lock; the select keeps the node boxed until it is off.
+        unsafe {
+            node.set_waker(cx.waker());
+            st.receivers.push_back(node);
+        }
+        if node.kind() == Kind::Observe {
+            st.observers += 1;
+        } else {
+            st.wake_observers(false, &mut wakes);
+        }
+        false
+    }
+
+    /// As [`Chan::register_recv`], for a send.
+    pub(crate) fn register_send(&self, node: &Node<T>, cx: &Context<'_>) -> bool {
+        let mut wakes = WakeBatch::new();
+        let mut st = self.lock();
+        let own = node.group();
+        // SAFETY: under the lock.
+        let ready = st.closed
+            || self.has_room(&st)
+            || unsafe {
+                st.receivers
+                    .any(|n| n.kind() != Kind::Observe && !n.same_group(own) && n.is_open())
+            };
+        if ready {
+            return true;
+        }
+        // SAFETY: under the lock; the select keeps the node boxed until it is off.
+        unsafe {
+            node.set_waker(cx.waker());
+            st.senders.push_back(node);
+        }
+        if node.kind() == Kind::Observe {
+            st.observers += 1;
+        } else {
+            st.wake_observers(true, &mut wakes);
+        }
+        false
+    }
+
+    /// Takes a select's node off whichever list it is on (it may be on none).
+    pub(crate) fn unregister(&self, node: &Node<T>, recv: bool) {
+        let mut st = self.lock();
+        let st = &mut *st;
+        let list = if recv {
+            &mut st.receivers
+        } else {
+            &mut st.senders
+        };
+        // SAFETY: under the lock; the node is on this list or none.
+        if unsafe { list.remove(node) } && node.kind() == Kind::Observe {
+            st.observers -= 1;
+        }
+    }
+
+    /// Whether a receive could proceed now (for `Select::ready`).
+    pub(crate) fn recv_ready(&self, own: *const crate::waitlist::Group) -> bool {
+        let st = self.lock();
+        // SAFETY: under the lock.
+        st.closed
+            || !st.buf.is_empty()
+            || unsafe {
+                st.senders.any(|n| match n.kind() {
+                    Kind::Op => true,
+                    Kind::Select => !n.same_group(own) && n.is_open(),
+                    Kind::Observe => false,
+                })
+            }
+    }
+
+    /// Whether a send could proceed now (for `Select::ready`).
+    pub(crate) fn send_ready(&self, own: *const crate::waitlist::Group) -> bool {
+        let st = self.lock();
+        // SAFETY: under the lock.
+        st.closed
+            || self.has_room(&st)
+            || unsafe {
+                st.receivers
+                    .any(|n| n.kind() != Kind::Observe && !n.same_group(own) && n.is_open())
+            }
+    }
+
+    /// A select's receive tries to complete now; on success the outcome is in `node`.
+    pub(crate) fn select_recv_now(&self, node: &Node<T>) -> Option<Won> {
+        let mut wakes = WakeBatch::new();
+        let mut st = self.lock();
+        match self.try_recv_locked(&mut st, Some(node), &mut wakes) {
+            Ok(v) => {
+                // SAFETY: the node is ours and on no list.
+                unsafe { node.put_slot(v) };
+                Some(Won::Value)
+            }
+            Err(Fail::Closed) => Some(Won::Closed),
+            Err(Fail::Paired) => Some(Won::Pending),
+            Err(Fail::NotReady) => None,
+        }
+    }
+
+    /// A select's send tries to secure a way to complete now: a waiting receiver held
+    /// for it, or a slot of the buffer.
+    pub(crate) fn select_send_now(&self, node: &Node<T>) -> Option<Won> {
+        let mut st = self.lock();
+        if st.closed {
+            return Some(Won::Closed);
+        }
+        // SAFETY: under the lock.
+        if let Some(r) = unsafe { take_receiver(&mut st, node.group()) } {
+            // SAFETY: `r` is off its list and held by us; `node` is ours.
+            unsafe {
+                (*r).set_partner(node);
+                node.set_partner(r);
+            }
+            return Some(Won::Partner);
+        }
+        if self.has_room(&st) {
+            st.reserved += 1;
+            // SAFETY: under the lock.
+            unsafe { node.set_reserved(true) };
+            return Some(Won::Slot);
+        }
+        None
+    }
+
+    /// What a select's node that won holds (after its wake, or while a paired receive
+    /// still waits for its value); with `waker`, the node's waker is replaced under the
+    /// same lock, so a delivery after this call wakes the caller.
+    pub(crate) fn won_state(
+        &self,
+        node: &Node<T>,
+        recv: bool,
+        waker: Option<&std::task::Waker>,
+    ) -> Option<Won> {
+        let _st = self.lock();
+        // SAFETY: under the lock.
+        unsafe {
+            if let Some(w) = waker {
+                node.set_waker(w);
+            }
+            match node.reason() {
+                Reason::Close => Some(Won::Closed),
+                Reason::Data if recv => Some(Won::Value),
+                Reason::Data if !node.partner().is_null() => Some(Won::Partner),
+                Reason::Data if node.is_reserved() => Some(Won::Slot),
+                // A selected send whose partner went away before it delivered.
+                Reason::Data => None,
+                Reason::Waiting if recv && !node.partner().is_null() => Some(Won::Pending),
+                Reason::Waiting if node.has_value() => Some(Won::Value),
+                _ => None,
+            }
+        }
+    }
+
+    /// Replaces a registered node's waker.
+    pub(crate) fn refresh_waker(&self, node: &Node<T>, waker: &std::task::Waker) {
+        let _st = self.lock();
+        // SAFETY: under the lock.
+        unsafe { node.set_waker(waker) };
+    }
+
+    /// Completes a selected send with `v`.
+    pub(crate) fn complete_send(&self, node: &Node<T>, v: T) -> Result<(), T> {
+        let mut wakes = WakeBatch::new();
+        let mut st = self.lock();
+        // SAFETY: under the lock; the node is ours (it won), its partner is held by it.
+        unsafe {
+            let partner = node.partner();
+            if !partner.is_null() {
+                node.set_partner(ptr::null());
+                (*partner).set_partner(ptr::null());
+                (*partner).put_slot(v);
+                (*partner).notify(Reason::Data, &mut wakes);
+                return Ok(());
+            }
+            if node.is_reserved() {
+                node.set_reserved(false);
+                st.reserved -= 1;
+                if st.closed {
+                    drop(st);
+                    return Err(v);
+                }
+                match self.try_send_locked(&mut st, v, &mut wakes) {
+                    Ok(()) => return Ok(()),
+                    // The slot was held, so there is room; only `closed` is left.
+                    Err((v, _)) => {
+                        drop(st);
+                        return Err(v);
+                    }
+                }
+            }
+        }
+        drop(st);
+        Err(v)
+    }
+
+    /// A selected operation that will not be performed lets go of what it holds: a
+    /// value goes back, a slot or a held receiver is released, a pairing is undone.
+    pub(crate) fn release_won(&self, node: &Node<T>, recv: bool) {
+        let mut wakes = WakeBatch::new();
+        let mut st = self.lock();
+        let mut drop_later = None;
+        // SAFETY: under the lock; the node is ours and on no list.
+        unsafe {
+            if let Some(v) = node.take_slot() {
+                drop_later = self.give_back_locked(&mut st, v, &mut wakes);
+            }
+            let partner = node.partner();
+            if !partner.is_null() {
+                node.set_partner(ptr::null());
+                (*partner).set_partner(ptr::null());
+                if !recv {
+                    // We held a waiting receiver for our send: it must try again.
+                    (*partner).notify(Reason::Signal, &mut wakes);
+                }
+            }
+            if node.is_reserved() {
+                node.set_reserved(false);
+                st.reserved -= 1;
+                self.admit_sender(&mut st, &mut wakes);
+            }
+        }
+        drop(st);
+        drop(drop_later);
+    }
+}
+
+/// The first waiting receiver that can take a value now (claimed), off its list.
+///
+/// # Safety
+/// The caller holds the lock of `st`.
+unsafe fn take_receiver<T>(
+    st: &mut State<T>,
+    own: *const crate::waitlist::Group,
+) -> Option<*const Node<T>> {
+    // SAFETY: the contract.
+    unsafe {
+        st.receivers
+            .take_first(|n| n.kind() != Kind::Observe && !n.same_group(own) && n.claim())
+    }
+}
+
+/// A receiver paired with a selected send goes away: the send will find no partner.
+///
+/// # Safety
+/// The caller holds the lock; `node` is off every list.
+unsafe fn abandon_partner<T>(node: &Node<T>) {
+    // SAFETY: the contract; the partner is alive until it has let go of us, which
+    // takes this same lock.
+    unsafe {
+        let p = node.partner();
+        if !p.is_null() {
+            (*p).set_partner(ptr::null());
+            node.set_partner(ptr::null());
+        }
+    }
+}
+
+impl<T> State<T> {
+    /// Wakes (with `Signal`) the observer nodes of the receivers' (or senders') list
+    /// whose select they can still win.
+    fn wake_observers(&mut self, receivers: bool, wakes: &mut WakeBatch) {
+        if self.observers == 0 {
+            return;
+        }
+        let list = if receivers {
+            &mut self.receivers
+        } else {
+            &mut self.senders
+        };
+        // SAFETY: `self` is behind the lock that owns `list`.
+        unsafe {
+            while let Some(n) = list.take_first(|n| n.kind() == Kind::Observe && n.claim()) {
+                self.observers -= 1;
+                (*n).notify(Reason::Signal, wakes);
+            }
+        }
+    }
+}
+
+/// Drops `buf`'s values one by one; if one's `Drop` panics, the rest are leaked, never
+/// dropped twice.
+pub(crate) fn drop_leaking_on_panic<T>(buf: VecDeque<T>) {
+    if buf.is_empty() {
+        return;
+    }
+    let mut it = std::mem::ManuallyDrop::new(buf.into_iter());
+    for v in it.by_ref() {
+        drop(v);
+    }
+    drop(std::mem::ManuallyDrop::into_inner(it));
+}
+
+impl<T> Drop for Chan<T> {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.lock().buf);
+        drop_leaking_on_panic(buf);
+    }
+}
+
+/// Counts an end: `true` when it was the last of its side.
+pub(crate) fn release_end(count: &AtomicUsize) -> bool {
+    count.fetch_sub(1, AcqRel) == 1
+}

@@ -1,0 +1,240 @@
+//! The ordered task channel (spec 003): FIFO on task handles, not on completion
+//! times. Work starts at once; its handle is queued; the receiver joins the handles in
+//! queue order, so results come out in send order whatever order the work finishes in.
+
+use std::fmt;
+use std::future::Future;
+
+use super::{bounded, Receiver, RecvError, SendError, Sender};
+use crate::base::Mutex;
+use crate::task::{JoinError, JoinHandle};
+
+/// Creates an ordered task channel that queues at most `cap` handles of started
+/// work (a sender then waits for room).
+///
+/// ```
+/// use std::time::Duration;
+/// let rt = weft::Runtime::new().unwrap();
+/// let (tx, rx) = weft::chan::ordered::<u64>(8);
+/// for i in 0..4u64 {
+///     // Later work finishes first; results still come out in send order.
+///     tx.spawn(async move {
+///         weft::time::sleep(Duration::from_millis(20 - 5 * i)).await;
+///         i
+///     })
+///     .unwrap();
+/// }
+/// drop(tx);
+/// let got: Vec<u64> = std::iter::from_fn(|| rx.recv_blocking().ok())
+///     .map(|r| r.unwrap())
+///     .collect();
+/// assert_eq!(got, [0, 1, 2, 3]);
+/// ```
+pub fn ordered<T>(cap: usize) -> (OrderedSender<T>, OrderedReceiver<T>) {
+    let (tx, rx) = bounded(cap);
+    (
+        OrderedSender { tx },
+        OrderedReceiver {
+            rx,
+            head: Mutex::new(None),
+        },
+    )
+}
+
+/// The error of a spawn whose handle could not be queued: the work was joined, and its
+/// result comes back.
+pub type OrderedSendError<T> = SendError<Result<T, JoinError>>;
+
+/// Starts work and queues its handle (see [`ordered`]).
+pub struct OrderedSender<T> {
+    tx: Sender<JoinHandle<T>>,
+}
+
+/// Yields the results of the work sent to an [`ordered`] channel, in send order.
+/// Dropping it cancels the work still queued.
+pub struct OrderedReceiver<T> {
+    rx: Receiver<JoinHandle<T>>,
+    /// The handle a cancelled `recv` was joining: the next receive joins it first.
+    head: Mutex<Option<JoinHandle<T>>>,
+}
+
+fn handle() -> crate::Handle {
+    crate::Handle::try_current()
+        .ok()
+        .or_else(crate::runtime::latest)
+        .expect("the ordered channel needs a weft runtime: none is running")
+}
+
+impl<T: Send + 'static> OrderedSender<T> {
+    /// Spawns `future` as a task and queues its handle, waiting by `weft::wait`'s rule
+    /// while `cap` handles are queued. If the receiver is gone, the task is joined and
+    /// its result handed back in the error.
+    ///
+    /// # Panics
+    /// If no weft runtime is running.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let (tx, rx) = weft::chan::ordered(1);
+    /// tx.spawn(async { 1 }).unwrap();
+    /// assert_eq!(rx.recv_blocking().unwrap().unwrap(), 1);
+    /// drop(rx);
+    /// let back = tx.spawn(async { 2 }).unwrap_err();
+    /// assert_eq!(back.into_inner().unwrap(), 2);
+    /// ```
+    pub fn spawn<F>(&self, future: F) -> Result<(), OrderedSendError<T>>
+    where
+        F: Future<Output = T> + Send + 'static,
+    {
+        self.queue(handle().spawn(future))
+    }
+
+    /// As [`spawn`](Self::spawn), for a closure run on a fiber.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let (tx, rx) = weft::chan::ordered(2);
+    /// tx.spawn_fiber(|| 3).unwrap();
+    /// assert_eq!(rx.recv_blocking().unwrap().unwrap(), 3);
+    /// ```
+    pub fn spawn_fiber<F>(&self, f: F) -> Result<(), OrderedSendError<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+    {
+        let _enter = crate::runtime::enter(&handle());
+        self.queue(crate::fiber::spawn(f))
+    }
+
+    /// As [`spawn`](Self::spawn), waiting for room as a future (a `Send` one).
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let (tx, rx) = weft::chan::ordered(1);
+    /// rt.block_on(async move {
+    ///     tx.spawn_async(async { 5 }).await.unwrap();
+    ///     assert_eq!(rx.recv().await.unwrap().unwrap(), 5);
+    /// });
+    /// ```
+    pub fn spawn_async<F>(
+        &self,
+        future: F,
+    ) -> impl Future<Output = Result<(), OrderedSendError<T>>> + Send + '_
+    where
+        F: Future<Output = T> + Send + 'static,
+    {
+        let h = handle().spawn(future);
+        async move {
+            match self.tx.send(h).await {
+                Ok(()) => Ok(()),
+                Err(SendError(h)) => Err(SendError(h.await)),
+            }
+        }
+    }
+
+    fn queue(&self, h: JoinHandle<T>) -> Result<(), OrderedSendError<T>> {
+        match self.tx.send_blocking(h) {
+            Ok(()) => Ok(()),
+            // Spec 003's send-failure rule: join the work before reporting.
+            Err(SendError(h)) => Err(SendError(h.join())),
+        }
+    }
+}
+
+impl<T> Clone for OrderedSender<T> {
+    fn clone(&self) -> Self {
+        OrderedSender {
+            tx: self.tx.clone(),
+        }
+    }
+}
+
+impl<T: Send + 'static> OrderedReceiver<T> {
+    /// The next result in send order (a `Send` future); `Err(RecvError)` once every
+    /// sender is gone and the queue is drained. A receive dropped while it waits for
+    /// the work loses nothing: the next one picks it up.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let (tx, rx) = weft::chan::ordered::<i32>(4);
+    /// let r = rt.block_on(async move {
+    ///     tx.spawn_async(async { 7 }).await.unwrap();
+    ///     drop(tx);
+    ///     (rx.recv().await, rx.recv().await)
+    /// });
+    /// assert_eq!(r.0.unwrap().unwrap(), 7);
+    /// assert!(r.1.is_err());
+    /// ```
+    #[allow(clippy::manual_async_fn)] // spelled out: the future is promised `Send`
+    pub fn recv(
+        &self,
+    ) -> impl Future<Output = Result<Result<T, JoinError>, RecvError>> + Send + '_ {
+        async move {
+            let held = self.head.lock().take();
+            let h = match held {
+                Some(h) => h,
+                None => self.rx.recv().await?,
+            };
+            let mut guard = PutBack {
+                slot: &self.head,
+                h: Some(h),
+            };
+            let r = guard.h.as_mut().expect("held").await;
+            guard.h = None;
+            Ok(r)
+        }
+    }
+
+    /// As [`recv`](Self::recv), blocking by `weft::wait`'s rule.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let (tx, rx) = weft::chan::ordered(4);
+    /// tx.spawn_fiber(|| "x").unwrap();
+    /// drop(tx);
+    /// assert_eq!(rx.recv_blocking().unwrap().unwrap(), "x");
+    /// assert!(rx.recv_blocking().is_err());
+    /// ```
+    pub fn recv_blocking(&self) -> Result<Result<T, JoinError>, RecvError> {
+        crate::wait(self.recv())
+    }
+}
+
+/// Puts a handle back at the head if the receive joining it is dropped.
+struct PutBack<'a, T> {
+    slot: &'a Mutex<Option<JoinHandle<T>>>,
+    h: Option<JoinHandle<T>>,
+}
+
+impl<T> Drop for PutBack<'_, T> {
+    fn drop(&mut self) {
+        if let Some(h) = self.h.take() {
+            *self.slot.lock() = Some(h);
+        }
+    }
+}
+
+impl<T> Drop for OrderedReceiver<T> {
+    fn drop(&mut self) {
+        // Close first: a spawn from now on joins its own work; then cancel what is
+        // queued.
+        self.rx.close();
+        if let Some(h) = self.head.lock().take() {
+            h.abort();
+        }
+        while let Ok(h) = self.rx.try_recv() {
+            h.abort();
+        }
+    }
+}
+
+impl<T> fmt::Debug for OrderedSender<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("OrderedSender { .. }")
+    }
+}
+
+impl<T> fmt::Debug for OrderedReceiver<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("OrderedReceiver { .. }")
+    }
+}

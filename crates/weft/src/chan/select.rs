@@ -1,0 +1,959 @@
+//! `Select`: wait on several channel operations and complete exactly one.
+//!
+//! One select is a [`Group`] and one node per operation. A round has three steps:
+//!
+//! 1. **Try**, in a random order (source order for `select_biased!`): each operation
+//!    tries to complete, or to secure a way to complete (a send holds a buffer slot or
+//!    a waiting receiver), under its channel's lock. The group is not on any list yet,
+//!    so nobody else can win it meanwhile.
+//! 2. **Register** every node on its channel's list. A channel where the operation
+//!    could proceed now (something arrived since step 1, or another select waits
+//!    there for us) answers "ready": the select aborts its group (if nobody won it in
+//!    between), takes its nodes off and starts a new round, so two selects waiting
+//!    for each other never both sleep.
+//! 3. **Wait** until someone wins the group. The winner was chosen before the wake
+//!    (spec 003), and did the operation's part under the lock (handed a value, held a
+//!    slot or a receiver); the select then takes its losing nodes off every list
+//!    before it returns (spec 003's cleanup rule).
+//!
+//! `ready` runs the same rounds with observer nodes, which are told that an operation
+//! became possible and are never handed anything.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use super::core::{Chan, Won};
+use super::error::{
+    ReadyTimeoutError, RecvError, SelectTimeoutError, SendError, TryReadyError, TrySelectError,
+};
+use super::timer::Timer;
+use super::{Receiver, Sender};
+use crate::base::Mutex;
+use crate::waitlist::{Group, Kind, Node};
+
+/// One operation's side of a select: what its channel type knows how to do.
+trait Handle: Send + Sync {
+    fn node<'s>(&'s self, kind: Kind, group: *const Group, index: usize) -> Box<dyn OpNode + 's>;
+    fn addr(&self) -> *const ();
+}
+
+/// A select's node for one operation.
+trait OpNode: Send + Sync {
+    /// Step 1: complete (or secure) the operation now.
+    fn try_now(&self) -> Option<Won>;
+    /// Whether the operation could proceed now (for `ready`).
+    fn ready_now(&self) -> bool;
+    /// Step 2: put the node on its list; `true`: ready, start over instead.
+    fn register(&self, cx: &Context<'_>) -> bool;
+    fn unregister(&self);
+    /// After the group was won for this node: what it holds (see `Chan::won_state`).
+    fn won_state(&self, waker: Option<&Waker>) -> Option<Won>;
+    /// Won, but will not be performed: give back what it holds.
+    fn release(&self);
+    fn refresh_waker(&self, waker: &Waker);
+    /// When a timer operation fires next.
+    fn deadline(&self) -> Option<Instant> {
+        None
+    }
+    /// Makes the node reusable for a new round (it is on no list).
+    fn reset(&self);
+    /// The typed node, for `SelectedOperation::recv`/`send`.
+    fn as_ptr(&self) -> *const ();
+}
+
+struct RecvNode<'a, T> {
+    chan: &'a Chan<T>,
+    node: Node<T>,
+}
+
+struct SendNode<'a, T> {
+    chan: &'a Chan<T>,
+    node: Node<T>,
+}
+
+struct TimerNode<'a> {
+    timer: &'a Timer,
+    fired: Mutex<Option<Instant>>,
+}
+
+struct NeverNode;
+
+impl<T: Send> Handle for Receiver<T> {
+    fn node<'s>(&'s self, kind: Kind, group: *const Group, index: usize) -> Box<dyn OpNode + 's> {
+        if let Some(chan) = self.flavor_chan() {
+            Box::new(RecvNode {
+                chan,
+                node: Node::with(kind, group, index),
+            })
+        } else if let Some((timer, _)) = self.flavor_timer() {
+            Box::new(TimerNode {
+                timer,
+                fired: Mutex::new(None),
+            })
+        } else {
+            Box::new(NeverNode)
+        }
+    }
+    fn addr(&self) -> *const () {
+        Receiver::addr(self)
+    }
+}
+
+impl<T: Send> Handle for Sender<T> {
+    fn node<'s>(&'s self, kind: Kind, group: *const Group, index: usize) -> Box<dyn OpNode + 's> {
+        Box::new(SendNode {
+            chan: self.chan(),
+            node: Node::with(kind, group, index),
+        })
+    }
+    fn addr(&self) -> *const () {
+        std::ptr::from_ref(self.chan()).cast()
+    }
+}
+
+impl<T: Send> OpNode for RecvNode<'_, T> {
+    fn try_now(&self) -> Option<Won> {
+        self.chan.select_recv_now(&self.node)
+    }
+    fn ready_now(&self) -> bool {
+        self.chan.recv_ready(self.node.group())
+    }
+    fn register(&self, cx: &Context<'_>) -> bool {
+        self.chan.register_recv(&self.node, cx)
+    }
+    fn unregister(&self) {
+        self.chan.unregister(&self.node, true)
+    }
+    fn won_state(&self, waker: Option<&Waker>) -> Option<Won> {
+        self.chan.won_state(&self.node, true, waker)
+    }
+    fn release(&self) {
+        self.chan.release_won(&self.node, true)
+    }
+    fn refresh_waker(&self, waker: &Waker) {
+        self.chan.refresh_waker(&self.node, waker)
+    }
+    fn reset(&self) {
+        self.node.reset()
+    }
+    fn as_ptr(&self) -> *const () {
+        std::ptr::from_ref(self).cast()
+    }
+}
+
+impl<T: Send> OpNode for SendNode<'_, T> {
+    fn try_now(&self) -> Option<Won> {
+        self.chan.select_send_now(&self.node)
+    }
+    fn ready_now(&self) -> bool {
+        self.chan.send_ready(self.node.group())
+    }
+    fn register(&self, cx: &Context<'_>) -> bool {
+        self.chan.register_send(&self.node, cx)
+    }
+    fn unregister(&self) {
+        self.chan.unregister(&self.node, false)
+    }
+    fn won_state(&self, waker: Option<&Waker>) -> Option<Won> {
+        self.chan.won_state(&self.node, false, waker)
+    }
+    fn release(&self) {
+        self.chan.release_won(&self.node, false)
+    }
+    fn refresh_waker(&self, waker: &Waker) {
+        self.chan.refresh_waker(&self.node, waker)
+    }
+    fn reset(&self) {
+        self.node.reset()
+    }
+    fn as_ptr(&self) -> *const () {
+        std::ptr::from_ref(self).cast()
+    }
+}
+
+impl OpNode for TimerNode<'_> {
+    fn try_now(&self) -> Option<Won> {
+        let at = self.timer.try_take()?;
+        *self.fired.lock() = Some(at);
+        Some(Won::Value)
+    }
+    fn ready_now(&self) -> bool {
+        self.timer.is_ready()
+    }
+    fn register(&self, _: &Context<'_>) -> bool {
+        self.timer.is_ready()
+    }
+    fn unregister(&self) {}
+    fn won_state(&self, _: Option<&Waker>) -> Option<Won> {
+        None
+    }
+    fn release(&self) {}
+    fn refresh_waker(&self, _: &Waker) {}
+    fn deadline(&self) -> Option<Instant> {
+        self.timer.deadline()
+    }
+    fn reset(&self) {}
+    fn as_ptr(&self) -> *const () {
+        std::ptr::from_ref(self).cast()
+    }
+}
+
+impl OpNode for NeverNode {
+    fn try_now(&self) -> Option<Won> {
+        None
+    }
+    fn ready_now(&self) -> bool {
+        false
+    }
+    fn register(&self, _: &Context<'_>) -> bool {
+        false
+    }
+    fn unregister(&self) {}
+    fn won_state(&self, _: Option<&Waker>) -> Option<Won> {
+        None
+    }
+    fn release(&self) {}
+    fn refresh_waker(&self, _: &Waker) {}
+    fn reset(&self) {}
+    fn as_ptr(&self) -> *const () {
+        std::ptr::from_ref(self).cast()
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Entry<'a> {
+    handle: &'a dyn Handle,
+    recv: bool,
+}
+
+/// Waits on several channel operations at once and completes exactly one of them, as
+/// crossbeam-channel's `Select` (with [`select_async`](Select::select_async) for async
+/// code).
+///
+/// An operation is added with [`recv`](Select::recv) or [`send`](Select::send), which
+/// return its index. A select blocks (by `weft::wait`'s rule: a fiber suspends, a
+/// worker goes on with other work, a thread blocks) until one is ready, then returns
+/// it as a [`SelectedOperation`] that must be completed with the same receiver or
+/// sender. When several are ready, one is chosen at random.
+///
+/// ```
+/// use weft::chan::{unbounded, Select};
+/// let (tx1, rx1) = unbounded::<i32>();
+/// let (_tx2, rx2) = unbounded::<i32>();
+/// tx1.send_blocking(10).unwrap();
+/// let mut sel = Select::new();
+/// let i1 = sel.recv(&rx1);
+/// let _i2 = sel.recv(&rx2);
+/// let oper = sel.select();
+/// assert_eq!(oper.index(), i1);
+/// assert_eq!(oper.recv(&rx1), Ok(10));
+/// ```
+#[derive(Clone, Default)]
+pub struct Select<'a> {
+    ops: Vec<Option<Entry<'a>>>,
+    biased: bool,
+}
+
+impl std::fmt::Debug for Select<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad("Select { .. }")
+    }
+}
+
+impl<'a> Select<'a> {
+    /// An empty select.
+    ///
+    /// ```
+    /// let sel = weft::chan::Select::new();
+    /// # drop(sel);
+    /// ```
+    pub fn new() -> Select<'a> {
+        Select::default()
+    }
+
+    /// A select that completes the first ready operation in the order they were
+    /// added, instead of a random one.
+    ///
+    /// ```
+    /// let (tx, rx) = weft::chan::unbounded::<i32>();
+    /// tx.send_blocking(1).unwrap();
+    /// tx.send_blocking(2).unwrap();
+    /// let mut sel = weft::chan::Select::new_biased();
+    /// let first = sel.recv(&rx);
+    /// sel.recv(&rx);
+    /// assert_eq!(sel.select().index(), first);
+    /// # let _ = rx.try_recv();
+    /// ```
+    pub fn new_biased() -> Select<'a> {
+        Select {
+            ops: Vec::new(),
+            biased: true,
+        }
+    }
+
+    /// Adds a receive; returns its index.
+    ///
+    /// ```
+    /// let (_tx, rx) = weft::chan::unbounded::<i32>();
+    /// let mut sel = weft::chan::Select::new();
+    /// assert_eq!(sel.recv(&rx), 0);
+    /// ```
+    pub fn recv<T: Send>(&mut self, r: &'a Receiver<T>) -> usize {
+        self.ops.push(Some(Entry {
+            handle: r,
+            recv: true,
+        }));
+        self.ops.len() - 1
+    }
+
+    /// Adds a send; returns its index.
+    ///
+    /// ```
+    /// let (tx, _rx) = weft::chan::unbounded::<i32>();
+    /// let mut sel = weft::chan::Select::new();
+    /// assert_eq!(sel.send(&tx), 0);
+    /// ```
+    pub fn send<T: Send>(&mut self, s: &'a Sender<T>) -> usize {
+        self.ops.push(Some(Entry {
+            handle: s,
+            recv: false,
+        }));
+        self.ops.len() - 1
+    }
+
+    /// Removes the operation at `index` (the other indices stay as they are).
+    ///
+    /// # Panics
+    /// If there is no operation at `index`.
+    ///
+    /// ```
+    /// let (tx, rx) = weft::chan::unbounded::<i32>();
+    /// tx.send_blocking(1).unwrap();
+    /// let mut sel = weft::chan::Select::new();
+    /// let a = sel.recv(&rx);
+    /// let b = sel.recv(&rx);
+    /// sel.remove(a);
+    /// assert_eq!(sel.select().index(), b);
+    /// # let _ = rx.try_recv();
+    /// ```
+    pub fn remove(&mut self, index: usize) {
+        let slot = self
+            .ops
+            .get_mut(index)
+            .filter(|o| o.is_some())
+            .expect("no operation has this index");
+        *slot = None;
+    }
+
+    /// Completes an operation that is ready now, if any.
+    ///
+    /// ```
+    /// let (_tx, rx) = weft::chan::unbounded::<i32>();
+    /// let mut sel = weft::chan::Select::new();
+    /// sel.recv(&rx);
+    /// assert!(sel.try_select().is_err());
+    /// ```
+    pub fn try_select(&mut self) -> Result<SelectedOperation<'a>, TrySelectError> {
+        let mut m = Machine::new(self, Kind::Select);
+        match m.try_phase() {
+            Some((i, won)) => Ok(m.selected(i, won)),
+            None => Err(TrySelectError),
+        }
+    }
+
+    /// Waits until an operation is ready and selects it.
+    ///
+    /// # Panics
+    /// If no operation was added (it would wait for ever).
+    ///
+    /// ```
+    /// let (tx, rx) = weft::chan::bounded(0);
+    /// std::thread::spawn(move || tx.send_blocking(1).unwrap());
+    /// let mut sel = weft::chan::Select::new();
+    /// let i = sel.recv(&rx);
+    /// let oper = sel.select();
+    /// assert_eq!(oper.index(), i);
+    /// assert_eq!(oper.recv(&rx), Ok(1));
+    /// ```
+    pub fn select(&mut self) -> SelectedOperation<'a> {
+        assert!(
+            self.ops.iter().any(|o| o.is_some()),
+            "no operations have been added to `Select`"
+        );
+        let mut m = Machine::new(self, Kind::Select);
+        let (i, won) = m
+            .run_blocking(None)
+            .expect("a select without a deadline selects");
+        m.selected(i, won)
+    }
+
+    /// As [`select`](Select::select), giving up after `timeout`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let (_tx, rx) = weft::chan::unbounded::<i32>();
+    /// let mut sel = weft::chan::Select::new();
+    /// sel.recv(&rx);
+    /// assert!(sel.select_timeout(Duration::from_millis(5)).is_err());
+    /// ```
+    pub fn select_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<SelectedOperation<'a>, SelectTimeoutError> {
+        match Instant::now().checked_add(timeout) {
+            Some(d) => self.select_deadline(d),
+            None => Ok(self.select()),
+        }
+    }
+
+    /// As [`select`](Select::select), giving up at `deadline`.
+    ///
+    /// ```
+    /// let (_tx, rx) = weft::chan::unbounded::<i32>();
+    /// let mut sel = weft::chan::Select::new();
+    /// sel.recv(&rx);
+    /// assert!(sel.select_deadline(std::time::Instant::now()).is_err());
+    /// ```
+    pub fn select_deadline(
+        &mut self,
+        deadline: Instant,
+    ) -> Result<SelectedOperation<'a>, SelectTimeoutError> {
+        let mut m = Machine::new(self, Kind::Select);
+        match m.run_blocking(Some(deadline)) {
+            Some((i, won)) => Ok(m.selected(i, won)),
+            None => Err(SelectTimeoutError),
+        }
+    }
+
+    /// Waits, as a future, until an operation is ready and selects it: the form for
+    /// async code (a `Send` future). Timer receivers in it need a weft runtime.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let (tx, rx) = weft::chan::unbounded::<i32>();
+    /// let got = rt.block_on(async move {
+    ///     weft::spawn(async move { tx.send(4).await.unwrap() });
+    ///     let mut sel = weft::chan::Select::new();
+    ///     sel.recv(&rx);
+    ///     let oper = sel.select_async().await;
+    ///     oper.recv(&rx).unwrap()
+    /// });
+    /// assert_eq!(got, 4);
+    /// ```
+    pub fn select_async(&mut self) -> impl Future<Output = SelectedOperation<'a>> + Send + '_ {
+        let mut m = Machine::new(self, Kind::Select);
+        let mut sleep: Option<Pin<Box<crate::time::Sleep>>> = None;
+        std::future::poll_fn(move |cx| loop {
+            if let Poll::Ready(r) = m.poll(cx, false) {
+                let (i, won) = r.expect("a select without a deadline selects");
+                return Poll::Ready(m.take_selected(i, won));
+            }
+            // Timer operations: a sleep on the runtime's wheel until the next one.
+            let Some(d) = m.next_timer() else {
+                return Poll::Pending;
+            };
+            let s = sleep.get_or_insert_with(|| Box::pin(crate::time::sleep_until(d)));
+            if s.deadline() != d {
+                s.as_mut().reset(d);
+            }
+            if s.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        })
+    }
+
+    /// Which operation is ready now, without performing it.
+    ///
+    /// ```
+    /// let (tx, rx) = weft::chan::unbounded();
+    /// let mut sel = weft::chan::Select::new();
+    /// let i = sel.recv(&rx);
+    /// assert!(sel.try_ready().is_err());
+    /// tx.send_blocking(1).unwrap();
+    /// assert_eq!(sel.try_ready(), Ok(i));
+    /// ```
+    pub fn try_ready(&mut self) -> Result<usize, TryReadyError> {
+        let mut m = Machine::new(self, Kind::Observe);
+        m.try_phase().map(|(i, _)| i).ok_or(TryReadyError)
+    }
+
+    /// Waits until an operation is ready and returns its index, without performing it
+    /// (another thread may take it first: performing it may then wait).
+    ///
+    /// # Panics
+    /// If no operation was added.
+    ///
+    /// ```
+    /// let (tx, rx) = weft::chan::unbounded();
+    /// tx.send_blocking(1).unwrap();
+    /// let mut sel = weft::chan::Select::new();
+    /// let i = sel.recv(&rx);
+    /// assert_eq!(sel.ready(), i);
+    /// ```
+    pub fn ready(&mut self) -> usize {
+        assert!(
+            self.ops.iter().any(|o| o.is_some()),
+            "no operations have been added to `Select`"
+        );
+        let mut m = Machine::new(self, Kind::Observe);
+        m.run_blocking(None).expect("no deadline").0
+    }
+
+    /// As [`ready`](Select::ready), giving up after `timeout`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let (_tx, rx) = weft::chan::unbounded::<i32>();
+    /// let mut sel = weft::chan::Select::new();
+    /// sel.recv(&rx);
+    /// assert!(sel.ready_timeout(Duration::from_millis(2)).is_err());
+    /// ```
+    pub fn ready_timeout(&mut self, timeout: Duration) -> Result<usize, ReadyTimeoutError> {
+        match Instant::now().checked_add(timeout) {
+            Some(d) => self.ready_deadline(d),
+            None => Ok(self.ready()),
+        }
+    }
+
+    /// As [`ready`](Select::ready), giving up at `deadline`.
+    ///
+    /// ```
+    /// let (_tx, rx) = weft::chan::unbounded::<i32>();
+    /// let mut sel = weft::chan::Select::new();
+    /// sel.recv(&rx);
+    /// assert!(sel.ready_deadline(std::time::Instant::now()).is_err());
+    /// ```
+    pub fn ready_deadline(&mut self, deadline: Instant) -> Result<usize, ReadyTimeoutError> {
+        let mut m = Machine::new(self, Kind::Observe);
+        m.run_blocking(Some(deadline))
+            .map(|(i, _)| i)
+            .ok_or(ReadyTimeoutError)
+    }
+}
+
+/// One select call: its group, its nodes, and where it stands.
+struct Machine<'a> {
+    ops: Vec<Option<Entry<'a>>>,
+    /// Boxed: the nodes point to it while they are on lists.
+    group: Box<Group>,
+    nodes: Vec<Option<Box<dyn OpNode + 'a>>>,
+    order: Vec<usize>,
+    biased: bool,
+    kind: Kind,
+    registered: bool,
+    waker: Option<Waker>,
+}
+
+impl<'a> Machine<'a> {
+    fn new(sel: &Select<'a>, kind: Kind) -> Machine<'a> {
+        let group = Box::new(Group::new());
+        let gp: *const Group = &*group;
+        let nodes = sel
+            .ops
+            .iter()
+            .enumerate()
+            .map(|(i, e)| e.map(|e| e.handle.node(kind, gp, i)))
+            .collect();
+        let order = (0..sel.ops.len())
+            .filter(|&i| sel.ops[i].is_some())
+            .collect();
+        Machine {
+            ops: sel.ops.clone(),
+            group,
+            nodes,
+            order,
+            biased: sel.biased,
+            kind,
+            registered: false,
+            waker: None,
+        }
+    }
+
+    fn each(&self) -> impl Iterator<Item = (usize, &dyn OpNode)> + '_ {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.as_deref().map(|n| (i, n)))
+    }
+
+    fn node(&self, i: usize) -> &dyn OpNode {
+        self.nodes[i]
+            .as_deref()
+            .expect("an operation of this select")
+    }
+
+    fn shuffle(&mut self) {
+        if self.biased {
+            return;
+        }
+        let n = self.order.len();
+        for i in (1..n).rev() {
+            let j = (random() % (i as u64 + 1)) as usize;
+            self.order.swap(i, j);
+        }
+    }
+
+    /// Step 1.
+    fn try_phase(&mut self) -> Option<(usize, Won)> {
+        self.shuffle();
+        for k in 0..self.order.len() {
+            let i = self.order[k];
+            let node = self.node(i);
+            if self.kind == Kind::Observe {
+                if node.ready_now() {
+                    return Some((i, Won::Value));
+                }
+            } else if let Some(won) = node.try_now() {
+                return Some((i, won));
+            }
+        }
+        None
+    }
+
+    fn next_timer(&self) -> Option<Instant> {
+        self.each().filter_map(|(_, n)| n.deadline()).min()
+    }
+
+    /// Takes every node off its list and makes the group and nodes ready for a new
+    /// round.
+    fn unregister_all(&mut self) {
+        for (_, n) in self.each() {
+            n.unregister();
+        }
+        for (_, n) in self.each() {
+            n.reset();
+        }
+        self.group.reset();
+        self.registered = false;
+    }
+
+    /// One step of the select. `give_up`: no more waiting (a deadline passed): end the
+    /// round with what is there, `None` if nothing.
+    fn poll(&mut self, cx: &mut Context<'_>, give_up: bool) -> Poll<Option<(usize, Won)>> {
+        loop {
+            if self.registered {
+                if let Some(i) = self.group.winner() {
+                    for (j, n) in self.each() {
+                        if j != i {
+                            n.unregister();
+                        }
+                    }
+                    if self.kind == Kind::Observe {
+                        self.node(i).unregister();
+                        self.registered = false;
+                        return Poll::Ready(Some((i, Won::Value)));
+                    }
+                    match self.node(i).won_state(Some(cx.waker())) {
+                        Some(Won::Pending) if !give_up => return Poll::Pending,
+                        Some(Won::Pending) | None => {
+                            // Our partner let us go (or we give up waiting for it).
+                            self.node(i).release();
+                            self.unregister_all();
+                            if give_up {
+                                return Poll::Ready(self.try_phase());
+                            }
+                            continue;
+                        }
+                        Some(won) => {
+                            self.registered = false;
+                            return Poll::Ready(Some((i, won)));
+                        }
+                    }
+                }
+                let timer_due = self.next_timer().is_some_and(|d| Instant::now() >= d);
+                if !give_up && !timer_due {
+                    if !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                        for (_, n) in self.each() {
+                            n.refresh_waker(cx.waker());
+                        }
+                        self.waker = Some(cx.waker().clone());
+                    }
+                    return Poll::Pending;
+                }
+                match self.group.abort() {
+                    Ok(()) => self.unregister_all(),
+                    // Won just now: take it.
+                    Err(_) => continue,
+                }
+            }
+            if let Some(r) = self.try_phase() {
+                return Poll::Ready(Some(r));
+            }
+            if give_up {
+                return Poll::Ready(None);
+            }
+            self.registered = true;
+            self.waker = Some(cx.waker().clone());
+            let mut ready = false;
+            for k in 0..self.order.len() {
+                if self.node(self.order[k]).register(cx) {
+                    ready = true;
+                    break;
+                }
+            }
+            if ready {
+                if self.group.abort().is_ok() {
+                    self.unregister_all();
+                }
+                continue;
+            }
+            if !self.group.is_open() {
+                continue;
+            }
+            return Poll::Pending;
+        }
+    }
+
+    /// Runs rounds until an operation is selected, blocking by `weft::wait`'s rule;
+    /// `None` once `deadline` passed with none.
+    fn run_blocking(&mut self, deadline: Option<Instant>) -> Option<(usize, Won)> {
+        loop {
+            let wake_at = match (deadline, self.next_timer()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let mut fut = std::pin::pin!(std::future::poll_fn(|cx| self.poll(cx, false)));
+            let r = match wake_at {
+                None => Some(crate::wait(fut)),
+                Some(d) => crate::fiber::wait::wait_until(fut.as_mut(), d),
+            };
+            match r {
+                Some(r) => return r,
+                None if deadline.is_some_and(|d| Instant::now() >= d) => {
+                    let mut cx = Context::from_waker(Waker::noop());
+                    match self.poll(&mut cx, true) {
+                        Poll::Ready(r) => return r,
+                        Poll::Pending => unreachable!("a select that gives up does not wait"),
+                    }
+                }
+                // A timer operation is due: the next round takes it.
+                None => {}
+            }
+        }
+    }
+
+    fn selected(&mut self, index: usize, won: Won) -> SelectedOperation<'a> {
+        self.take_selected(index, won)
+    }
+
+    fn take_selected(&mut self, index: usize, won: Won) -> SelectedOperation<'a> {
+        let entry = self.ops[index].expect("the selected operation");
+        SelectedOperation {
+            index,
+            won,
+            addr: entry.handle.addr(),
+            recv: entry.recv,
+            node: self.nodes[index].take(),
+            _group: std::mem::replace(&mut self.group, Box::new(Group::new())),
+            done: false,
+        }
+    }
+}
+
+impl Drop for Machine<'_> {
+    fn drop(&mut self) {
+        if self.registered {
+            if self.group.abort().is_err() {
+                // Won while being dropped: let go of what the winner holds.
+                if let Some(i) = self.group.winner() {
+                    if let Some(n) = &self.nodes[i] {
+                        n.unregister();
+                        if self.kind != Kind::Observe {
+                            n.release();
+                        }
+                    }
+                }
+            }
+            for (_, n) in self.each() {
+                n.unregister();
+            }
+        }
+    }
+}
+
+/// The operation a [`Select`] chose: complete it with [`recv`](Self::recv) or
+/// [`send`](Self::send), passing the same receiver or sender that was added. Dropping
+/// it unperformed gives back what it held (a received value returns to its channel).
+///
+/// ```
+/// let (tx, rx) = weft::chan::bounded(1);
+/// let mut sel = weft::chan::Select::new();
+/// let i = sel.send(&tx);
+/// let oper = sel.select();
+/// assert_eq!(oper.index(), i);
+/// oper.send(&tx, 5).unwrap();
+/// assert_eq!(rx.recv_blocking(), Ok(5));
+/// ```
+#[must_use = "a selected operation must be completed with `recv` or `send`"]
+pub struct SelectedOperation<'a> {
+    index: usize,
+    won: Won,
+    addr: *const (),
+    recv: bool,
+    node: Option<Box<dyn OpNode + 'a>>,
+    /// The group the node points to.
+    _group: Box<Group>,
+    done: bool,
+}
+
+// SAFETY: `addr` is only compared, never followed; the rest is `Send + Sync` (the node
+// is, by `OpNode`'s bounds).
+unsafe impl Send for SelectedOperation<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for SelectedOperation<'_> {}
+
+impl std::fmt::Debug for SelectedOperation<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SelectedOperation")
+            .field("index", &self.index)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SelectedOperation<'_> {
+    /// The index of the selected operation.
+    ///
+    /// ```
+    /// let (tx, rx) = weft::chan::unbounded();
+    /// tx.send_blocking(()).unwrap();
+    /// let mut sel = weft::chan::Select::new();
+    /// let i = sel.recv(&rx);
+    /// let oper = sel.select();
+    /// assert_eq!(oper.index(), i);
+    /// oper.recv(&rx).unwrap();
+    /// ```
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    fn node(&self) -> &dyn OpNode {
+        self.node.as_deref().expect("the selected node")
+    }
+
+    /// Completes the selected receive.
+    ///
+    /// # Panics
+    /// If `r` is not the receiver of the selected operation.
+    ///
+    /// ```
+    /// let (tx, rx) = weft::chan::unbounded();
+    /// tx.send_blocking(3).unwrap();
+    /// let mut sel = weft::chan::Select::new();
+    /// sel.recv(&rx);
+    /// assert_eq!(sel.select().recv(&rx), Ok(3));
+    /// ```
+    pub fn recv<T: Send>(mut self, r: &Receiver<T>) -> Result<T, RecvError> {
+        assert!(
+            self.recv && r.addr() == self.addr,
+            "passed a receiver that wasn't selected"
+        );
+        self.done = true;
+        if let Some((_, convert)) = r.flavor_timer() {
+            let node = self.node().as_ptr().cast::<TimerNode<'_>>();
+            // SAFETY: the selected operation is a receive on this very timer receiver
+            // (checked above), whose nodes are `TimerNode`s; the box lives in `self`.
+            let fired = unsafe { (*node).fired.lock().take() };
+            return Ok(convert(fired.expect("a selected timer fired")));
+        }
+        let node = self.node().as_ptr().cast::<RecvNode<'_, T>>();
+        // SAFETY: the selected operation is a receive on this very channel (checked
+        // above: same kind, same channel address, so the same `T`), whose select nodes
+        // are `RecvNode<T>`; the box lives in `self`.
+        let node = unsafe { &*node };
+        match self.won {
+            Won::Closed => Err(RecvError),
+            Won::Pending => {
+                // Paired with a selecting sender: its value comes to our node.
+                let got = crate::wait(std::future::poll_fn(|cx| {
+                    match node.chan.won_state(&node.node, true, Some(cx.waker())) {
+                        Some(Won::Pending) => Poll::Pending,
+                        Some(Won::Value) => Poll::Ready(true),
+                        _ => Poll::Ready(false),
+                    }
+                }));
+                // SAFETY: a value was delivered (or none will be): the node is ours.
+                match got.then(|| unsafe { node.node.take_slot() }).flatten() {
+                    Some(v) => Ok(v),
+                    None => {
+                        node.chan.release_won(&node.node, true);
+                        r.recv_blocking()
+                    }
+                }
+            }
+            // SAFETY: the value was handed to our node, which is ours alone now.
+            _ => match unsafe { node.node.take_slot() } {
+                Some(v) => Ok(v),
+                None => Err(RecvError),
+            },
+        }
+    }
+
+    /// Completes the selected send with `value`.
+    ///
+    /// # Panics
+    /// If `s` is not the sender of the selected operation.
+    ///
+    /// ```
+    /// let (tx, rx) = weft::chan::unbounded();
+    /// let mut sel = weft::chan::Select::new();
+    /// sel.send(&tx);
+    /// sel.select().send(&tx, 8).unwrap();
+    /// assert_eq!(rx.try_recv(), Ok(8));
+    /// ```
+    pub fn send<T: Send>(mut self, s: &Sender<T>, value: T) -> Result<(), SendError<T>> {
+        assert!(
+            !self.recv && std::ptr::from_ref(s.chan()).cast() == self.addr,
+            "passed a sender that wasn't selected"
+        );
+        self.done = true;
+        let node = self.node().as_ptr().cast::<SendNode<'_, T>>();
+        // SAFETY: the selected operation is a send on this very channel (checked
+        // above), whose select nodes are `SendNode<T>`; the box lives in `self`.
+        let node = unsafe { &*node };
+        if self.won == Won::Closed {
+            return Err(SendError(value));
+        }
+        match node.chan.complete_send(&node.node, value) {
+            Ok(()) => Ok(()),
+            Err(v) if s.is_closed() => Err(SendError(v)),
+            // The receiver held for us went away: send the ordinary way.
+            Err(v) => s.send_blocking(v),
+        }
+    }
+}
+
+impl Drop for SelectedOperation<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            if let Some(n) = &self.node {
+                n.release();
+            }
+        }
+    }
+}
+
+/// A per-thread xorshift generator for the random order of select's operations.
+fn random() -> u64 {
+    thread_local! {
+        static STATE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+    STATE
+        .try_with(|s| {
+            let mut x = s.get();
+            if x == 0 {
+                x = (std::ptr::from_ref(s) as u64) | 1;
+                x ^= std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+                x |= 1;
+            }
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            s.set(x);
+            x
+        })
+        .unwrap_or(0x9e37_79b9_7f4a_7c15)
+}
