@@ -24,9 +24,13 @@
 //! contender whose select may move more than one message, see
 //! [`BlockingChan::EXACT_SELECT`]). Every actor, receivers included, is
 //! spawned (a thread, fiber, coroutine or task); the measuring thread only
-//! waits for them. The time covers spawning the actors, passing the
-//! messages and joining them; the channels are made before it starts.
+//! waits for them. The time runs from the first actor's start to the last
+//! actor's end, by the actors' own clock readings: neither spawning them
+//! nor waking the measuring thread counts (on 2 cores, a measuring thread
+//! released by a barrier together with the actors may well run only after
+//! them). The channels are made before.
 
+use std::future::Future;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -201,38 +205,73 @@ fn share(n: usize) -> usize {
 /// One actor of a blocking shape: returns how many messages it received.
 pub type Job = Box<dyn FnOnce() -> usize + Send + 'static>;
 
-/// What runs the actors of a blocking shape: threads, fibers or coroutines.
-pub trait Actors {
-    /// Runs `jobs` concurrently, one actor each, and waits for them all;
-    /// returns the time the run took and the sum of their results.
-    fn run(jobs: Vec<Job>) -> (Duration, usize);
+/// What an actor reports: when it started and finished (its own clock
+/// readings) and how many messages it received.
+#[derive(Debug, Clone, Copy)]
+pub struct Report {
+    start: Instant,
+    end: Instant,
+    got: usize,
 }
 
-/// Plain threads. The time starts once every thread has been spawned and
-/// has reached a start barrier (spawning a thread costs far more than
-/// spawning a fiber or task), and ends when the last one has been joined.
+/// Runs `job`, reading the clock right before and after it.
+pub fn stamped(job: Job) -> Report {
+    let start = Instant::now();
+    let got = job();
+    Report {
+        start,
+        end: Instant::now(),
+        got,
+    }
+}
+
+/// The time from the first actor's start to the last actor's end, and the
+/// messages they received in all.
+pub fn span(reports: impl IntoIterator<Item = Report>) -> (Duration, usize) {
+    let mut first: Option<Instant> = None;
+    let mut last: Option<Instant> = None;
+    let mut got = 0;
+    for r in reports {
+        first = Some(first.map_or(r.start, |f| f.min(r.start)));
+        last = Some(last.map_or(r.end, |l| l.max(r.end)));
+        got += r.got;
+    }
+    let elapsed = match (first, last) {
+        (Some(f), Some(l)) => l.duration_since(f),
+        _ => Duration::ZERO,
+    };
+    (elapsed, got)
+}
+
+/// What runs the actors of a blocking shape: threads, fibers or coroutines.
+pub trait Actors {
+    /// Runs `jobs` concurrently, one actor each, each through [`stamped`],
+    /// and returns their reports once all have finished.
+    fn run(jobs: Vec<Job>) -> Vec<Report>;
+}
+
+/// Plain threads, released together by a start barrier once all have been
+/// spawned (spawning a thread costs far more than spawning a fiber or a
+/// task).
 pub struct Threads;
 
 impl Actors for Threads {
-    fn run(jobs: Vec<Job>) -> (Duration, usize) {
-        let gate = Arc::new(Barrier::new(jobs.len() + 1));
+    fn run(jobs: Vec<Job>) -> Vec<Report> {
+        let gate = Arc::new(Barrier::new(jobs.len()));
         let handles: Vec<_> = jobs
             .into_iter()
             .map(|job| {
                 let gate = gate.clone();
                 std::thread::spawn(move || {
                     gate.wait();
-                    job()
+                    stamped(job)
                 })
             })
             .collect();
-        gate.wait();
-        let start = Instant::now();
-        let got = handles
+        handles
             .into_iter()
             .map(|h| h.join().expect("benchmark thread panicked"))
-            .sum();
-        (start.elapsed(), got)
+            .collect()
     }
 }
 
@@ -341,7 +380,7 @@ pub fn run_blocking<B: BlockingChan, A: Actors>(
             }
         }
     }
-    let (elapsed, got) = A::run(jobs);
+    let (elapsed, got) = span(A::run(jobs));
     check_total(B::NAME, shape, B::EXACT_SELECT, n, got);
     Some(elapsed)
 }
@@ -387,6 +426,17 @@ async fn select_send_task<C: AsyncChan>(txs: Vec<C::Tx>, k: usize) -> usize {
     0
 }
 
+/// Runs the task `f`, reading the clock right before and after it.
+async fn stamped_task(f: impl Future<Output = usize>) -> Report {
+    let start = Instant::now();
+    let got = f.await;
+    Report {
+        start,
+        end: Instant::now(),
+        got,
+    }
+}
+
 /// Runs `shape` on `flavour` of `C` with `n` messages (a multiple of
 /// [`ACTORS`]) in tasks spawned on `rt` from this (non-worker) thread,
 /// which then waits for them in `block_on`. Returns the time, or `None` if
@@ -402,13 +452,11 @@ pub fn run_async<C: AsyncChan, R: Rt>(
     }
     let cap = flavour.cap(n);
     let new = || C::new(cap).expect("flavour checked above");
-    let mut handles: Vec<JoinOf<R, usize>> = Vec::new();
-    let start;
+    let mut handles: Vec<JoinOf<R, Report>> = Vec::new();
     match shape {
         Shape::Seq => {
             let (tx, mut rx) = new();
-            start = Instant::now();
-            handles.push(rt.spawn(async move {
+            handles.push(rt.spawn(stamped_task(async move {
                 for i in 0..n {
                     assert!(C::send(&tx, Msg(i)).await, "{}: receiver gone", C::NAME);
                 }
@@ -417,59 +465,56 @@ pub fn run_async<C: AsyncChan, R: Rt>(
                     got += usize::from(C::recv(&mut rx).await.is_some());
                 }
                 got
-            }));
+            })));
         }
         Shape::Spsc => {
             let (tx, rx) = new();
-            start = Instant::now();
-            handles.push(rt.spawn(send_task::<C>(tx, n)));
-            handles.push(rt.spawn(recv_task::<C>(rx, n)));
+            handles.push(rt.spawn(stamped_task(send_task::<C>(tx, n))));
+            handles.push(rt.spawn(stamped_task(recv_task::<C>(rx, n))));
         }
         Shape::Mpsc | Shape::Mpmc => {
             let (tx, rx) = new();
-            start = Instant::now();
             for _ in 0..ACTORS {
-                handles.push(rt.spawn(send_task::<C>(C::clone_tx(&tx), share(n))));
+                handles.push(rt.spawn(stamped_task(send_task::<C>(C::clone_tx(&tx), share(n)))));
             }
             drop(tx);
             if shape == Shape::Mpsc {
-                handles.push(rt.spawn(recv_task::<C>(rx, n)));
+                handles.push(rt.spawn(stamped_task(recv_task::<C>(rx, n))));
             } else {
                 for _ in 0..ACTORS {
-                    handles.push(rt.spawn(recv_task::<C>(C::clone_rx(&rx), share(n))));
+                    handles
+                        .push(rt.spawn(stamped_task(recv_task::<C>(C::clone_rx(&rx), share(n)))));
                 }
             }
         }
         Shape::SelectRx => {
             let (txs, rxs): (Vec<_>, Vec<_>) = (0..ACTORS).map(|_| new()).unzip();
-            start = Instant::now();
             for tx in txs {
-                handles.push(rt.spawn(send_task::<C>(tx, share(n))));
+                handles.push(rt.spawn(stamped_task(send_task::<C>(tx, share(n)))));
             }
-            handles.push(rt.spawn(select_recv_task::<C>(rxs)));
+            handles.push(rt.spawn(stamped_task(select_recv_task::<C>(rxs))));
         }
         Shape::SelectBoth => {
             let (txs, rxs): (Vec<_>, Vec<_>) = (0..ACTORS).map(|_| new()).unzip();
-            start = Instant::now();
             for _ in 0..ACTORS {
                 let txs: Vec<_> = txs.iter().map(C::clone_tx).collect();
-                handles.push(rt.spawn(select_send_task::<C>(txs, share(n))));
+                handles.push(rt.spawn(stamped_task(select_send_task::<C>(txs, share(n)))));
             }
             drop(txs);
             for _ in 0..ACTORS {
                 let rxs: Vec<_> = rxs.iter().map(C::clone_rx).collect();
-                handles.push(rt.spawn(select_recv_task::<C>(rxs)));
+                handles.push(rt.spawn(stamped_task(select_recv_task::<C>(rxs))));
             }
         }
     }
-    let got = rt.block_on(async move {
-        let mut got = 0;
+    let reports = rt.block_on(async move {
+        let mut reports = Vec::with_capacity(handles.len());
         for h in handles {
-            got += h.await;
+            reports.push(h.await);
         }
-        got
+        reports
     });
-    let elapsed = start.elapsed();
+    let (elapsed, got) = span(reports);
     check_total(C::NAME, shape, C::EXACT_SELECT, n, got);
     Some(elapsed)
 }
