@@ -326,7 +326,7 @@ fn main() -> std::io::Result<()> {
         while let Ok(sq) = squares_rx.recv().await {
             sum += sq;
             count += 1;
-            if count % 2_500 == 0 {
+            if count.is_multiple_of(2_500) {
                 sums_tx.send(sum).await.unwrap();
             }
         }

@@ -22,7 +22,9 @@ pub(crate) use std::sync::atomic::{
     fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
 };
 
-pub(crate) use plain_mutex::{Mutex, MutexGuard};
+pub(crate) use plain_mutex::Mutex;
+#[cfg(loom)]
+pub(crate) use plain_mutex::MutexGuard;
 
 /// A mutex without poisoning: a panic while a weft lock is held is a weft bug, and every
 /// critical section leaves its data consistent at each step, so the data is still

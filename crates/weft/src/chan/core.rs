@@ -304,9 +304,11 @@ impl<T> Chan<T> {
         if *registered {
             match node.reason() {
                 Reason::Data => {
-                    *registered = false;
                     // SAFETY: we saw `Data`: the sender is done with the node.
                     let v = unsafe { node.take_slot() }.expect("a value was handed over");
+                    // Ready for another wait (a `Stream` reuses its node).
+                    node.reset();
+                    *registered = false;
                     return Poll::Ready(Ok(v));
                 }
                 Reason::Waiting => {
@@ -387,6 +389,7 @@ impl<T> Chan<T> {
         if *registered {
             match node.reason() {
                 Reason::Data => {
+                    node.reset();
                     *registered = false;
                     return Poll::Ready(Ok(()));
                 }
@@ -550,10 +553,10 @@ impl<T> Chan<T> {
     }
 
     /// A select's receive tries to complete now; on success the outcome is in `node`.
-    pub(crate) fn select_recv_now(&self, node: &Node<T>) -> Option<Won> {
+    pub(crate) fn select_recv_now(&self, node: &Node<T>, pair: bool) -> Option<Won> {
         let mut wakes = WakeBatch::new();
         let mut st = self.lock();
-        match self.try_recv_locked(&mut st, Some(node), &mut wakes) {
+        match self.try_recv_locked(&mut st, pair.then_some(node), &mut wakes) {
             Ok(v) => {
                 // SAFETY: the node is ours and on no list.
                 unsafe { node.put_slot(v) };
@@ -657,8 +660,19 @@ impl<T> Chan<T> {
                 }
             }
         }
-        drop(st);
-        Err(v)
+        // The receiver held for this send went away after the select committed:
+        // the send still completes without waiting, its value going to the next
+        // receiver or, failing one, into the buffer whatever the capacity (as a
+        // given-back value does).
+        if st.closed {
+            drop(st);
+            return Err(v);
+        }
+        if let Err((v, _)) = self.try_send_locked(&mut st, v, &mut wakes) {
+            st.buf.push_back(v);
+            st.wake_observers(true, &mut wakes);
+        }
+        Ok(())
     }
 
     /// A selected operation that will not be performed lets go of what it holds: a

@@ -219,19 +219,87 @@ impl<T> RefUnwindSafe for Sender<T> {}
 impl<T> UnwindSafe for Receiver<T> {}
 impl<T> RefUnwindSafe for Receiver<T> {}
 
-/// Spins a little before a blocking wait, retrying the operation: a partner on
-/// another core often completes it within a few hundred nanoseconds, far less than a
-/// park and wake.
-fn spin_try<R>(mut attempt: impl FnMut() -> Option<R>) -> Option<R> {
-    for step in 0..6u32 {
-        for _ in 0..(1u32 << step) {
-            std::hint::spin_loop();
+/// How long a blocking operation keeps its core before it sleeps: a partner on
+/// another core often completes it within a microsecond, far less than a futex park
+/// and wake (about 40 us here). A plain thread then yields its core a few times (the
+/// partner may be waiting for it, with more threads than cores); a fiber or worker
+/// does neither, since its suspension is cheap and its thread has other work.
+struct Backoff {
+    step: u32,
+    limit: u32,
+}
+
+impl Backoff {
+    const SPINS: u32 = 7;
+
+    fn new() -> Backoff {
+        let plain = !crate::fiber::is_fiber() && !crate::fiber::wait::on_worker_thread();
+        Backoff {
+            step: 0,
+            limit: if plain { Self::SPINS + 4 } else { 2 },
         }
+    }
+
+    /// Waits a little; `false` once it is time to sleep instead.
+    fn snooze(&mut self) -> bool {
+        if self.step >= self.limit {
+            return false;
+        }
+        if self.step < Self::SPINS {
+            for _ in 0..(1u32 << self.step) {
+                std::hint::spin_loop();
+            }
+        } else {
+            std::thread::yield_now();
+        }
+        self.step += 1;
+        true
+    }
+}
+
+/// Retries `attempt` while backing off.
+fn spin_try<R>(mut attempt: impl FnMut() -> Option<R>) -> Option<R> {
+    let mut b = Backoff::new();
+    while b.snooze() {
         if let Some(r) = attempt() {
             return Some(r);
         }
     }
     None
+}
+
+/// A wait whose node, once on the list, is watched for a while before the waiter
+/// sleeps: the partner that arrives meanwhile completes it straight away, and the
+/// waiter sees that without a futex wake.
+struct SpinThenWait<F> {
+    fut: F,
+    notified: fn(&F) -> bool,
+}
+
+impl<F: Future> Future for SpinThenWait<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // SAFETY: `fut` is structurally pinned: never moved out of `self`.
+        let this = unsafe { self.get_unchecked_mut() };
+        // SAFETY: as above.
+        let mut fut = unsafe { Pin::new_unchecked(&mut this.fut) };
+        if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+            return Poll::Ready(v);
+        }
+        let mut b = Backoff::new();
+        while b.snooze() {
+            if (this.notified)(&fut) {
+                return fut.poll(cx);
+            }
+        }
+        Poll::Pending
+    }
+}
+
+/// `wait` on a send or receive, watching its node a while first.
+fn wait_spinning<F: Future>(fut: F, notified: fn(&F) -> bool) -> F::Output {
+    crate::wait(SpinThenWait { fut, notified })
 }
 
 impl<T> Sender<T> {
@@ -274,7 +342,7 @@ impl<T> Sender<T> {
         });
         match spun {
             Some(r) => r,
-            None => crate::wait(self.send(value.unwrap())),
+            None => wait_spinning(self.send(value.unwrap()), SendFuture::is_notified),
         }
     }
 
@@ -514,7 +582,7 @@ impl<T> Receiver<T> {
                     None => crate::wait(std::future::pending::<()>()),
                 }
             },
-            _ => crate::wait(self.recv()),
+            _ => wait_spinning(self.recv(), RecvFuture::is_notified),
         }
     }
 
@@ -572,6 +640,25 @@ impl<T> Receiver<T> {
             Ok(v) => return Ok(v),
             Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
             Err(TryRecvError::Empty) => {}
+        }
+        if let Flavor::Timer(t, convert) = &self.flavor {
+            // Sleep until the timer fires or the deadline passes, whichever is first.
+            loop {
+                if let Some(at) = t.try_take() {
+                    return Ok(convert(at));
+                }
+                let until = t.deadline().map_or(deadline, |d| d.min(deadline));
+                if Instant::now() >= deadline {
+                    return Err(RecvTimeoutError::Timeout);
+                }
+                let mut never = std::pin::pin!(std::future::pending::<()>());
+                crate::fiber::wait::wait_until(never.as_mut(), until);
+            }
+        }
+        if let Flavor::Never = self.flavor {
+            let mut never = std::pin::pin!(std::future::pending::<()>());
+            crate::fiber::wait::wait_until(never.as_mut(), deadline);
+            return Err(RecvTimeoutError::Timeout);
         }
         let mut fut = std::pin::pin!(self.recv());
         match crate::fiber::wait::wait_until(fut.as_mut(), deadline) {

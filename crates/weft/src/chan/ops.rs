@@ -43,6 +43,13 @@ impl<T> SendFuture<'_, T> {
     }
 }
 
+impl<T> SendFuture<'_, T> {
+    /// Whether its node waits and has been completed (or told to retry) meanwhile.
+    pub(crate) fn is_notified(&self) -> bool {
+        self.registered && self.node.reason() != crate::waitlist::Reason::Waiting
+    }
+}
+
 impl<T> Future for SendFuture<'_, T> {
     type Output = Result<(), SendError<T>>;
 
@@ -99,6 +106,14 @@ impl<'a, T> RecvFuture<'a, T> {
         RecvFuture {
             inner: RecvInner::Timer(super::timer::TimerRecv::new(timer, convert)),
         }
+    }
+}
+
+impl<T> RecvFuture<'_, T> {
+    /// Whether its node waits and has been completed (or told to retry) meanwhile.
+    pub(crate) fn is_notified(&self) -> bool {
+        matches!(&self.inner, RecvInner::Chan { node, registered: true, .. }
+            if node.reason() != crate::waitlist::Reason::Waiting)
     }
 }
 

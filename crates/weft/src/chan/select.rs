@@ -41,8 +41,9 @@ trait Handle: Send + Sync {
 
 /// A select's node for one operation.
 trait OpNode: Send + Sync {
-    /// Step 1: complete (or secure) the operation now.
-    fn try_now(&self) -> Option<Won>;
+    /// Step 1: complete (or secure) the operation now; `pair`: a receive may pair
+    /// with a waiting select's send (and then waits for its value, `Won::Pending`).
+    fn try_now(&self, pair: bool) -> Option<Won>;
     /// Whether the operation could proceed now (for `ready`).
     fn ready_now(&self) -> bool;
     /// Step 2: put the node on its list; `true`: ready, start over instead.
@@ -114,8 +115,8 @@ impl<T: Send> Handle for Sender<T> {
 }
 
 impl<T: Send> OpNode for RecvNode<'_, T> {
-    fn try_now(&self) -> Option<Won> {
-        self.chan.select_recv_now(&self.node)
+    fn try_now(&self, pair: bool) -> Option<Won> {
+        self.chan.select_recv_now(&self.node, pair)
     }
     fn ready_now(&self) -> bool {
         self.chan.recv_ready(self.node.group())
@@ -144,7 +145,7 @@ impl<T: Send> OpNode for RecvNode<'_, T> {
 }
 
 impl<T: Send> OpNode for SendNode<'_, T> {
-    fn try_now(&self) -> Option<Won> {
+    fn try_now(&self, _: bool) -> Option<Won> {
         self.chan.select_send_now(&self.node)
     }
     fn ready_now(&self) -> bool {
@@ -174,7 +175,7 @@ impl<T: Send> OpNode for SendNode<'_, T> {
 }
 
 impl OpNode for TimerNode<'_> {
-    fn try_now(&self) -> Option<Won> {
+    fn try_now(&self, _: bool) -> Option<Won> {
         let at = self.timer.try_take()?;
         *self.fired.lock() = Some(at);
         Some(Won::Value)
@@ -201,7 +202,7 @@ impl OpNode for TimerNode<'_> {
 }
 
 impl OpNode for NeverNode {
-    fn try_now(&self) -> Option<Won> {
+    fn try_now(&self, _: bool) -> Option<Won> {
         None
     }
     fn ready_now(&self) -> bool {
@@ -357,7 +358,9 @@ impl<'a> Select<'a> {
     /// ```
     pub fn try_select(&mut self) -> Result<SelectedOperation<'a>, TrySelectError> {
         let mut m = Machine::new(self, Kind::Select);
-        match m.try_phase() {
+        // No pairing with a waiting select's send: that would have to wait for its
+        // value (as `try_recv` does not either).
+        match m.try_phase(false) {
             Some((i, won)) => Ok(m.selected(i, won)),
             None => Err(TrySelectError),
         }
@@ -476,7 +479,7 @@ impl<'a> Select<'a> {
     /// ```
     pub fn try_ready(&mut self) -> Result<usize, TryReadyError> {
         let mut m = Machine::new(self, Kind::Observe);
-        m.try_phase().map(|(i, _)| i).ok_or(TryReadyError)
+        m.try_phase(false).map(|(i, _)| i).ok_or(TryReadyError)
     }
 
     /// Waits until an operation is ready and returns its index, without performing it
@@ -543,6 +546,9 @@ struct Machine<'a> {
     biased: bool,
     kind: Kind,
     registered: bool,
+    /// A receive paired with a waiting select's send in step 1: the select waits for
+    /// that value (no other node is registered meanwhile).
+    paired: Option<usize>,
     waker: Option<Waker>,
 }
 
@@ -567,6 +573,7 @@ impl<'a> Machine<'a> {
             biased: sel.biased,
             kind,
             registered: false,
+            paired: None,
             waker: None,
         }
     }
@@ -596,7 +603,7 @@ impl<'a> Machine<'a> {
     }
 
     /// Step 1.
-    fn try_phase(&mut self) -> Option<(usize, Won)> {
+    fn try_phase(&mut self, pair: bool) -> Option<(usize, Won)> {
         self.shuffle();
         for k in 0..self.order.len() {
             let i = self.order[k];
@@ -605,7 +612,7 @@ impl<'a> Machine<'a> {
                 if node.ready_now() {
                     return Some((i, Won::Value));
                 }
-            } else if let Some(won) = node.try_now() {
+            } else if let Some(won) = node.try_now(pair) {
                 return Some((i, won));
             }
         }
@@ -633,6 +640,25 @@ impl<'a> Machine<'a> {
     /// round with what is there, `None` if nothing.
     fn poll(&mut self, cx: &mut Context<'_>, give_up: bool) -> Poll<Option<(usize, Won)>> {
         loop {
+            if let Some(i) = self.paired {
+                match self.node(i).won_state(Some(cx.waker())) {
+                    Some(Won::Pending) if !give_up => return Poll::Pending,
+                    Some(won @ (Won::Value | Won::Closed)) => {
+                        self.paired = None;
+                        return Poll::Ready(Some((i, won)));
+                    }
+                    // The sending select withdrew (or we give up waiting for it).
+                    _ => {
+                        self.node(i).release();
+                        self.node(i).reset();
+                        self.paired = None;
+                        if give_up {
+                            return Poll::Ready(self.try_phase(false));
+                        }
+                        continue;
+                    }
+                }
+            }
             if self.registered {
                 if let Some(i) = self.group.winner() {
                     for (j, n) in self.each() {
@@ -652,7 +678,7 @@ impl<'a> Machine<'a> {
                             self.node(i).release();
                             self.unregister_all();
                             if give_up {
-                                return Poll::Ready(self.try_phase());
+                                return Poll::Ready(self.try_phase(false));
                             }
                             continue;
                         }
@@ -678,8 +704,13 @@ impl<'a> Machine<'a> {
                     Err(_) => continue,
                 }
             }
-            if let Some(r) = self.try_phase() {
-                return Poll::Ready(Some(r));
+            match self.try_phase(!give_up) {
+                Some((i, Won::Pending)) => {
+                    self.paired = Some(i);
+                    continue;
+                }
+                Some(r) => return Poll::Ready(Some(r)),
+                None => {}
             }
             if give_up {
                 return Poll::Ready(None);
@@ -754,6 +785,11 @@ impl<'a> Machine<'a> {
 
 impl Drop for Machine<'_> {
     fn drop(&mut self) {
+        if let Some(i) = self.paired {
+            if let Some(n) = &self.nodes[i] {
+                n.release();
+            }
+        }
         if self.registered {
             if self.group.abort().is_err() {
                 // Won while being dropped: let go of what the winner holds.

@@ -84,7 +84,60 @@ fn after_or_far(now: Instant, d: Duration) -> Instant {
 pub(crate) struct TimerRecv<T> {
     timer: Option<Arc<Timer>>,
     convert: fn(Instant) -> T,
-    sleep: Option<Pin<Box<crate::time::Sleep>>>,
+    alarm: Option<Alarm>,
+}
+
+/// What wakes a timer receive at its deadline: a sleep on a runtime's wheel (the
+/// current runtime's, else the most recently started live one), or, in a program that
+/// has no runtime, a thread that sleeps until then.
+enum Alarm {
+    Wheel(Pin<Box<crate::time::Sleep>>),
+    Thread(Instant),
+}
+
+impl Alarm {
+    fn new(deadline: Instant) -> Alarm {
+        let sleep = crate::time::sleep_until(deadline);
+        if sleep.is_bound() {
+            return Alarm::Wheel(Box::pin(sleep));
+        }
+        if let Some(h) = crate::runtime::latest() {
+            let _enter = crate::runtime::enter(&h);
+            return Alarm::Wheel(Box::pin(crate::time::sleep_until(deadline)));
+        }
+        Alarm::Thread(far_instant())
+    }
+
+    /// Pending until `deadline`, with `cx` woken then.
+    fn poll(&mut self, deadline: Instant, cx: &mut Context<'_>) -> Poll<()> {
+        match self {
+            Alarm::Wheel(sleep) => {
+                if sleep.deadline() != deadline {
+                    sleep.as_mut().reset(deadline);
+                }
+                sleep.as_mut().poll(cx)
+            }
+            Alarm::Thread(armed) => {
+                if Instant::now() >= deadline {
+                    return Poll::Ready(());
+                }
+                if *armed != deadline {
+                    *armed = deadline;
+                    let waker = cx.waker().clone();
+                    std::thread::spawn(move || {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        std::thread::sleep(left);
+                        waker.wake();
+                    });
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+fn far_instant() -> Instant {
+    after_or_far(Instant::now(), Duration::MAX)
 }
 
 impl<T> TimerRecv<T> {
@@ -92,7 +145,7 @@ impl<T> TimerRecv<T> {
         TimerRecv {
             timer,
             convert,
-            sleep: None,
+            alarm: None,
         }
     }
 
@@ -102,19 +155,14 @@ impl<T> TimerRecv<T> {
         };
         loop {
             if let Some(at) = timer.try_take() {
-                self.sleep = None;
+                self.alarm = None;
                 return Poll::Ready((self.convert)(at));
             }
             let Some(deadline) = timer.deadline() else {
                 return Poll::Pending;
             };
-            let sleep = self
-                .sleep
-                .get_or_insert_with(|| Box::pin(crate::time::sleep_until(deadline)));
-            if sleep.deadline() != deadline {
-                sleep.as_mut().reset(deadline);
-            }
-            if sleep.as_mut().poll(cx).is_pending() {
+            let alarm = self.alarm.get_or_insert_with(|| Alarm::new(deadline));
+            if alarm.poll(deadline, cx).is_pending() {
                 return Poll::Pending;
             }
         }

@@ -195,6 +195,11 @@ fn block_thread_until<F: Future>(
     }
 }
 
+/// Whether this thread is a worker of a weft runtime.
+pub(crate) fn on_worker_thread() -> bool {
+    !worker::current_ptr().is_null()
+}
+
 /// [`wait`] with a deadline: the future's output, or `None` once `deadline` has passed
 /// first (the future is left as it is, for the caller to finish or drop). Off a
 /// runtime the thread sleeps with a timeout; on a fiber or a worker a timer of the

@@ -24,16 +24,21 @@ use crate::scheduler::Shared;
 use crate::task::JoinHandle;
 
 /// The most recently started runtime, for spawns from threads that entered none.
-static LATEST: Mutex<Weak<Inner>> = Mutex::new(Weak::new());
+static LATEST: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
 
 /// A handle to the most recently started runtime that is still alive (and not shut
 /// down).
 pub(crate) fn latest() -> Option<Handle> {
-    let inner = LATEST.lock().unwrap_or_else(|e| e.into_inner()).upgrade()?;
-    if inner.pools[0].is_shutdown() {
-        return None;
-    }
-    Some(Handle { inner })
+    let mut started = LATEST.lock().unwrap_or_else(|e| e.into_inner());
+    // The most recently started runtime that is still alive and not shutting down;
+    // dropped ones are forgotten on the way.
+    started.retain(|w| w.strong_count() > 0);
+    started
+        .iter()
+        .rev()
+        .filter_map(Weak::upgrade)
+        .find(|inner| !inner.pools[0].is_shutdown())
+        .map(|inner| Handle { inner })
 }
 
 /// What a runtime's handles share: its pools and its blocking pool.
@@ -162,7 +167,10 @@ impl Runtime {
                 sysmon: stall.map(|_| Arc::new(sysmon::Sysmon::new())),
             }
         });
-        *LATEST.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&inner);
+        LATEST
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::downgrade(&inner));
         let exits = std::sync::Arc::new(Exits {
             running: Mutex::new(0),
             cv: Condvar::new(),

@@ -9,8 +9,6 @@
 
 use std::ops::{Deref, DerefMut};
 
-use crate::base::Mutex;
-
 #[cfg(debug_assertions)]
 thread_local! {
     static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
@@ -20,29 +18,111 @@ thread_local! {
 static UNDER_LOCK_FLUSHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// A mutex whose holders are counted per thread (debug builds).
-#[derive(Debug)]
-pub(crate) struct Lock<T>(Mutex<T>);
+///
+/// Outside loom it is a spin lock that yields its core while it waits: a wait-list
+/// critical section is a few dozen instructions and never runs user code, so a waiter
+/// would spend far longer in a futex sleep and wake (about 40 us here) than the holder
+/// keeps the lock, and with more threads than cores a sleeping waiter turns one
+/// preempted holder into a convoy.
+pub(crate) struct Lock<T> {
+    #[cfg(loom)]
+    inner: crate::base::Mutex<T>,
+    #[cfg(not(loom))]
+    locked: std::sync::atomic::AtomicBool,
+    #[cfg(not(loom))]
+    value: std::cell::UnsafeCell<T>,
+}
+
+// SAFETY: the lock gives one thread at a time access to the value, so it may be shared
+// when the value may be sent.
+#[cfg(not(loom))]
+unsafe impl<T: Send> Sync for Lock<T> {}
+// SAFETY: as above.
+#[cfg(not(loom))]
+unsafe impl<T: Send> Send for Lock<T> {}
 
 /// Held while the lock is.
 pub(crate) struct LockGuard<'a, T> {
+    #[cfg(loom)]
     guard: crate::base::MutexGuard<'a, T>,
+    #[cfg(not(loom))]
+    lock: &'a Lock<T>,
 }
 
 impl<T> Lock<T> {
     pub(crate) fn new(value: T) -> Lock<T> {
-        Lock(Mutex::new(value))
+        Lock {
+            #[cfg(loom)]
+            inner: crate::base::Mutex::new(value),
+            #[cfg(not(loom))]
+            locked: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(not(loom))]
+            value: std::cell::UnsafeCell::new(value),
+        }
     }
 
     pub(crate) fn lock(&self) -> LockGuard<'_, T> {
-        let guard = self.0.lock();
+        #[cfg(loom)]
+        let guard = LockGuard {
+            guard: self.inner.lock(),
+        };
+        #[cfg(not(loom))]
+        let guard = {
+            self.acquire();
+            LockGuard { lock: self }
+        };
         #[cfg(debug_assertions)]
         let _ = DEPTH.try_with(|d| d.set(d.get() + 1));
-        LockGuard { guard }
+        guard
+    }
+
+    #[cfg(not(loom))]
+    #[inline]
+    fn acquire(&self) {
+        use std::sync::atomic::Ordering::{Acquire, Relaxed};
+        if self
+            .locked
+            .compare_exchange_weak(false, true, Acquire, Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+        let mut step = 0u32;
+        loop {
+            // Wait until it looks free (reads only: the line stays shared), then try.
+            while self.locked.load(Relaxed) {
+                if step < 6 {
+                    for _ in 0..(1u32 << step) {
+                        std::hint::spin_loop();
+                    }
+                    step += 1;
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            if self
+                .locked
+                .compare_exchange_weak(false, true, Acquire, Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Lock<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad("Lock { .. }")
     }
 }
 
 impl<T> Drop for LockGuard<'_, T> {
     fn drop(&mut self) {
+        #[cfg(not(loom))]
+        self.lock
+            .locked
+            .store(false, std::sync::atomic::Ordering::Release);
         #[cfg(debug_assertions)]
         let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
     }
@@ -51,13 +131,21 @@ impl<T> Drop for LockGuard<'_, T> {
 impl<T> Deref for LockGuard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
-        &self.guard
+        #[cfg(loom)]
+        return &self.guard;
+        // SAFETY: the guard holds the lock: no other reference to the value exists.
+        #[cfg(not(loom))]
+        return unsafe { &*self.lock.value.get() };
     }
 }
 
 impl<T> DerefMut for LockGuard<'_, T> {
     fn deref_mut(&mut self) -> &mut T {
-        &mut self.guard
+        #[cfg(loom)]
+        return &mut self.guard;
+        // SAFETY: the guard holds the lock: no other reference to the value exists.
+        #[cfg(not(loom))]
+        return unsafe { &mut *self.lock.value.get() };
     }
 }
 

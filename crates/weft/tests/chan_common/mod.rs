@@ -1,0 +1,191 @@
+//! Helpers shared by the `chan_*` integration tests: a watchdog that turns a hang into a
+//! failure, a small deterministic random generator, the channel flavours, drop-counting
+//! values, and ways to start work in each context (thread, fiber, async task).
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{mpsc, Arc};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use weft::chan::{self, Receiver, Sender};
+use weft::{JoinHandle, Runtime};
+
+/// Runs `f` on a helper thread; panics with "hang" if it has not finished within
+/// `secs` seconds (the helper is left behind), and re-raises its panic.
+pub fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("chan-test-body".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .unwrap();
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(v) => {
+            thread.join().unwrap();
+            v
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("hang: the test body did not finish within {secs} s")
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => match thread.join() {
+            Err(p) => std::panic::resume_unwind(p),
+            Ok(()) => unreachable!(),
+        },
+    }
+}
+
+/// Polls `cond` every millisecond until it holds; panics with "hang" after `secs`.
+pub fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "hang: waited too long for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// xorshift64*: deterministic per seed, good enough to pick drop points.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The four flavours: rendezvous, bounded(1), bounded(16), unbounded.
+pub const FLAVOURS: [Option<usize>; 4] = [Some(0), Some(1), Some(16), None];
+
+pub fn make<T>(cap: Option<usize>) -> (Sender<T>, Receiver<T>) {
+    match cap {
+        Some(c) => chan::bounded(c),
+        None => chan::unbounded(),
+    }
+}
+
+/// A runtime with two workers.
+pub fn rt2() -> Runtime {
+    weft::Builder::new().worker_threads(2).build().unwrap()
+}
+
+/// Spawns a fiber on `rt` (entering it first, so the fiber does not go to another
+/// test's runtime).
+pub fn fiber_on<T: Send + 'static>(
+    rt: &Runtime,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
+    // (In an `Option`: the block's output is not itself awaited.)
+    rt.block_on(async move { Some(weft::fiber::spawn(f)) })
+        .unwrap()
+}
+
+/// Joins `h` from a plain thread, failing with "hang" after `secs`.
+pub fn join_within<T: Send + 'static>(h: JoinHandle<T>, secs: u64) -> Result<T, weft::JoinError> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(h.join());
+    });
+    rx.recv_timeout(Duration::from_secs(secs))
+        .expect("hang: a weft task or fiber did not finish in time")
+}
+
+/// Per-id drop counts for [`Tracked`] values.
+#[derive(Clone)]
+pub struct Drops(pub Arc<Vec<AtomicUsize>>);
+
+impl Drops {
+    pub fn new(n: usize) -> Drops {
+        Drops(Arc::new((0..n).map(|_| AtomicUsize::new(0)).collect()))
+    }
+    pub fn get(&self, id: usize) -> usize {
+        self.0[id].load(SeqCst)
+    }
+    pub fn total(&self) -> usize {
+        self.0.iter().map(|c| c.load(SeqCst)).sum()
+    }
+    pub fn make(&self, id: usize) -> Tracked {
+        Tracked {
+            id,
+            drops: self.clone(),
+        }
+    }
+}
+
+/// A value that counts its drops per id (so a double drop or a leak is seen).
+pub struct Tracked {
+    pub id: usize,
+    drops: Drops,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.drops.0[self.id].fetch_add(1, SeqCst);
+    }
+}
+
+impl std::fmt::Debug for Tracked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tracked({})", self.id)
+    }
+}
+
+/// Polls `fut` until it completes or `polls` polls have returned `Pending` (waking
+/// itself each time, so it is polled again soon); `None` then, and the future is
+/// dropped there: the tokio `select!` pattern, with the drop at a chosen point.
+pub struct DropAfter<F> {
+    fut: Pin<Box<F>>,
+    polls: u64,
+}
+
+impl<F: Future> Future for DropAfter<F> {
+    type Output = Option<F::Output>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Poll::Ready(v) = self.fut.as_mut().poll(cx) {
+            return Poll::Ready(Some(v));
+        }
+        if self.polls == 0 {
+            return Poll::Ready(None);
+        }
+        self.polls -= 1;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+/// See [`DropAfter`].
+pub fn drop_after<F: Future>(polls: u64, fut: F) -> DropAfter<F> {
+    DropAfter {
+        fut: Box::pin(fut),
+        polls,
+    }
+}
+
+/// Polls `fut` once with a no-op waker: its output if ready at once.
+pub fn poll_once<F: Future>(fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
+    }
+}
+
+pub fn is_send<T: Send>(_: &T) {}
+pub fn is_send_sync<T: Send + Sync>(_: &T) {}
