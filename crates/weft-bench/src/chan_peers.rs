@@ -684,8 +684,15 @@ impl AsyncChan for FlumeAsync {
     type Tx = flume::Sender<Msg>;
     type Rx = flume::Receiver<Msg>;
 
+    /// No rendezvous flavour: flume 0.11's async side hands a waiting async
+    /// receiver's message to the queue and returns at once, and here
+    /// `tasks_bounded0_mpmc` hung on it (a known flume bug: the async
+    /// rendezvous deadlock of its issue 140, unfixed in 0.11.1).
     fn new(cap: Option<usize>) -> Option<(Self::Tx, Self::Rx)> {
-        Flume::new(cap)
+        match cap {
+            Some(0) => None,
+            cap => Flume::new(cap),
+        }
     }
 
     fn clone_tx(tx: &Self::Tx) -> Self::Tx {

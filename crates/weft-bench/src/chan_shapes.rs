@@ -158,7 +158,7 @@ impl Abilities {
 /// Whether blocking channel `B` can run `shape` on `flavour`.
 pub fn blocking_supports<B: BlockingChan>(shape: Shape, flavour: Flavour) -> bool {
     Abilities {
-        has_flavour: B::new(flavour.cap(0)).is_some(),
+        has_flavour: B::new(flavour.cap(ACTORS)).is_some(),
         mpmc: B::MPMC,
         select: B::SELECT,
         select_send: B::SELECT_SEND,
@@ -169,7 +169,7 @@ pub fn blocking_supports<B: BlockingChan>(shape: Shape, flavour: Flavour) -> boo
 /// Whether async channel `C` can run `shape` on `flavour`.
 pub fn async_supports<C: AsyncChan>(shape: Shape, flavour: Flavour) -> bool {
     Abilities {
-        has_flavour: C::new(flavour.cap(0)).is_some(),
+        has_flavour: C::new(flavour.cap(ACTORS)).is_some(),
         mpmc: C::MPMC,
         select: C::SELECT,
         select_send: C::SELECT_SEND,
