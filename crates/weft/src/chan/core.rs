@@ -17,9 +17,9 @@ use std::collections::VecDeque;
 use std::ptr;
 use std::task::{Context, Poll};
 
-use crate::base::{AtomicBool, AtomicUsize};
+use crate::base::{fence, AtomicBool, AtomicUsize};
 use crate::waitlist::{Kind, Lock, LockGuard, Node, Reason, WaitList, WakeBatch};
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Release, SeqCst};
 
 pub(crate) struct Chan<T> {
     state: Lock<State<T>>,
@@ -29,6 +29,11 @@ pub(crate) struct Chan<T> {
     pub(crate) receivers: AtomicUsize,
     /// Mirrors `State::closed` for lock-free `is_closed`.
     closed: AtomicBool,
+    /// Values handed to receivers' nodes (or held by a selected receive) and not yet
+    /// taken by their owners. While any is, a closed channel is not yet drained: a
+    /// receiver waits instead of seeing it disconnected, since the owner may give the
+    /// value back (a cancelled receive) rather than take it.
+    in_flight: AtomicUsize,
 }
 
 pub(crate) struct State<T> {
@@ -84,6 +89,7 @@ impl<T> Chan<T> {
             senders: AtomicUsize::new(1),
             receivers: AtomicUsize::new(1),
             closed: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
         }
     }
 
@@ -93,6 +99,39 @@ impl<T> Chan<T> {
 
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Acquire)
+    }
+
+    /// A value was put in a receiver's node (under the lock).
+    fn handed(&self) {
+        self.in_flight.fetch_add(1, AcqRel);
+    }
+
+    /// The owner of a receiver's node took the value handed to it (without the lock).
+    /// The last one of a closed channel wakes the receivers that waited for it.
+    pub(crate) fn taken(&self) {
+        // Store-buffering with `close`: each side writes, then a SeqCst fence, then
+        // reads the other's word. Either this sees the channel closed (and wakes the
+        // waiters), or the close's fence comes later and every receiver that checks the
+        // count under the lock after the close sees it at 0.
+        let last = self.in_flight.fetch_sub(1, AcqRel) == 1;
+        fence(SeqCst);
+        if last && self.closed.load(Acquire) {
+            let mut wakes = WakeBatch::new();
+            let mut st = self.lock();
+            st.wake_closed(&mut wakes);
+        }
+    }
+
+    /// As [`Chan::taken`], under the lock.
+    fn taken_locked(&self, st: &mut State<T>, wakes: &mut WakeBatch) {
+        if self.in_flight.fetch_sub(1, AcqRel) == 1 && st.closed {
+            st.wake_closed(wakes);
+        }
+    }
+
+    /// Closed, and no value is on its way to a receiver.
+    fn is_drained(&self, st: &State<T>) -> bool {
+        st.closed && self.in_flight.load(Acquire) == 0
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -121,6 +160,8 @@ impl<T> Chan<T> {
         if first {
             st.closed = true;
             self.closed.store(true, Release);
+            // Pairs with the fence in `taken`.
+            fence(SeqCst);
             let st = &mut *st;
             // SAFETY: under the lock; the nodes are on these lists.
             unsafe {
@@ -166,6 +207,7 @@ impl<T> Chan<T> {
         }
         // SAFETY: under the lock.
         if let Some(r) = unsafe { take_receiver(st, ptr::null()) } {
+            self.handed();
             // SAFETY: `r` was just taken off the list under the lock: ours to complete.
             unsafe {
                 (*r).put_slot(v);
@@ -223,7 +265,7 @@ impl<T> Chan<T> {
             }
             return Err(Fail::Paired);
         }
-        Err(if st.closed {
+        Err(if self.is_drained(st) {
             Fail::Closed
         } else {
             Fail::NotReady
@@ -279,6 +321,7 @@ impl<T> Chan<T> {
         }
         // SAFETY: under the lock.
         if let Some(r) = unsafe { take_receiver(st, ptr::null()) } {
+            self.handed();
             // SAFETY: taken off the list under the lock.
             unsafe {
                 (*r).put_slot(v);
@@ -289,6 +332,59 @@ impl<T> Chan<T> {
         st.buf.push_front(v);
         st.wake_observers(true, wakes);
         None
+    }
+
+    /// A receive that does not wait for a sender: from the buffer, a waiting sender,
+    /// or a waiting select's send. The last commits to its value only once paired, so
+    /// this waits for that value (as crossbeam's zero-capacity flavour does): the
+    /// select was woken as the pairing was made and sends at once. If it withdraws
+    /// instead, the receive reports nothing there.
+    pub(crate) fn try_recv_now(&self) -> Result<T, Fail> {
+        let guard = PairedRecv {
+            chan: self,
+            node: Node::new(),
+            paired: std::cell::Cell::new(false),
+        };
+        let r = {
+            let mut wakes = WakeBatch::new();
+            let mut st = self.lock();
+            self.try_recv_locked(&mut st, Some(&guard.node), &mut wakes)
+        };
+        match r {
+            Err(Fail::Paired) => guard.paired.set(true),
+            other => return other,
+        }
+        let reason = self.await_pairing(&guard.node);
+        if reason == Reason::Data {
+            // SAFETY: `Data` was stored after the value: the sender is done with the
+            // node.
+            if let Some(v) = unsafe { guard.node.take_slot() } {
+                self.taken();
+                return Ok(v);
+            }
+        }
+        Err(Fail::NotReady)
+    }
+
+    /// Waits a little for the value of the select `node` is paired with (a "try"
+    /// operation must not wait long: a select whose future nobody polls any more never
+    /// sends). `Waiting` when it did not come in time; the caller then undoes the
+    /// pairing (a value arriving meanwhile is then given back).
+    pub(crate) fn await_pairing(&self, node: &Node<T>) -> Reason {
+        let mut fut = std::pin::pin!(std::future::poll_fn(|cx| {
+            let _st = self.lock();
+            match node.reason() {
+                Reason::Waiting => {
+                    // SAFETY: under the lock; the node is held by its caller, on no
+                    // list.
+                    unsafe { node.set_waker(cx.waker()) };
+                    Poll::Pending
+                }
+                r => Poll::Ready(r),
+            }
+        }));
+        let deadline = std::time::Instant::now() + PAIRING_PATIENCE;
+        crate::fiber::wait::wait_until(fut.as_mut(), deadline).unwrap_or(Reason::Waiting)
     }
 
     // ---- the waiting operations (one future each, see `ops`) ----
@@ -306,6 +402,7 @@ impl<T> Chan<T> {
                 Reason::Data => {
                     // SAFETY: we saw `Data`: the sender is done with the node.
                     let v = unsafe { node.take_slot() }.expect("a value was handed over");
+                    self.taken();
                     // Ready for another wait (a `Stream` reuses its node).
                     node.reset();
                     *registered = false;
@@ -367,6 +464,7 @@ impl<T> Chan<T> {
                     Reason::Data => {
                         if let Some(v) = node.take_slot() {
                             drop_later = self.give_back_locked(&mut st, v, &mut wakes);
+                            self.taken_locked(&mut st, &mut wakes);
                         }
                     }
                     _ => {}
@@ -457,7 +555,7 @@ impl<T> Chan<T> {
         let mut st = self.lock();
         let own = node.group();
         // SAFETY: under the lock.
-        let ready = st.closed
+        let ready = self.is_drained(&st)
             || !st.buf.is_empty()
             || unsafe {
                 st.senders.any(|n| match n.kind() {
@@ -529,7 +627,7 @@ impl<T> Chan<T> {
     pub(crate) fn recv_ready(&self, own: *const crate::waitlist::Group) -> bool {
         let st = self.lock();
         // SAFETY: under the lock.
-        st.closed
+        self.is_drained(&st)
             || !st.buf.is_empty()
             || unsafe {
                 st.senders.any(|n| match n.kind() {
@@ -558,6 +656,7 @@ impl<T> Chan<T> {
         let mut st = self.lock();
         match self.try_recv_locked(&mut st, pair.then_some(node), &mut wakes) {
             Ok(v) => {
+                self.handed();
                 // SAFETY: the node is ours and on no list.
                 unsafe { node.put_slot(v) };
                 Some(Won::Value)
@@ -637,6 +736,7 @@ impl<T> Chan<T> {
         unsafe {
             let partner = node.partner();
             if !partner.is_null() {
+                self.handed();
                 node.set_partner(ptr::null());
                 (*partner).set_partner(ptr::null());
                 (*partner).put_slot(v);
@@ -685,6 +785,9 @@ impl<T> Chan<T> {
         unsafe {
             if let Some(v) = node.take_slot() {
                 drop_later = self.give_back_locked(&mut st, v, &mut wakes);
+                if recv {
+                    self.taken_locked(&mut st, &mut wakes);
+                }
             }
             let partner = node.partner();
             if !partner.is_null() {
@@ -703,6 +806,55 @@ impl<T> Chan<T> {
         }
         drop(st);
         drop(drop_later);
+    }
+}
+
+/// What the loom models inspect: (waiting receivers, waiting senders, buffered values,
+/// reserved slots), counted under the lock.
+#[cfg(all(test, loom))]
+impl<T> Chan<T> {
+    pub(crate) fn census(&self) -> (usize, usize, usize, usize) {
+        let st = self.lock();
+        let (mut r, mut s) = (0, 0);
+        // SAFETY: under the lock.
+        unsafe {
+            st.receivers.any(|_| {
+                r += 1;
+                false
+            });
+            st.senders.any(|_| {
+                s += 1;
+                false
+            });
+        }
+        (r, s, st.buf.len(), st.reserved)
+    }
+}
+
+/// How long a "try" receive waits for the value of the select it paired with: the
+/// select was woken as the pairing was made and sends within microseconds if anyone
+/// runs it.
+const PAIRING_PATIENCE: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// The node of [`Chan::try_recv_now`]: if it is left while paired (a panic in the
+/// wait), the pairing is undone and a value already delivered goes back.
+struct PairedRecv<'a, T> {
+    chan: &'a Chan<T>,
+    node: Node<T>,
+    paired: std::cell::Cell<bool>,
+}
+
+impl<T> Drop for PairedRecv<'_, T> {
+    fn drop(&mut self) {
+        if !self.paired.get() {
+            return;
+        }
+        let taken = self.node.reason() == Reason::Data
+            // SAFETY: after `Data` the node is ours alone.
+            && !unsafe { self.node.has_value() };
+        if !taken {
+            self.chan.cancel_recv(&self.node);
+        }
     }
 }
 
@@ -738,6 +890,22 @@ unsafe fn abandon_partner<T>(node: &Node<T>) {
 }
 
 impl<T> State<T> {
+    /// The last value on its way to a receiver of a closed channel was taken: the
+    /// receivers waiting for it see the channel disconnected now.
+    fn wake_closed(&mut self, wakes: &mut WakeBatch) {
+        if !self.closed {
+            return;
+        }
+        // SAFETY: `self` is behind the lock that owns the list.
+        unsafe {
+            self.receivers.drain(|n| {
+                if n.claim() {
+                    n.notify(Reason::Close, wakes);
+                }
+            });
+        }
+    }
+
     /// Wakes (with `Signal`) the observer nodes of the receivers' (or senders') list
     /// whose select they can still win.
     fn wake_observers(&mut self, receivers: bool, wakes: &mut WakeBatch) {

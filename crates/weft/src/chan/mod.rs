@@ -46,6 +46,8 @@
 mod core;
 mod error;
 mod iter;
+#[cfg(all(test, loom))]
+mod loom_tests;
 #[macro_use]
 mod macros;
 mod ops;
@@ -221,9 +223,10 @@ impl<T> RefUnwindSafe for Receiver<T> {}
 
 /// How long a blocking operation keeps its core before it sleeps: a partner on
 /// another core often completes it within a microsecond, far less than a futex park
-/// and wake (about 40 us here). A plain thread then yields its core a few times (the
-/// partner may be waiting for it, with more threads than cores); a fiber or worker
-/// does neither, since its suspension is cheap and its thread has other work.
+/// and wake (about 40 us here; a fiber woken on another worker costs that too, since
+/// a started fiber runs on its own worker). A plain thread then yields its core a few
+/// times (the partner may be waiting for it, with more threads than cores); a fiber or
+/// worker does not, since its thread has other work.
 struct Backoff {
     step: u32,
     limit: u32,
@@ -236,7 +239,7 @@ impl Backoff {
         let plain = !crate::fiber::is_fiber() && !crate::fiber::wait::on_worker_thread();
         Backoff {
             step: 0,
-            limit: if plain { Self::SPINS + 4 } else { 2 },
+            limit: if plain { Self::SPINS + 4 } else { Self::SPINS },
         }
     }
 
@@ -587,8 +590,9 @@ impl<T> Receiver<T> {
     }
 
     /// Receives a message if one is there now. On a rendezvous channel that takes the
-    /// value of a waiting sender (a `select` that waits to send is not one: it
-    /// commits to its value only once selected).
+    /// value of a waiting sender; a `select` waiting to send commits to its value only
+    /// once paired, so then this waits for the select to send it (it was woken as the
+    /// pairing was made), and reports nothing if the select withdraws instead.
     ///
     /// ```
     /// let (tx, rx) = weft::chan::unbounded();
@@ -598,16 +602,10 @@ impl<T> Receiver<T> {
     /// ```
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
         match &self.flavor {
-            Flavor::Chan(c) => {
-                let mut wakes = WakeBatch::new();
-                let mut st = c.lock();
-                let r = c.try_recv_locked(&mut st, None, &mut wakes);
-                drop(st);
-                r.map_err(|why| match why {
-                    Fail::Closed => TryRecvError::Disconnected,
-                    _ => TryRecvError::Empty,
-                })
-            }
+            Flavor::Chan(c) => c.try_recv_now().map_err(|why| match why {
+                Fail::Closed => TryRecvError::Disconnected,
+                _ => TryRecvError::Empty,
+            }),
             Flavor::Timer(t, convert) => t.try_take().map(convert).ok_or(TryRecvError::Empty),
             Flavor::Never => Err(TryRecvError::Empty),
         }

@@ -60,6 +60,11 @@ trait OpNode: Send + Sync {
     }
     /// Makes the node reusable for a new round (it is on no list).
     fn reset(&self);
+    /// For a receive paired in step 1: waits a little for the value (`true` if it
+    /// came).
+    fn await_pairing(&self) -> bool {
+        false
+    }
     /// The typed node, for `SelectedOperation::recv`/`send`.
     fn as_ptr(&self) -> *const ();
 }
@@ -129,6 +134,9 @@ impl<T: Send> OpNode for RecvNode<'_, T> {
     }
     fn won_state(&self, waker: Option<&Waker>) -> Option<Won> {
         self.chan.won_state(&self.node, true, waker)
+    }
+    fn await_pairing(&self) -> bool {
+        self.chan.await_pairing(&self.node) == crate::waitlist::Reason::Data
     }
     fn release(&self) {
         self.chan.release_won(&self.node, true)
@@ -358,9 +366,21 @@ impl<'a> Select<'a> {
     /// ```
     pub fn try_select(&mut self) -> Result<SelectedOperation<'a>, TrySelectError> {
         let mut m = Machine::new(self, Kind::Select);
-        // No pairing with a waiting select's send: that would have to wait for its
-        // value (as `try_recv` does not either).
-        match m.try_phase(false) {
+        match m.try_phase(true) {
+            Some((i, Won::Pending)) => {
+                // Paired with a waiting select's send: its value comes at once if its
+                // select runs (as in crossbeam); if not, the pairing is undone and the
+                // other operations are tried without pairing.
+                if m.node(i).await_pairing() {
+                    return Ok(m.selected(i, Won::Value));
+                }
+                m.node(i).release();
+                m.node(i).reset();
+                match m.try_phase(false) {
+                    Some((i, won)) => Ok(m.selected(i, won)),
+                    None => Err(TrySelectError),
+                }
+            }
             Some((i, won)) => Ok(m.selected(i, won)),
             None => Err(TrySelectError),
         }
@@ -695,6 +715,13 @@ impl<'a> Machine<'a> {
                             n.refresh_waker(cx.waker());
                         }
                         self.waker = Some(cx.waker().clone());
+                        // A winner that claimed a node before its waker was replaced
+                        // woke the old waker only: look again (a claim made after a
+                        // node's refresh wakes the new one; one made before it is
+                        // seen here, the refresh having taken the claimant's lock).
+                        if !self.group.is_open() {
+                            continue;
+                        }
                     }
                     return Poll::Pending;
                 }
@@ -747,7 +774,7 @@ impl<'a> Machine<'a> {
             };
             let mut fut = std::pin::pin!(std::future::poll_fn(|cx| self.poll(cx, false)));
             let r = match wake_at {
-                None => Some(crate::wait(fut)),
+                None => Some(wait(fut)),
                 Some(d) => crate::fiber::wait::wait_until(fut.as_mut(), d),
             };
             match r {
@@ -902,7 +929,7 @@ impl SelectedOperation<'_> {
             Won::Closed => Err(RecvError),
             Won::Pending => {
                 // Paired with a selecting sender: its value comes to our node.
-                let got = crate::wait(std::future::poll_fn(|cx| {
+                let got = wait(std::future::poll_fn(|cx| {
                     match node.chan.won_state(&node.node, true, Some(cx.waker())) {
                         Some(Won::Pending) => Poll::Pending,
                         Some(Won::Value) => Poll::Ready(true),
@@ -911,16 +938,22 @@ impl SelectedOperation<'_> {
                 }));
                 // SAFETY: a value was delivered (or none will be): the node is ours.
                 match got.then(|| unsafe { node.node.take_slot() }).flatten() {
-                    Some(v) => Ok(v),
+                    Some(v) => {
+                        node.chan.taken();
+                        Ok(v)
+                    }
                     None => {
                         node.chan.release_won(&node.node, true);
-                        r.recv_blocking()
+                        recv_again(r)
                     }
                 }
             }
             // SAFETY: the value was handed to our node, which is ours alone now.
             _ => match unsafe { node.node.take_slot() } {
-                Some(v) => Ok(v),
+                Some(v) => {
+                    node.chan.taken();
+                    Ok(v)
+                }
                 None => Err(RecvError),
             },
         }
@@ -955,7 +988,7 @@ impl SelectedOperation<'_> {
             Ok(()) => Ok(()),
             Err(v) if s.is_closed() => Err(SendError(v)),
             // The receiver held for us went away: send the ordinary way.
-            Err(v) => s.send_blocking(v),
+            Err(v) => send_again(s, v),
         }
     }
 }
@@ -970,7 +1003,53 @@ impl Drop for SelectedOperation<'_> {
     }
 }
 
+/// `weft::wait`: the select's blocking waits (an untimed select, and a selected
+/// receive waiting for the value of the selecting sender it is paired with).
+#[cfg(not(all(test, loom)))]
+fn wait<F: Future>(f: F) -> F::Output {
+    crate::wait(f)
+}
+
+/// In the loom models, which must not block a model thread on a real futex (nor keep
+/// loom objects in a thread-local across executions), the models' own hand-polling.
+#[cfg(all(test, loom))]
+fn wait<F: Future>(f: F) -> F::Output {
+    super::loom_tests::block_on(f)
+}
+
+/// A selected send that lost the receiver held for it sends the ordinary way.
+#[cfg(not(all(test, loom)))]
+fn send_again<T>(s: &Sender<T>, v: T) -> Result<(), SendError<T>> {
+    s.send_blocking(v)
+}
+
+/// As above, polled by hand in the loom models.
+#[cfg(all(test, loom))]
+fn send_again<T>(s: &Sender<T>, v: T) -> Result<(), SendError<T>> {
+    wait(s.send(v))
+}
+
+/// A selected receive whose paired sender let it go receives the ordinary way.
+#[cfg(not(all(test, loom)))]
+fn recv_again<T>(r: &Receiver<T>) -> Result<T, RecvError> {
+    r.recv_blocking()
+}
+
+/// As above, polled by hand in the loom models.
+#[cfg(all(test, loom))]
+fn recv_again<T>(r: &Receiver<T>) -> Result<T, RecvError> {
+    wait(r.recv())
+}
+
+/// Under loom every execution is replayed: the order must not depend on the clock or
+/// on the OS thread (loom runs every model thread on one), so it is fixed.
+#[cfg(loom)]
+fn random() -> u64 {
+    0x9e37_79b9_7f4a_7c15
+}
+
 /// A per-thread xorshift generator for the random order of select's operations.
+#[cfg(not(loom))]
 fn random() -> u64 {
     thread_local! {
         static STATE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };

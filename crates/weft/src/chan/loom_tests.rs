@@ -1,0 +1,892 @@
+//! loom models of `weft::chan` (issue 15): send against receive on every flavour, close
+//! racing parked waiters, a waiter dropped while a value is handed to it, selects racing
+//! for one rendezvous partner, and a select taking its losing nodes off their lists.
+//! Run by `.ci/run` with the crate's other models (the `loom_` filter).
+//!
+//! The futures are polled by hand on loom threads. A [`Task`]'s waker counts its wakes
+//! and signals a loom `Notify` the thread parks on between polls, so a wake that never
+//! comes leaves the thread parked for ever and loom reports the execution as a
+//! deadlock: every lost wakeup fails the model. Values are `u32`s that are accounted
+//! for at the end of each execution: each one delivered exactly once, handed back to
+//! its sender, or still in the channel, never two of these and never none.
+
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::atomic::Ordering::SeqCst;
+use std::task::{Context, Poll, Wake, Waker};
+
+use loom::sync::atomic::AtomicUsize;
+use loom::sync::Notify;
+use loom::thread;
+
+use super::{bounded, unbounded, Receiver, RecvError, Select, SendError, TryRecvError};
+use crate::base::Arc;
+
+/// A waker for a model thread: counts wakes and unparks the thread.
+struct Signal {
+    wakes: AtomicUsize,
+    notify: Notify,
+}
+
+impl Wake for Signal {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.wakes.fetch_add(1, SeqCst);
+        self.notify.notify();
+    }
+}
+
+/// One hand-polled task on a model thread.
+struct Task {
+    signal: Arc<Signal>,
+    waker: Waker,
+}
+
+impl Task {
+    fn new() -> Task {
+        let signal = Arc::new(Signal {
+            wakes: AtomicUsize::new(0),
+            notify: Notify::new(),
+        });
+        let waker = Waker::from(signal.clone());
+        Task { signal, waker }
+    }
+
+    fn poll<F: Future>(&self, f: Pin<&mut F>) -> Poll<F::Output> {
+        f.poll(&mut Context::from_waker(&self.waker))
+    }
+
+    /// Polls `f` until it is ready, parking between polls until the waker fires. A
+    /// wake that never comes parks the thread for ever: loom reports a deadlock.
+    fn block_on<F: Future>(&self, f: F) -> F::Output {
+        let mut f = pin!(f);
+        loop {
+            if let Poll::Ready(v) = self.poll(f.as_mut()) {
+                return v;
+            }
+            self.signal.notify.wait();
+        }
+    }
+}
+
+pub(super) fn block_on<F: Future>(f: F) -> F::Output {
+    Task::new().block_on(f)
+}
+
+/// (waiting receivers, waiting senders, buffered values, reserved slots).
+fn census<T>(rx: &Receiver<T>) -> (usize, usize, usize, usize) {
+    rx.flavor_chan().expect("a channel receiver").census()
+}
+
+/// Everything left in the channel, until it reports empty or disconnected.
+fn drain(rx: &Receiver<u32>) -> Vec<u32> {
+    let mut left = Vec::new();
+    while let Ok(v) = rx.try_recv() {
+        left.push(v);
+    }
+    left
+}
+
+// ---- send against receive, one flavour each ----
+
+/// bounded(2) with room: the send completes at once, the receiver may wait for it.
+#[test]
+fn loom_chan_bounded_room() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(2);
+        tx.try_send(1).unwrap();
+        let t = thread::spawn(move || {
+            block_on(tx.send(2)).unwrap();
+            tx
+        });
+        assert_eq!(block_on(rx.recv()), Ok(1));
+        assert_eq!(block_on(rx.recv()), Ok(2));
+        let _tx = t.join().unwrap();
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(1), full: the sender parks until a receive frees the slot and moves its
+/// value in (`admit_sender`).
+#[test]
+fn loom_chan_bounded_full() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        tx.try_send(1).unwrap();
+        let t = thread::spawn(move || {
+            block_on(tx.send(2)).unwrap();
+            tx
+        });
+        assert_eq!(block_on(rx.recv()), Ok(1));
+        assert_eq!(block_on(rx.recv()), Ok(2));
+        let _tx = t.join().unwrap();
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(1), full, two senders parked: each is admitted once, in turn, as the
+/// receiver frees the slot.
+#[test]
+fn loom_chan_bounded_full_two_senders() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        tx.try_send(1).unwrap();
+        let senders: Vec<_> = [2, 3]
+            .into_iter()
+            .map(|v| {
+                let tx = tx.clone();
+                thread::spawn(move || block_on(tx.send(v)).unwrap())
+            })
+            .collect();
+        let mut got: Vec<u32> = (0..3).map(|_| block_on(rx.recv()).unwrap()).collect();
+        assert_eq!(got[0], 1);
+        got.sort_unstable();
+        assert_eq!(got, [1, 2, 3]);
+        for s in senders {
+            s.join().unwrap();
+        }
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// unbounded: sends never wait; the receiver parks on the empty channel.
+#[test]
+fn loom_chan_unbounded() {
+    loom::model(|| {
+        let (tx, rx) = unbounded::<u32>();
+        let t = thread::spawn(move || {
+            block_on(tx.send(1)).unwrap();
+            block_on(tx.send(2)).unwrap();
+            tx
+        });
+        assert_eq!(block_on(rx.recv()), Ok(1));
+        assert_eq!(block_on(rx.recv()), Ok(2));
+        let _tx = t.join().unwrap();
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(1), empty: the receiver parks and is handed the first value; the second
+/// send may find the slot full and park in turn.
+#[test]
+fn loom_chan_bounded_empty() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        let t = thread::spawn(move || {
+            let a = block_on(rx.recv()).unwrap();
+            let b = block_on(rx.recv()).unwrap();
+            assert_eq!((a, b), (1, 2));
+            rx
+        });
+        block_on(tx.send(1)).unwrap();
+        block_on(tx.send(2)).unwrap();
+        let rx = t.join().unwrap();
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(0): a send completes only once a receiver took the value (nothing is ever
+/// buffered), whichever side parks first.
+#[test]
+fn loom_chan_rendezvous() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let rx2 = rx.clone();
+        let t = thread::spawn(move || {
+            for v in 1..=2 {
+                block_on(tx.send(v)).unwrap();
+                assert_eq!(census(&rx2).2, 0, "a rendezvous channel buffers nothing");
+            }
+            tx
+        });
+        assert_eq!(block_on(rx.recv()), Ok(1));
+        assert_eq!(block_on(rx.recv()), Ok(2));
+        let _tx = t.join().unwrap();
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(0), two senders and two receivers, one value each: every value is
+/// received exactly once and nobody is left parked.
+#[test]
+fn loom_chan_rendezvous_mpmc() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let senders: Vec<_> = [1, 2]
+            .into_iter()
+            .map(|v| {
+                let tx = tx.clone();
+                thread::spawn(move || block_on(tx.send(v)).unwrap())
+            })
+            .collect();
+        let rx2 = rx.clone();
+        let r = thread::spawn(move || block_on(rx2.recv()).unwrap());
+        let a = block_on(rx.recv()).unwrap();
+        let b = r.join().unwrap();
+        for s in senders {
+            s.join().unwrap();
+        }
+        let mut got = [a, b];
+        got.sort_unstable();
+        assert_eq!(got, [1, 2]);
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+// ---- close racing parked waiters ----
+
+/// bounded(0): a sender and a receiver, each may park, race `close()`. Either they
+/// met (the send is `Ok` and the receiver has the value) or both fail, the sender
+/// getting its value back; both wake in every case.
+#[test]
+fn loom_chan_close_vs_parked_sender_and_receiver() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let tx2 = tx.clone();
+        let s = thread::spawn(move || block_on(tx2.send(1)));
+        let rx2 = rx.clone();
+        let r = thread::spawn(move || block_on(rx2.recv()));
+        assert!(tx.close());
+        let sent = s.join().unwrap();
+        let got = r.join().unwrap();
+        match sent {
+            Ok(()) => assert_eq!(got, Ok(1)),
+            Err(SendError(v)) => {
+                assert_eq!(v, 1);
+                assert_eq!(got, Err(RecvError));
+            }
+        }
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(1), full: a sender parks while the receiver frees the slot and closes.
+/// The value sent is admitted (and drained after the close) or handed back, once.
+#[test]
+fn loom_chan_close_vs_parked_sender_full() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        tx.try_send(1).unwrap();
+        let s = thread::spawn(move || {
+            let r = block_on(tx.send(2));
+            (r, tx)
+        });
+        assert_eq!(rx.try_recv(), Ok(1));
+        assert!(rx.close());
+        let (sent, _tx) = s.join().unwrap();
+        let left = drain(&rx);
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+        match sent {
+            Ok(()) => assert_eq!(left, [2]),
+            Err(SendError(v)) => {
+                assert_eq!(v, 2);
+                assert!(left.is_empty());
+            }
+        }
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(0): a parked receiver and the last sender's drop (disconnect). A
+/// `try_send` succeeds only into the parked receiver, which then has the value;
+/// otherwise the receiver wakes with `Disconnected`.
+#[test]
+fn loom_chan_disconnect_vs_parked_receiver() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let r = thread::spawn(move || {
+            let got = block_on(rx.recv());
+            (got, rx)
+        });
+        let sent = tx.try_send(1).is_ok();
+        drop(tx);
+        let (got, rx) = r.join().unwrap();
+        assert_eq!(got, if sent { Ok(1) } else { Err(RecvError) });
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+// ---- cancellation racing a hand-over ----
+
+/// bounded(0): a receive polled once and dropped (a cancelled future) races a send
+/// that may hand it the value; a second receiver waits. The value is received once:
+/// by the dropped receive's poll, by the other receiver (given back to it), or left
+/// in the channel (given back after the other receiver saw the close), never lost.
+#[test]
+fn loom_chan_recv_drop_vs_handover() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let rx1 = rx.clone();
+        let r1 = thread::spawn(move || {
+            let got = {
+                let task = Task::new();
+                let mut f = pin!(rx1.recv());
+                match task.poll(f.as_mut()) {
+                    // `Err` once the value went elsewhere and the sender is gone.
+                    Poll::Ready(r) => r.ok(),
+                    Poll::Pending => None,
+                }
+                // The receive is dropped here, registered or not.
+            };
+            (got, rx1)
+        });
+        let s = thread::spawn(move || {
+            block_on(tx.send(1)).unwrap();
+            // The last sender: the channel closes.
+        });
+        let main_got = block_on(rx.recv()).ok();
+        s.join().unwrap();
+        let (r1_got, _rx1) = r1.join().unwrap();
+        let left = drain(&rx);
+        let all: Vec<u32> = r1_got.into_iter().chain(main_got).chain(left).collect();
+        assert_eq!(all, [1], "the value arrives exactly once");
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(0): both sides cancel. A send polled once (then taken back) against a
+/// receive polled once (then dropped): the value ends up received, back with its
+/// sender, or in the channel (given back by the dropped receive), exactly one of them.
+#[test]
+fn loom_chan_send_drop_vs_recv_drop() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let s = thread::spawn(move || {
+            let back = {
+                let task = Task::new();
+                let mut f = pin!(tx.send(1));
+                match task.poll(f.as_mut()) {
+                    Poll::Ready(r) => {
+                        r.unwrap();
+                        None
+                    }
+                    Poll::Pending => f.as_mut().take_back(),
+                }
+            };
+            (back, tx)
+        });
+        let got = {
+            let task = Task::new();
+            let mut f = pin!(rx.recv());
+            match task.poll(f.as_mut()) {
+                Poll::Ready(r) => Some(r.unwrap()),
+                Poll::Pending => None,
+            }
+        };
+        let (back, _tx) = s.join().unwrap();
+        let left = drain(&rx);
+        let all: Vec<u32> = got.into_iter().chain(back).chain(left).collect();
+        assert_eq!(all, [1], "the value is in exactly one place");
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+// ---- select ----
+
+/// bounded(0): two selects each offer a send to one receiver, which then closes the
+/// channel. Exactly one select sends, and its value is the one received; the other
+/// wakes (the close) and fails.
+#[test]
+fn loom_chan_two_selects_one_receiver() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let spawn_select = |id: u32| {
+            let tx = tx.clone();
+            thread::spawn(move || {
+                let mut sel = Select::new_biased();
+                sel.send(&tx);
+                let oper = block_on(sel.select_async());
+                oper.send(&tx, id).is_ok()
+            })
+        };
+        let a = spawn_select(1);
+        let b = spawn_select(2);
+        let got = block_on(rx.recv()).unwrap();
+        rx.close();
+        let (a, b) = (a.join().unwrap(), b.join().unwrap());
+        assert!(a ^ b, "exactly one select sends (a {a}, b {b})");
+        assert_eq!(got, if a { 1 } else { 2 });
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(0): two selects each offer a receive to one sender, which then closes the
+/// channel. Exactly one select receives the value; the other wakes and fails.
+#[test]
+fn loom_chan_two_selects_one_sender() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let spawn_select = || {
+            let rx = rx.clone();
+            thread::spawn(move || {
+                let mut sel = Select::new_biased();
+                sel.recv(&rx);
+                let oper = block_on(sel.select_async());
+                oper.recv(&rx).ok()
+            })
+        };
+        let a = spawn_select();
+        let b = spawn_select();
+        block_on(tx.send(7)).unwrap();
+        tx.close();
+        let got: Vec<u32> = [a, b]
+            .into_iter()
+            .filter_map(|t| t.join().unwrap())
+            .collect();
+        assert_eq!(got, [7], "exactly one select receives");
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// A select over two rendezvous channels, a sender on each: when the select returns,
+/// its losing node is already off the other channel's list (spec 003: cancel all
+/// losing nodes before returning), and the other value arrives exactly once later.
+#[test]
+fn loom_chan_select_cancels_losers() {
+    loom::model(|| {
+        let (tx1, rx1) = bounded::<u32>(0);
+        let (tx2, rx2) = bounded::<u32>(0);
+        let s1 = thread::spawn(move || block_on(tx1.send(1)).unwrap());
+        let s2 = thread::spawn(move || block_on(tx2.send(2)).unwrap());
+        let mut sel = Select::new_biased();
+        sel.recv(&rx1);
+        sel.recv(&rx2);
+        let oper = block_on(sel.select_async());
+        for rx in [&rx1, &rx2] {
+            assert_eq!(census(rx).0, 0, "a losing node is still on its list");
+        }
+        let i = oper.index();
+        let (won, other) = if i == 0 { (&rx1, &rx2) } else { (&rx2, &rx1) };
+        let a = oper.recv(won).unwrap();
+        let b = block_on(other.recv()).unwrap();
+        assert_eq!((a, b), if i == 0 { (1, 2) } else { (2, 1) });
+        s1.join().unwrap();
+        s2.join().unwrap();
+        assert_eq!(census(&rx1), (0, 0, 0, 0));
+        assert_eq!(census(&rx2), (0, 0, 0, 0));
+    });
+}
+
+/// A select's future polled once and dropped (a timeout, a `select!` in tokio style)
+/// while a send hands a value to its node: the value goes back to the channel (or was
+/// received by the poll), never lost, and no node is left on a list.
+#[test]
+fn loom_chan_select_drop_vs_handover() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        let (_tx2, rx2) = bounded::<u32>(0);
+        let s = thread::spawn(move || {
+            tx.try_send(1).unwrap();
+            tx
+        });
+        let got = {
+            let mut sel = Select::new_biased();
+            sel.recv(&rx2);
+            sel.recv(&rx);
+            let task = Task::new();
+            let mut f = pin!(sel.select_async());
+            match task.poll(f.as_mut()) {
+                Poll::Ready(oper) => {
+                    assert_eq!(oper.index(), 1);
+                    Some(oper.recv(&rx).unwrap())
+                }
+                Poll::Pending => None,
+            }
+        };
+        let _tx = s.join().unwrap();
+        let left = drain(&rx);
+        let all: Vec<u32> = got.into_iter().chain(left).collect();
+        assert_eq!(all, [1], "the value is in exactly one place");
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+        assert_eq!(census(&rx2), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(0): a select's send polled once and dropped while a receiver pairs with it
+/// (the receiver then waits for the select's value). The dropped select lets the
+/// receiver go (`Signal`), which waits again and wakes on the close: the receiver has
+/// the value exactly when the select sent it.
+#[test]
+fn loom_chan_select_send_drop_vs_paired_receiver() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let s = thread::spawn(move || {
+            let mut sel = Select::new_biased();
+            sel.send(&tx);
+            let task = Task::new();
+            let mut f = pin!(sel.select_async());
+            match task.poll(f.as_mut()) {
+                Poll::Ready(oper) => oper.send(&tx, 1).is_ok(),
+                Poll::Pending => false,
+            }
+            // `tx`, the last sender, goes: the channel closes.
+        });
+        let got = block_on(rx.recv());
+        let sent = s.join().unwrap();
+        assert_eq!(got, if sent { Ok(1) } else { Err(RecvError) });
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(0): a select that sends meets a select that receives. Whichever registers
+/// second finds the other waiting and does not sleep (spec 003: two selects waiting
+/// for each other never both sleep); the receiving one, paired, waits for the value
+/// its partner delivers once it performs its send.
+#[test]
+fn loom_chan_select_pairs_with_select() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let s = thread::spawn(move || {
+            let mut sel = Select::new_biased();
+            sel.send(&tx);
+            let oper = block_on(sel.select_async());
+            oper.send(&tx, 5).unwrap();
+            tx
+        });
+        let mut sel = Select::new_biased();
+        sel.recv(&rx);
+        let oper = block_on(sel.select_async());
+        assert_eq!(oper.recv(&rx), Ok(5));
+        let _tx = s.join().unwrap();
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// Two selects over the same two rendezvous channels, crossed: A sends on 1 or
+/// receives on 2, B sends on 2 or receives on 1. They pair up one way or the other
+/// (never both ways, never neither), and neither is left parked.
+#[test]
+fn loom_chan_crossed_selects() {
+    loom::model(|| {
+        let (tx1, rx1) = bounded::<u32>(0);
+        let (tx2, rx2) = bounded::<u32>(0);
+        let (tx1b, rx2b) = (tx1.clone(), rx2.clone());
+        let a = thread::spawn(move || {
+            let mut sel = Select::new_biased();
+            sel.send(&tx1b);
+            sel.recv(&rx2b);
+            let oper = block_on(sel.select_async());
+            match oper.index() {
+                0 => oper.send(&tx1b, 1).map(|()| None).unwrap(),
+                _ => Some(oper.recv(&rx2b).unwrap()),
+            }
+        });
+        let mut sel = Select::new_biased();
+        sel.send(&tx2);
+        sel.recv(&rx1);
+        let oper = block_on(sel.select_async());
+        let b = match oper.index() {
+            0 => oper.send(&tx2, 2).map(|()| None).unwrap(),
+            _ => Some(oper.recv(&rx1).unwrap()),
+        };
+        let a = a.join().unwrap();
+        // A received B's 2, or B received A's 1: exactly one of them.
+        assert!(
+            matches!((a, b), (Some(2), None) | (None, Some(1))),
+            "a {a:?}, b {b:?}"
+        );
+        for rx in [&rx1, &rx2] {
+            assert_eq!(census(rx), (0, 0, 0, 0));
+        }
+    });
+}
+
+/// A select parked on a receive and on a send to a full channel, racing the close of
+/// the first channel and a receive that frees the second's slot: it completes exactly
+/// one (the receive fails with the close, or the send goes into the freed slot), and
+/// leaves no node and no reserved slot behind.
+#[test]
+fn loom_chan_close_vs_parked_select() {
+    loom::model(|| {
+        let (tx_a, rx_a) = bounded::<u32>(1);
+        let (tx_b, rx_b) = bounded::<u32>(1);
+        tx_b.try_send(1).unwrap();
+        let closer = thread::spawn(move || {
+            assert!(tx_a.close());
+            tx_a
+        });
+        let rx_b2 = rx_b.clone();
+        let taker = thread::spawn(move || {
+            assert_eq!(rx_b2.try_recv(), Ok(1));
+            rx_b2
+        });
+        let mut sel = Select::new_biased();
+        sel.recv(&rx_a);
+        sel.send(&tx_b);
+        let oper = block_on(sel.select_async());
+        let sent = match oper.index() {
+            0 => {
+                assert_eq!(oper.recv(&rx_a), Err(RecvError));
+                false
+            }
+            _ => {
+                oper.send(&tx_b, 9).unwrap();
+                true
+            }
+        };
+        let _tx_a = closer.join().unwrap();
+        let _rx_b2 = taker.join().unwrap();
+        assert_eq!(drain(&rx_b), if sent { vec![9] } else { vec![] });
+        assert_eq!(census(&rx_a), (0, 0, 0, 0));
+        assert_eq!(census(&rx_b), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(0): a select's send holds a parked receiver that is dropped (a cancelled
+/// receive) before or after the select delivers to it. The receiver's value is given
+/// back to the other receiver, or the select finds its partner gone and sends the
+/// ordinary way: either way the value arrives exactly once, and the select's send
+/// succeeds.
+#[test]
+fn loom_chan_paired_receiver_drop_vs_select_send() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let s = thread::spawn(move || {
+            let mut sel = Select::new_biased();
+            sel.send(&tx);
+            let oper = block_on(sel.select_async());
+            oper.send(&tx, 1).unwrap();
+            tx
+        });
+        let rx1 = rx.clone();
+        let r1 = thread::spawn(move || {
+            let task = Task::new();
+            let mut f = pin!(rx1.recv());
+            // A select's waiting send only pairs (its value comes later): a first
+            // poll cannot complete.
+            assert!(task.poll(f.as_mut()).is_pending());
+        });
+        assert_eq!(block_on(rx.recv()), Ok(1));
+        r1.join().unwrap();
+        let _tx = s.join().unwrap();
+        assert!(drain(&rx).is_empty());
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(0): a receiving select pairs with a sending select, whose selected
+/// operation is then dropped unperformed; the sender then sends the ordinary way. The
+/// receiving select is let go (`Signal`), receives the ordinary way, and gets that
+/// value.
+#[test]
+fn loom_chan_selected_send_dropped_vs_paired_select() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let s = thread::spawn(move || {
+            {
+                let mut sel = Select::new_biased();
+                sel.send(&tx);
+                drop(block_on(sel.select_async()));
+            }
+            block_on(tx.send(3)).unwrap();
+            tx
+        });
+        let mut sel = Select::new_biased();
+        sel.recv(&rx);
+        let oper = sel.select();
+        assert_eq!(oper.recv(&rx), Ok(3));
+        let _tx = s.join().unwrap();
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(0): `Select::ready` on a send returns once a receiver parks (an observer
+/// node woken with `Signal`), and then a `try_send` succeeds into that receiver.
+#[test]
+fn loom_chan_ready_observes_parked_receiver() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let r = thread::spawn(move || {
+            let got = block_on(rx.recv());
+            (got, rx)
+        });
+        let mut sel = Select::new_biased();
+        sel.send(&tx);
+        assert_eq!(sel.ready(), 0);
+        assert_eq!(tx.try_send(1), Ok(()));
+        let (got, rx) = r.join().unwrap();
+        assert_eq!(got, Ok(1));
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(1): `Select::ready` on a receive returns once a value is buffered, and the
+/// value is then there to take.
+#[test]
+fn loom_chan_ready_observes_send() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        let s = thread::spawn(move || {
+            tx.try_send(1).unwrap();
+            tx
+        });
+        let mut sel = Select::new_biased();
+        sel.recv(&rx);
+        assert_eq!(sel.ready(), 0);
+        assert_eq!(rx.try_recv(), Ok(1));
+        let _tx = s.join().unwrap();
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(1): a select's send (which holds a slot before it sends) and a plain send
+/// race for the one slot while a receiver takes two values. Both values arrive once,
+/// and the buffer plus the held slots never exceed the capacity.
+#[test]
+fn loom_chan_select_slot_vs_sender() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        let tx2 = tx.clone();
+        let p = thread::spawn(move || block_on(tx2.send(1)).unwrap());
+        let r = thread::spawn(move || {
+            let mut got = Vec::new();
+            for _ in 0..2 {
+                got.push(block_on(rx.recv()).unwrap());
+                let (_, _, buffered, reserved) = census(&rx);
+                assert!(buffered + reserved <= 1, "over capacity");
+            }
+            got.sort_unstable();
+            assert_eq!(got, [1, 2]);
+            rx
+        });
+        let mut sel = Select::new_biased();
+        sel.send(&tx);
+        let oper = block_on(sel.select_async());
+        oper.send(&tx, 2).unwrap();
+        p.join().unwrap();
+        let rx = r.join().unwrap();
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(1), full, a plain sender parked: a select's send is granted the slot the
+/// receiver frees, then dropped unperformed. The slot goes on to the parked sender
+/// (`release_won` admits it), which must not be left parked.
+#[test]
+fn loom_chan_selected_slot_dropped_admits_sender() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        tx.try_send(1).unwrap();
+        let tx2 = tx.clone();
+        let p = thread::spawn(move || block_on(tx2.send(3)).unwrap());
+        let r = thread::spawn(move || {
+            let a = block_on(rx.recv()).unwrap();
+            let b = block_on(rx.recv()).unwrap();
+            assert_eq!((a, b), (1, 3));
+            rx
+        });
+        {
+            let mut sel = Select::new_biased();
+            sel.send(&tx);
+            drop(block_on(sel.select_async()));
+        }
+        p.join().unwrap();
+        let rx = r.join().unwrap();
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// A select's future polled by one task, then moved to another (polled with a new
+/// waker, as an executor may do, or a `select!` that polls it from another context)
+/// while a send completes it. Only the waker of the latest poll has to be woken (the
+/// `Future` contract): the second task must not be left parked.
+#[test]
+fn loom_chan_select_repoll_with_new_waker() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        let s = thread::spawn(move || {
+            tx.try_send(1).unwrap();
+            tx
+        });
+        let mut sel = Select::new_biased();
+        sel.recv(&rx);
+        let mut f = pin!(sel.select_async());
+        let first = Task::new();
+        let oper = match first.poll(f.as_mut()) {
+            Poll::Ready(oper) => oper,
+            // The second task takes over; the first is never polled again.
+            Poll::Pending => Task::new().block_on(f),
+        };
+        assert_eq!(oper.recv(&rx), Ok(1));
+        let _tx = s.join().unwrap();
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// As [`loom_chan_select_repoll_with_new_waker`], for a plain receive.
+#[test]
+fn loom_chan_recv_repoll_with_new_waker() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        let s = thread::spawn(move || {
+            tx.try_send(1).unwrap();
+            tx
+        });
+        let mut f = pin!(rx.recv());
+        let got = match Task::new().poll(f.as_mut()) {
+            Poll::Ready(r) => r,
+            Poll::Pending => Task::new().block_on(f),
+        };
+        assert_eq!(got, Ok(1));
+        let _tx = s.join().unwrap();
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(0): a select that both sends and receives on one channel never pairs with
+/// itself; a plain receiver arriving from another thread takes its send.
+#[test]
+fn loom_chan_select_send_and_recv_same_channel() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let rx2 = rx.clone();
+        let r = thread::spawn(move || block_on(rx2.recv()));
+        let mut sel = Select::new_biased();
+        sel.send(&tx);
+        sel.recv(&rx);
+        let oper = block_on(sel.select_async());
+        assert_eq!(oper.index(), 0, "a select paired with itself");
+        oper.send(&tx, 5).unwrap();
+        assert_eq!(r.join().unwrap(), Ok(5));
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// The strict form of [`loom_chan_recv_drop_vs_handover`]: once a receiver has been
+/// told `Disconnected`, no value may turn up in the channel after it. The interleaving
+/// it guards: the send hands its value to a receive that is then dropped, the last
+/// sender goes (close), another receiver finds the channel closed and empty, and only
+/// then does the dropped receive give the value back. A closed channel with values in
+/// flight to receivers' nodes (`Chan::in_flight`) is therefore not yet drained: the
+/// other receiver waits for the value (or for the count to reach 0).
+#[test]
+fn loom_chan_recv_drop_vs_handover_strict() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let rx1 = rx.clone();
+        let r1 = thread::spawn(move || {
+            let got = {
+                let task = Task::new();
+                let mut f = pin!(rx1.recv());
+                match task.poll(f.as_mut()) {
+                    Poll::Ready(r) => r.ok(),
+                    Poll::Pending => None,
+                }
+            };
+            (got, rx1)
+        });
+        let s = thread::spawn(move || block_on(tx.send(1)).unwrap());
+        let main_got = block_on(rx.recv());
+        s.join().unwrap();
+        let (r1_got, _rx1) = r1.join().unwrap();
+        let left = drain(&rx);
+        if main_got.is_err() {
+            assert!(
+                left.is_empty(),
+                "a value turned up after Disconnected (r1 {r1_got:?}, left {left:?})"
+            );
+        }
+    });
+}
