@@ -9,16 +9,22 @@
 //! Commands: `async` (task scheduling), `wake` (wake-ups and idle cost),
 //! `pools` (cross-pool latency), `timers` (sleeps, timeouts, accuracy),
 //! `forkjoin` (join, parallel iterators and sorts against rayon and chili),
-//! `fiber` (fibers against may's coroutines).
+//! `fiber` (fibers against may's coroutines), `chan` (channels against
+//! crossbeam-channel, flume, kanal, std, tokio, async-channel and may).
 //! Each subcommand is a [`harness::Suite`]; add one by adding an entry to
 //! [`COMMANDS`].
 
+mod alloc_count;
 mod cases_async;
+mod cases_chan;
 mod cases_fiber;
 mod cases_forkjoin;
 mod cases_pools;
 mod cases_timers;
 mod cases_wake;
+mod chan_peers;
+mod chan_shapes;
+mod chan_weft;
 mod countdown;
 mod cputime;
 mod fiber_sync;
@@ -32,6 +38,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use harness::{Error, Options, Suite};
+
+/// Counts allocations for the `chan` suite's `alloc_spsc` (a relaxed load
+/// more per allocation while nothing counts).
+#[global_allocator]
+static ALLOCATOR: alloc_count::Counting = alloc_count::Counting;
 
 /// A subcommand: a named suite of cases.
 struct Command {
@@ -100,6 +111,12 @@ const COMMANDS: &[Command] = &[
         about: "fibers: weft vs may (stackful coroutines)",
         help: cases_fiber::HELP,
         suite: cases_fiber::suite,
+    },
+    Command {
+        name: "chan",
+        about: "channels: weft vs crossbeam, flume, kanal, std (threads), tokio, async-channel (tasks), may (fibers)",
+        help: cases_chan::HELP,
+        suite: cases_chan::suite,
     },
 ];
 
@@ -255,6 +272,9 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some(cases_fiber::CHILD_ARG) {
         return cases_fiber::child_main(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some(cases_chan::CHILD_ARG) {
+        return cases_chan::child_main(&args[1..]);
+    }
     match parse(&args) {
         Err(msg) => usage_error(&msg),
         Ok(Request::Help(command)) => {
@@ -317,6 +337,48 @@ mod tests {
             Ok(Request::Help(Some(Command { name: "wake", .. })))
         ));
         assert!(parse(&args("wake --idle-secs 0")).is_err());
+    }
+
+    #[test]
+    fn chan_suite_definition() {
+        let Ok(Request::Run(c, o)) = parse(&args(
+            "chan --rounds 3 --case threads_bounded0_spsc,fibers_unbounded_select_rx",
+        )) else {
+            panic!("expected a run request");
+        };
+        assert_eq!((c.name, o.rounds), ("chan", 3));
+        let suite = (c.suite)(&o);
+        assert_eq!(suite.contenders[0], "weft");
+        // 3 ways x (5 + 5 + 6 + 6) cases (no seq on bounded0 / bounded1),
+        // and the allocation count.
+        assert_eq!(suite.cases.len(), 3 * 22 + 1);
+        for way in ["threads", "tasks", "fibers"] {
+            for name in [
+                "bounded0_spsc",
+                "bounded1_select_both",
+                "bounded_seq",
+                "unbounded_mpmc",
+            ] {
+                let name = format!("{way}_{name}");
+                let case = suite.cases.iter().find(|c| c.name == name);
+                let case = case.unwrap_or_else(|| panic!("no case {name}"));
+                assert_eq!(case.metrics.len(), 1, "{name}");
+            }
+            assert!(!suite
+                .cases
+                .iter()
+                .any(|c| c.name == format!("{way}_bounded0_seq")));
+        }
+        let alloc = suite.cases.iter().find(|c| c.name == "alloc_spsc").unwrap();
+        assert_eq!(alloc.metrics.len(), 4);
+        assert!(alloc.metrics[..3].iter().all(|m| m.target.is_some()));
+        for name in &o.cases {
+            assert!(suite.cases.iter().any(|c| &c.name == name), "{name}");
+        }
+        assert!(
+            parse(&args("chan --case nope")).is_ok(),
+            "case names are checked when run"
+        );
     }
 
     #[test]
