@@ -48,10 +48,15 @@ fn mixed_contexts() {
                 tx.send_blocking(i).unwrap()
             }
         });
-        let f = weft::fiber::spawn(move || {
-            for v in rx.iter() {
-                tx2.send_blocking(v + 1).unwrap();
-            }
+        // Spawned from inside this runtime (a plain `fiber::spawn` here would use the
+        // most recently started runtime, which may be another test's).
+        #[allow(clippy::async_yields_async)] // the handle is joined below, not awaited
+        let f = rt.block_on(async {
+            weft::fiber::spawn(move || {
+                for v in rx.iter() {
+                    tx2.send_blocking(v + 1).unwrap();
+                }
+            })
         });
         let sum = rt.block_on(async move {
             let mut s = 0u64;

@@ -340,6 +340,33 @@ impl<T> Chan<T> {
     /// select was woken as the pairing was made and sends at once. If it withdraws
     /// instead, the receive reports nothing there.
     pub(crate) fn try_recv_now(&self) -> Result<T, Fail> {
+        // The common case needs no node: a value in the buffer or a waiting sender,
+        // or nothing and no select waiting to send.
+        {
+            let mut hold = GiveBackOnUnwind {
+                chan: self,
+                value: None,
+            };
+            let mut wakes = WakeBatch::new();
+            let mut st = self.lock();
+            match self.try_recv_locked(&mut st, None, &mut wakes) {
+                Ok(v) => {
+                    hold.value = Some(v);
+                }
+                Err(Fail::NotReady)
+                    // SAFETY: under the lock.
+                    if unsafe {
+                        st.senders
+                            .any(|n| n.kind() == Kind::Select && n.is_open())
+                    } => {}
+                Err(e) => return Err(e),
+            }
+            drop(st);
+            drop(wakes);
+            if let Some(v) = hold.value.take() {
+                return Ok(v);
+            }
+        }
         let guard = PairedRecv {
             chan: self,
             node: Node::new(),

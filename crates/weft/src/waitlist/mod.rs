@@ -508,6 +508,9 @@ impl WakeBatch {
 
     /// Wakes everything collected. Called with no weft wait-list lock held.
     pub(crate) fn flush(&mut self) {
+        if self.len == 0 && self.more.is_empty() && self.retired.is_none() {
+            return;
+        }
         depth::check_flush();
         for w in self.inline[..self.len].iter_mut() {
             if let Some(w) = w.take() {
