@@ -54,29 +54,32 @@ macro_rules! __weft_select {
     (@parse $ctor:tt ($($ops:tt)*) ($($def:tt)*)) => {
         $crate::__weft_select!(@start $ctor ($($ops)*) ($($def)*))
     };
-    (@parse $ctor:tt ($($ops:tt)*) $def:tt recv($r:expr) -> $res:pat => $body:block, $($rest:tt)*) => {
+    (@parse $ctor:tt ($($ops:tt)*) $def:tt recv($r:expr $(,)?) -> $res:pat => $body:block, $($rest:tt)*) => {
         $crate::__weft_select!(@parse $ctor ($($ops)* (recv ($r) ($res) ($body))) $def $($rest)*)
     };
-    (@parse $ctor:tt ($($ops:tt)*) $def:tt recv($r:expr) -> $res:pat => $body:block $($rest:tt)*) => {
+    (@parse $ctor:tt ($($ops:tt)*) $def:tt recv($r:expr $(,)?) -> $res:pat => $body:block $($rest:tt)*) => {
         $crate::__weft_select!(@parse $ctor ($($ops)* (recv ($r) ($res) ($body))) $def $($rest)*)
     };
-    (@parse $ctor:tt ($($ops:tt)*) $def:tt recv($r:expr) -> $res:pat => $body:expr, $($rest:tt)*) => {
+    (@parse $ctor:tt ($($ops:tt)*) $def:tt recv($r:expr $(,)?) -> $res:pat => $body:expr, $($rest:tt)*) => {
         $crate::__weft_select!(@parse $ctor ($($ops)* (recv ($r) ($res) ($body))) $def $($rest)*)
     };
-    (@parse $ctor:tt ($($ops:tt)*) $def:tt recv($r:expr) -> $res:pat => $body:expr) => {
+    (@parse $ctor:tt ($($ops:tt)*) $def:tt recv($r:expr $(,)?) -> $res:pat => $body:expr) => {
         $crate::__weft_select!(@parse $ctor ($($ops)* (recv ($r) ($res) ($body))) $def)
     };
-    (@parse $ctor:tt ($($ops:tt)*) $def:tt send($s:expr, $v:expr) -> $res:pat => $body:block, $($rest:tt)*) => {
+    (@parse $ctor:tt ($($ops:tt)*) $def:tt send($s:expr, $v:expr $(,)?) -> $res:pat => $body:block, $($rest:tt)*) => {
         $crate::__weft_select!(@parse $ctor ($($ops)* (send ($s) ($v) ($res) ($body))) $def $($rest)*)
     };
-    (@parse $ctor:tt ($($ops:tt)*) $def:tt send($s:expr, $v:expr) -> $res:pat => $body:block $($rest:tt)*) => {
+    (@parse $ctor:tt ($($ops:tt)*) $def:tt send($s:expr, $v:expr $(,)?) -> $res:pat => $body:block $($rest:tt)*) => {
         $crate::__weft_select!(@parse $ctor ($($ops)* (send ($s) ($v) ($res) ($body))) $def $($rest)*)
     };
-    (@parse $ctor:tt ($($ops:tt)*) $def:tt send($s:expr, $v:expr) -> $res:pat => $body:expr, $($rest:tt)*) => {
+    (@parse $ctor:tt ($($ops:tt)*) $def:tt send($s:expr, $v:expr $(,)?) -> $res:pat => $body:expr, $($rest:tt)*) => {
         $crate::__weft_select!(@parse $ctor ($($ops)* (send ($s) ($v) ($res) ($body))) $def $($rest)*)
     };
-    (@parse $ctor:tt ($($ops:tt)*) $def:tt send($s:expr, $v:expr) -> $res:pat => $body:expr) => {
+    (@parse $ctor:tt ($($ops:tt)*) $def:tt send($s:expr, $v:expr $(,)?) -> $res:pat => $body:expr) => {
         $crate::__weft_select!(@parse $ctor ($($ops)* (send ($s) ($v) ($res) ($body))) $def)
+    };
+    (@parse $ctor:tt $ops:tt () default() => $($rest:tt)*) => {
+        $crate::__weft_select!(@parse $ctor $ops () default => $($rest)*)
     };
     (@parse $ctor:tt $ops:tt () default => $body:block, $($rest:tt)*) => {
         $crate::__weft_select!(@parse $ctor $ops ((now) ($body)) $($rest)*)
@@ -90,16 +93,16 @@ macro_rules! __weft_select {
     (@parse $ctor:tt $ops:tt () default => $body:expr) => {
         $crate::__weft_select!(@parse $ctor $ops ((now) ($body)))
     };
-    (@parse $ctor:tt $ops:tt () default($t:expr) => $body:block, $($rest:tt)*) => {
+    (@parse $ctor:tt $ops:tt () default($t:expr $(,)?) => $body:block, $($rest:tt)*) => {
         $crate::__weft_select!(@parse $ctor $ops ((after $t) ($body)) $($rest)*)
     };
-    (@parse $ctor:tt $ops:tt () default($t:expr) => $body:block $($rest:tt)*) => {
+    (@parse $ctor:tt $ops:tt () default($t:expr $(,)?) => $body:block $($rest:tt)*) => {
         $crate::__weft_select!(@parse $ctor $ops ((after $t) ($body)) $($rest)*)
     };
-    (@parse $ctor:tt $ops:tt () default($t:expr) => $body:expr, $($rest:tt)*) => {
+    (@parse $ctor:tt $ops:tt () default($t:expr $(,)?) => $body:expr, $($rest:tt)*) => {
         $crate::__weft_select!(@parse $ctor $ops ((after $t) ($body)) $($rest)*)
     };
-    (@parse $ctor:tt $ops:tt () default($t:expr) => $body:expr) => {
+    (@parse $ctor:tt $ops:tt () default($t:expr $(,)?) => $body:expr) => {
         $crate::__weft_select!(@parse $ctor $ops ((after $t) ($body)))
     };
     (@parse $ctor:tt $ops:tt ($($def:tt)+) default $($rest:tt)*) => {

@@ -381,11 +381,11 @@ impl<'a> Select<'a> {
                 m.node(i).reset();
                 match m.try_phase(false) {
                     Some((i, won)) => Ok(m.selected(i, won)),
-                    None => Err(TrySelectError),
+                    None => m.try_registered(),
                 }
             }
             Some((i, won)) => Ok(m.selected(i, won)),
-            None => Err(TrySelectError),
+            None => m.try_registered(),
         }
     }
 
@@ -769,6 +769,38 @@ impl<'a> Machine<'a> {
                 continue;
             }
             return Poll::Pending;
+        }
+    }
+
+    /// The end of `try_select` when one pass found nothing: the operations are tried in
+    /// turn, so one that became ready behind the pass (while another that was ready went
+    /// away) would be missed. Registering every node and then giving up settles it: an
+    /// operation that became ready meanwhile either answers "ready" when its node
+    /// registers or wins the group, so `try_select` fails only if at one moment none
+    /// was ready (crossbeam's `linearizable_try`).
+    fn try_registered(&mut self) -> Result<SelectedOperation<'a>, TrySelectError> {
+        let mut cx = Context::from_waker(Waker::noop());
+        for give_up in [false, true] {
+            if let Poll::Ready(r) = self.poll_no_pairing(&mut cx, give_up) {
+                return match r {
+                    Some((i, won)) => Ok(self.take_selected(i, won)),
+                    None => Err(TrySelectError),
+                };
+            }
+        }
+        unreachable!("a select that gives up does not wait")
+    }
+
+    /// [`Machine::poll`] for `try_select`: a receive paired in step 1 would wait for its
+    /// partner's value, so a pairing is undone at once instead.
+    fn poll_no_pairing(
+        &mut self,
+        cx: &mut Context<'_>,
+        give_up: bool,
+    ) -> Poll<Option<(usize, Won)>> {
+        match self.poll(cx, give_up) {
+            Poll::Pending if self.paired.is_some() => self.poll(cx, true),
+            r => r,
         }
     }
 
