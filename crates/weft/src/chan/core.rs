@@ -54,6 +54,9 @@ pub(crate) enum Fail {
     Closed,
     /// The receiver was paired with a selected send: its value will come to its node.
     Paired,
+    /// Nothing to take, but a select waits to send: a receive with a node can pair
+    /// with it.
+    Unpaired,
 }
 
 /// A selected operation's state, decided in its node under the lock.
@@ -113,9 +116,11 @@ impl<T> Chan<T> {
         // reads the other's word. Either this sees the channel closed (and wakes the
         // waiters), or the close's fence comes later and every receiver that checks the
         // count under the lock after the close sees it at 0.
-        let last = self.in_flight.fetch_sub(1, AcqRel) == 1;
-        fence(SeqCst);
-        if last && self.closed.load(Acquire) {
+        // Only the last value's taker reads `closed`, so only it needs the fence.
+        if self.in_flight.fetch_sub(1, AcqRel) == 1 && {
+            fence(SeqCst);
+            self.closed.load(Acquire)
+        } {
             let mut wakes = WakeBatch::new();
             let mut st = self.lock();
             st.wake_closed(&mut wakes);
@@ -162,20 +167,8 @@ impl<T> Chan<T> {
             self.closed.store(true, Release);
             // Pairs with the fence in `taken`.
             fence(SeqCst);
-            let st = &mut *st;
-            // SAFETY: under the lock; the nodes are on these lists.
-            unsafe {
-                st.receivers.drain(|n| {
-                    if n.claim() {
-                        n.notify(Reason::Close, &mut wakes);
-                    }
-                });
-                st.senders.drain(|n| {
-                    if n.claim() {
-                        n.notify(Reason::Close, &mut wakes);
-                    }
-                });
-            }
+            st.close_list(true, &mut wakes);
+            st.close_list(false, &mut wakes);
             st.observers = 0;
         }
         let buf = if drain {
@@ -225,7 +218,8 @@ impl<T> Chan<T> {
 
     /// Receives now if it can: from the buffer, else from a waiting sender. With
     /// `pair`, a waiting select's send is paired with that node (the value comes
-    /// later: `Fail::Paired`); without, such senders are passed over.
+    /// later: `Fail::Paired`); without, such senders are passed over and reported
+    /// (`Fail::Unpaired`).
     pub(crate) fn try_recv_locked(
         &self,
         st: &mut State<T>,
@@ -237,11 +231,16 @@ impl<T> Chan<T> {
             return Ok(v);
         }
         let own = pair.map_or(ptr::null(), |n| n.group());
+        let mut unpaired = false;
         // SAFETY: under the lock; nodes on the list are alive.
         let taken = unsafe {
             st.senders.take_first(|n| match n.kind() {
                 Kind::Op => true,
-                Kind::Select => pair.is_some() && !n.same_group(own) && n.claim(),
+                Kind::Select if pair.is_some() => !n.same_group(own) && n.claim(),
+                Kind::Select => {
+                    unpaired |= n.is_open();
+                    false
+                }
                 Kind::Observe => false,
             })
         };
@@ -267,6 +266,8 @@ impl<T> Chan<T> {
         }
         Err(if self.is_drained(st) {
             Fail::Closed
+        } else if unpaired {
+            Fail::Unpaired
         } else {
             Fail::NotReady
         })
@@ -342,57 +343,18 @@ impl<T> Chan<T> {
     pub(crate) fn try_recv_now(&self) -> Result<T, Fail> {
         // The common case needs no node: a value in the buffer or a waiting sender,
         // or nothing and no select waiting to send.
-        {
-            let mut hold = GiveBackOnUnwind {
-                chan: self,
-                value: None,
-            };
-            let mut wakes = WakeBatch::new();
-            let mut st = self.lock();
-            match self.try_recv_locked(&mut st, None, &mut wakes) {
-                Ok(v) => {
-                    hold.value = Some(v);
-                }
-                Err(Fail::NotReady)
-                    // SAFETY: under the lock.
-                    if unsafe {
-                        st.senders
-                            .any(|n| n.kind() == Kind::Select && n.is_open())
-                    } => {}
-                Err(e) => return Err(e),
-            }
-            drop(st);
-            drop(wakes);
-            if let Some(v) = hold.value.take() {
-                return Ok(v);
-            }
+        match self.try_recv_held(None) {
+            Err(Fail::Unpaired) => {}
+            r => return r,
         }
         let guard = PairedRecv {
             chan: self,
             node: Node::new(),
             paired: std::cell::Cell::new(false),
         };
-        // A value taken here is held by `hold` while the wakes run: if one panics, the
-        // value goes back to the channel instead of being dropped by the unwind.
-        let mut hold = GiveBackOnUnwind {
-            chan: self,
-            value: None,
-        };
-        let r = {
-            let mut wakes = WakeBatch::new();
-            let mut st = self.lock();
-            match self.try_recv_locked(&mut st, Some(&guard.node), &mut wakes) {
-                Ok(v) => {
-                    hold.value = Some(v);
-                    Ok(())
-                }
-                Err(e) => Err(e),
-            }
-        };
-        match r {
-            Ok(()) => return Ok(hold.value.take().expect("held")),
+        match self.try_recv_held(Some(&guard.node)) {
             Err(Fail::Paired) => guard.paired.set(true),
-            Err(e) => return Err(e),
+            r => return r,
         }
         let reason = self.await_pairing(&guard.node);
         if reason == Reason::Data {
@@ -404,6 +366,23 @@ impl<T> Chan<T> {
             }
         }
         Err(Fail::NotReady)
+    }
+
+    /// One [`Chan::try_recv_locked`], the value held while the wakes run after the
+    /// lock: if a wake panics, the value goes back to the channel instead of being
+    /// dropped by the unwind.
+    fn try_recv_held(&self, pair: Option<&Node<T>>) -> Result<T, Fail> {
+        let mut hold = GiveBackOnUnwind {
+            chan: self,
+            value: None,
+        };
+        let r = {
+            let mut wakes = WakeBatch::new();
+            let mut st = self.lock();
+            self.try_recv_locked(&mut st, pair, &mut wakes)
+                .map(|v| hold.value = Some(v))
+        };
+        r.map(|()| hold.value.take().expect("held"))
     }
 
     /// Waits a little for the value of the select `node` is paired with (a "try"
@@ -453,24 +432,31 @@ impl<T> Chan<T> {
             node.reset();
         }
         loop {
-            match self.try_recv_now() {
-                Ok(v) => return Poll::Ready(Some(v)),
-                Err(Fail::Closed) => return Poll::Ready(None),
-                Err(_) => {}
-            }
             let mut wakes = WakeBatch::new();
             let mut st = self.lock();
             match self.try_recv_locked(&mut st, None, &mut wakes) {
-                Ok(v) => return Poll::Ready(Some(v)),
+                Ok(v) => {
+                    // Given back if a wake panics (as `try_recv_now` does).
+                    let mut hold = GiveBackOnUnwind {
+                        chan: self,
+                        value: Some(v),
+                    };
+                    drop(st);
+                    drop(wakes);
+                    return Poll::Ready(hold.value.take());
+                }
                 Err(Fail::Closed) => return Poll::Ready(None),
+                // A waiting select's send needs a pairing, which `try_recv_now` makes.
+                Err(Fail::Unpaired) => {
+                    drop(st);
+                    drop(wakes);
+                    match self.try_recv_now() {
+                        Ok(v) => return Poll::Ready(Some(v)),
+                        Err(Fail::Closed) => return Poll::Ready(None),
+                        Err(_) => continue,
+                    }
+                }
                 Err(_) => {}
-            }
-            // A waiting select's send needs a pairing, which the next round makes.
-            // SAFETY: under the lock.
-            let select_send =
-                unsafe { st.senders.any(|n| n.kind() == Kind::Select && n.is_open()) };
-            if select_send {
-                continue;
             }
             // SAFETY: under the lock; the receiver keeps the boxed node until
             // `unregister_stream` takes it off.
@@ -543,7 +529,7 @@ impl<T> Chan<T> {
                 unsafe { node.set_waker(cx.waker(), &mut wakes) };
                 Poll::Pending
             }
-            Err(Fail::NotReady) => {
+            Err(Fail::NotReady | Fail::Unpaired) => {
                 // SAFETY: under the lock; the caller keeps the node pinned until
                 // `cancel_recv` (its `Drop`) takes it off.
                 unsafe {
@@ -756,7 +742,7 @@ impl<T> Chan<T> {
             }
             Err(Fail::Closed) => Some(Won::Closed),
             Err(Fail::Paired) => Some(Won::Pending),
-            Err(Fail::NotReady) => None,
+            Err(Fail::NotReady | Fail::Unpaired) => None,
         }
     }
 
@@ -809,7 +795,6 @@ impl<T> Chan<T> {
                 // A selected send whose partner went away before it delivered.
                 Reason::Data => None,
                 Reason::Waiting if recv && !node.partner().is_null() => Some(Won::Pending),
-                Reason::Waiting if node.has_value() => Some(Won::Value),
                 _ => None,
             }
         }
@@ -841,30 +826,13 @@ impl<T> Chan<T> {
             if node.is_reserved() {
                 node.set_reserved(false);
                 st.reserved -= 1;
-                if st.closed {
-                    drop(st);
-                    return Err(v);
-                }
-                match self.try_send_locked(&mut st, v, &mut wakes) {
-                    Ok(()) => return Ok(()),
-                    Err((v, Fail::Closed)) => {
-                        drop(st);
-                        return Err(v);
-                    }
-                    // The held slot was taken by a value given back meanwhile (those
-                    // go in whatever the capacity): this one still goes in.
-                    Err((v, _)) => {
-                        st.buf.push_back(v);
-                        st.wake_observers(true, &mut wakes);
-                        return Ok(());
-                    }
-                }
             }
         }
-        // The receiver held for this send went away after the select committed:
-        // the send still completes without waiting, its value going to the next
-        // receiver or, failing one, into the buffer whatever the capacity (as a
-        // given-back value does).
+        // With a held slot the send goes in; so it does when the slot was taken by a
+        // value given back meanwhile, or when the receiver held for it went away after
+        // the select committed: the send still completes without waiting, its value
+        // going to the next receiver or, failing one, into the buffer whatever the
+        // capacity (as a given-back value does).
         if st.closed {
             drop(st);
             return Err(v);
@@ -1014,12 +982,22 @@ impl<T> State<T> {
     /// The last value on its way to a receiver of a closed channel was taken: the
     /// receivers waiting for it see the channel disconnected now.
     fn wake_closed(&mut self, wakes: &mut WakeBatch) {
-        if !self.closed {
-            return;
+        if self.closed {
+            self.close_list(true, wakes);
         }
+    }
+
+    /// Empties the receivers' (or senders') list, waking with `Close` every node whose
+    /// select it can still win (the others belong to selects that completed elsewhere).
+    fn close_list(&mut self, receivers: bool, wakes: &mut WakeBatch) {
+        let list = if receivers {
+            &mut self.receivers
+        } else {
+            &mut self.senders
+        };
         // SAFETY: `self` is behind the lock that owns the list.
         unsafe {
-            self.receivers.drain(|n| {
+            list.drain(|n| {
                 if n.claim() {
                     n.notify(Reason::Close, wakes);
                 }

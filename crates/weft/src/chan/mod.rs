@@ -223,33 +223,37 @@ impl<T> RefUnwindSafe for Receiver<T> {}
 
 /// How long a blocking operation keeps its core before it sleeps: a partner on
 /// another core often completes it within a microsecond, far less than a futex park
-/// and wake (about 40 us here; a fiber woken on another worker costs that too, since
-/// a started fiber runs on its own worker). A plain thread then yields its core a few
-/// times (the partner may be waiting for it, with more threads than cores); a fiber or
-/// worker does not, since its thread has other work.
+/// and wake (about 40 us here). A plain thread spins, then yields its core a few times
+/// (the partner may be waiting for it, with more threads than cores). A worker with
+/// nothing else ready spins about 20 us (a started fiber is woken on its own worker,
+/// through a futex when that worker sleeps); one with other work ready suspends at
+/// once.
 struct Backoff {
     step: u32,
     limit: u32,
+    /// Spin instead of yielding past the first rounds (a worker never yields its
+    /// thread).
+    on_worker: bool,
 }
 
 impl Backoff {
     const SPINS: u32 = 7;
     /// Extra rounds of the longest spin for an idle worker (about 20 us in all).
     const IDLE_SPINS: u32 = 24;
+    /// Rounds of `yield_now` for a plain thread.
+    const YIELDS: u32 = 4;
 
     fn new() -> Backoff {
-        let limit = if !crate::fiber::wait::on_worker_thread() {
-            Self::SPINS + 4
-        } else if crate::fiber::wait::worker_has_ready_work() {
-            // Other work is waiting on this worker: suspend rather than spin.
-            0
-        } else {
-            // A worker with nothing else to do: a partner on another worker usually
-            // answers sooner than this worker could park and be woken (a started
-            // fiber is woken on its own worker, through a futex when it sleeps).
-            Self::SPINS + Self::IDLE_SPINS
-        };
-        Backoff { step: 0, limit }
+        let (on_worker, limit) = crate::scheduler::worker::with_current(|core| match core {
+            None => (false, Self::SPINS + Self::YIELDS),
+            Some(c) if c.has_ready_work() => (true, 0),
+            Some(_) => (true, Self::SPINS + Self::IDLE_SPINS),
+        });
+        Backoff {
+            step: 0,
+            limit,
+            on_worker,
+        }
     }
 
     /// Waits a little; `false` once it is time to sleep instead.
@@ -257,12 +261,8 @@ impl Backoff {
         if self.step >= self.limit {
             return false;
         }
-        if self.step < Self::SPINS {
-            for _ in 0..(1u32 << self.step) {
-                std::hint::spin_loop();
-            }
-        } else if crate::fiber::wait::on_worker_thread() {
-            for _ in 0..(1u32 << Self::SPINS) {
+        if self.step < Self::SPINS || self.on_worker {
+            for _ in 0..(1u32 << self.step.min(Self::SPINS)) {
                 std::hint::spin_loop();
             }
         } else {
@@ -343,23 +343,20 @@ impl<T> Sender<T> {
     /// assert!(tx.send_blocking(2).is_err());
     /// ```
     pub fn send_blocking(&self, value: T) -> Result<(), SendError<T>> {
-        let mut value = match self.try_send(value) {
-            Ok(()) => return Ok(()),
-            Err(TrySendError::Disconnected(v)) => return Err(SendError(v)),
-            Err(TrySendError::Full(v)) => Some(v),
-        };
-        let spun = spin_try(|| match self.try_send(value.take().unwrap()) {
+        let mut value = Some(value);
+        let mut attempt = || match self.try_send(value.take().expect("not sent yet")) {
             Ok(()) => Some(Ok(())),
             Err(TrySendError::Disconnected(v)) => Some(Err(SendError(v))),
             Err(TrySendError::Full(v)) => {
                 value = Some(v);
                 None
             }
-        });
-        match spun {
-            Some(r) => r,
-            None => wait_spinning(self.send(value.unwrap()), SendFuture::is_notified),
+        };
+        if let Some(r) = attempt().or_else(|| spin_try(&mut attempt)) {
+            return r;
         }
+        let value = value.expect("not sent yet");
+        wait_spinning(self.send(value), SendFuture::is_notified)
     }
 
     /// Sends `value` if that can be done now.
@@ -571,34 +568,18 @@ impl<T> Receiver<T> {
     /// assert_eq!(rx.recv_blocking(), Ok(9));
     /// ```
     pub fn recv_blocking(&self) -> Result<T, RecvError> {
-        match self.try_recv() {
-            Ok(v) => return Ok(v),
-            Err(TryRecvError::Disconnected) => return Err(RecvError),
-            Err(TryRecvError::Empty) => {}
-        }
-        if let Flavor::Chan(_) = self.flavor {
-            if let Some(r) = spin_try(|| match self.try_recv() {
-                Ok(v) => Some(Ok(v)),
-                Err(TryRecvError::Disconnected) => Some(Err(RecvError)),
-                Err(TryRecvError::Empty) => None,
-            }) {
-                return r;
-            }
-        }
+        let attempt = || match self.try_recv() {
+            Ok(v) => Some(Ok(v)),
+            Err(TryRecvError::Disconnected) => Some(Err(RecvError)),
+            Err(TryRecvError::Empty) => None,
+        };
         match &self.flavor {
-            Flavor::Timer(t, convert) => loop {
-                if let Some(at) = t.try_take() {
-                    return Ok(convert(at));
-                }
-                match t.deadline() {
-                    Some(d) => {
-                        let mut never = std::pin::pin!(std::future::pending::<()>());
-                        crate::fiber::wait::wait_until(never.as_mut(), d);
-                    }
-                    None => crate::wait(std::future::pending::<()>()),
-                }
+            Flavor::Chan(_) => match attempt().or_else(|| spin_try(attempt)) {
+                Some(r) => r,
+                None => wait_spinning(self.recv(), RecvFuture::is_notified),
             },
-            _ => wait_spinning(self.recv(), RecvFuture::is_notified),
+            Flavor::Timer(t, convert) => Ok(convert(t.recv_blocking(None).expect("no deadline"))),
+            Flavor::Never => crate::wait(std::future::pending()),
         }
     }
 
@@ -652,24 +633,18 @@ impl<T> Receiver<T> {
             Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
             Err(TryRecvError::Empty) => {}
         }
-        if let Flavor::Timer(t, convert) = &self.flavor {
-            // Sleep until the timer fires or the deadline passes, whichever is first.
-            loop {
-                if let Some(at) = t.try_take() {
-                    return Ok(convert(at));
-                }
-                let until = t.deadline().map_or(deadline, |d| d.min(deadline));
-                if Instant::now() >= deadline {
-                    return Err(RecvTimeoutError::Timeout);
-                }
-                let mut never = std::pin::pin!(std::future::pending::<()>());
-                crate::fiber::wait::wait_until(never.as_mut(), until);
+        match &self.flavor {
+            Flavor::Chan(_) => {}
+            Flavor::Timer(t, convert) => {
+                return t
+                    .recv_blocking(Some(deadline))
+                    .map(convert)
+                    .ok_or(RecvTimeoutError::Timeout)
             }
-        }
-        if let Flavor::Never = self.flavor {
-            let mut never = std::pin::pin!(std::future::pending::<()>());
-            crate::fiber::wait::wait_until(never.as_mut(), deadline);
-            return Err(RecvTimeoutError::Timeout);
+            Flavor::Never => {
+                timer::sleep_until(deadline);
+                return Err(RecvTimeoutError::Timeout);
+            }
         }
         let mut fut = std::pin::pin!(self.recv());
         match crate::fiber::wait::wait_until(fut.as_mut(), deadline) {

@@ -375,16 +375,16 @@ impl<'a> Select<'a> {
                 // select runs (as in crossbeam); if not, the pairing is undone and the
                 // other operations are tried without pairing.
                 if m.node(i).await_pairing() {
-                    return Ok(m.selected(i, Won::Value));
+                    return Ok(m.take_selected(i, Won::Value));
                 }
                 m.node(i).release();
                 m.node(i).reset();
                 match m.try_phase(false) {
-                    Some((i, won)) => Ok(m.selected(i, won)),
+                    Some((i, won)) => Ok(m.take_selected(i, won)),
                     None => m.try_registered(),
                 }
             }
-            Some((i, won)) => Ok(m.selected(i, won)),
+            Some((i, won)) => Ok(m.take_selected(i, won)),
             None => m.try_registered(),
         }
     }
@@ -412,7 +412,7 @@ impl<'a> Select<'a> {
         let (i, won) = m
             .run_blocking(None)
             .expect("a select without a deadline selects");
-        m.selected(i, won)
+        m.take_selected(i, won)
     }
 
     /// As [`select`](Select::select), giving up after `timeout`.
@@ -448,7 +448,7 @@ impl<'a> Select<'a> {
     ) -> Result<SelectedOperation<'a>, SelectTimeoutError> {
         let mut m = Machine::new(self, Kind::Select);
         match m.run_blocking(Some(deadline)) {
-            Some((i, won)) => Ok(m.selected(i, won)),
+            Some((i, won)) => Ok(m.take_selected(i, won)),
             None => Err(SelectTimeoutError),
         }
     }
@@ -780,27 +780,22 @@ impl<'a> Machine<'a> {
     /// was ready (crossbeam's `linearizable_try`).
     fn try_registered(&mut self) -> Result<SelectedOperation<'a>, TrySelectError> {
         let mut cx = Context::from_waker(Waker::noop());
-        for give_up in [false, true] {
-            if let Poll::Ready(r) = self.poll_no_pairing(&mut cx, give_up) {
-                return match r {
-                    Some((i, won)) => Ok(self.take_selected(i, won)),
-                    None => Err(TrySelectError),
-                };
-            }
-        }
-        unreachable!("a select that gives up does not wait")
+        // A receive paired in this round would wait for its partner's value: giving up
+        // undoes the pairing at once.
+        let r = match self.poll(&mut cx, false) {
+            Poll::Ready(r) => r,
+            Poll::Pending => self.give_up(),
+        };
+        r.map(|(i, won)| self.take_selected(i, won))
+            .ok_or(TrySelectError)
     }
 
-    /// [`Machine::poll`] for `try_select`: a receive paired in step 1 would wait for its
-    /// partner's value, so a pairing is undone at once instead.
-    fn poll_no_pairing(
-        &mut self,
-        cx: &mut Context<'_>,
-        give_up: bool,
-    ) -> Poll<Option<(usize, Won)>> {
-        match self.poll(cx, give_up) {
-            Poll::Pending if self.paired.is_some() => self.poll(cx, true),
-            r => r,
+    /// Ends the round without waiting (a deadline passed): what is there, if anything.
+    fn give_up(&mut self) -> Option<(usize, Won)> {
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.poll(&mut cx, true) {
+            Poll::Ready(r) => r,
+            Poll::Pending => unreachable!("a select that gives up does not wait"),
         }
     }
 
@@ -819,21 +814,11 @@ impl<'a> Machine<'a> {
             };
             match r {
                 Some(r) => return r,
-                None if deadline.is_some_and(|d| Instant::now() >= d) => {
-                    let mut cx = Context::from_waker(Waker::noop());
-                    match self.poll(&mut cx, true) {
-                        Poll::Ready(r) => return r,
-                        Poll::Pending => unreachable!("a select that gives up does not wait"),
-                    }
-                }
+                None if deadline.is_some_and(|d| Instant::now() >= d) => return self.give_up(),
                 // A timer operation is due: the next round takes it.
                 None => {}
             }
         }
-    }
-
-    fn selected(&mut self, index: usize, won: Won) -> SelectedOperation<'a> {
-        self.take_selected(index, won)
     }
 
     fn take_selected(&mut self, index: usize, won: Won) -> SelectedOperation<'a> {
@@ -979,27 +964,9 @@ impl SelectedOperation<'_> {
         let node = unsafe { &*node };
         match self.won {
             Won::Closed => Err(RecvError),
-            Won::Pending => {
-                // Paired with a selecting sender: its value comes to our node.
-                let got = wait(std::future::poll_fn(|cx| {
-                    match node.chan.won_state(&node.node, true, Some(cx.waker())) {
-                        Some(Won::Pending) => Poll::Pending,
-                        Some(Won::Value) => Poll::Ready(true),
-                        _ => Poll::Ready(false),
-                    }
-                }));
-                // SAFETY: a value was delivered (or none will be): the node is ours.
-                match got.then(|| unsafe { node.node.take_slot() }).flatten() {
-                    Some(v) => {
-                        node.chan.taken();
-                        Ok(v)
-                    }
-                    None => {
-                        node.chan.release_won(&node.node, true);
-                        recv_again(r)
-                    }
-                }
-            }
+            // A select waits inside itself for the value of a paired sender, and
+            // `try_select` for a short while (undoing the pairing if it does not come).
+            Won::Pending => unreachable!("a paired receive is selected only with its value"),
             // SAFETY: the value was handed to our node, which is ours alone now.
             _ => match unsafe { node.node.take_slot() } {
                 Some(v) => {
@@ -1055,8 +1022,7 @@ impl Drop for SelectedOperation<'_> {
     }
 }
 
-/// `weft::wait`: the select's blocking waits (an untimed select, and a selected
-/// receive waiting for the value of the selecting sender it is paired with).
+/// `weft::wait`: the select's blocking wait (an untimed select).
 #[cfg(not(all(test, loom)))]
 fn wait<F: Future>(f: F) -> F::Output {
     crate::wait(f)
@@ -1079,18 +1045,6 @@ fn send_again<T>(s: &Sender<T>, v: T) -> Result<(), SendError<T>> {
 #[cfg(all(test, loom))]
 fn send_again<T>(s: &Sender<T>, v: T) -> Result<(), SendError<T>> {
     wait(s.send(v))
-}
-
-/// A selected receive whose paired sender let it go receives the ordinary way.
-#[cfg(not(all(test, loom)))]
-fn recv_again<T>(r: &Receiver<T>) -> Result<T, RecvError> {
-    r.recv_blocking()
-}
-
-/// As above, polled by hand in the loom models.
-#[cfg(all(test, loom))]
-fn recv_again<T>(r: &Receiver<T>) -> Result<T, RecvError> {
-    wait(r.recv())
 }
 
 /// Under loom every execution is replayed: the order must not depend on the clock or

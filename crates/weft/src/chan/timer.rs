@@ -77,10 +77,36 @@ impl Timer {
         }
     }
 
+    /// A blocking receive (by `weft::wait`'s rule): the instant it fired at, or `None`
+    /// once `deadline` passed first.
+    pub(crate) fn recv_blocking(&self, deadline: Option<Instant>) -> Option<Instant> {
+        loop {
+            if let Some(at) = self.try_take() {
+                return Some(at);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return None;
+            }
+            match (self.deadline(), deadline) {
+                (Some(a), Some(b)) => sleep_until(a.min(b)),
+                (a, b) => match a.or(b) {
+                    Some(d) => sleep_until(d),
+                    None => crate::wait(std::future::pending::<()>()),
+                },
+            }
+        }
+    }
+
     /// Whether a message is due now.
     pub(crate) fn is_ready(&self) -> bool {
         self.deadline().is_some_and(|d| Instant::now() >= d)
     }
+}
+
+/// Sleeps until `d` by `weft::wait`'s rule (a fiber suspends, a thread blocks).
+pub(crate) fn sleep_until(d: Instant) {
+    let mut never = std::pin::pin!(std::future::pending::<()>());
+    crate::fiber::wait::wait_until(never.as_mut(), d);
 }
 
 fn after_or_far(now: Instant, d: Duration) -> Instant {

@@ -195,17 +195,6 @@ fn block_thread_until<F: Future>(
     }
 }
 
-/// Whether this thread is a worker of a weft runtime.
-pub(crate) fn on_worker_thread() -> bool {
-    !worker::current_ptr().is_null()
-}
-
-/// Whether this thread is a worker that has other work ready to run.
-pub(crate) fn worker_has_ready_work() -> bool {
-    // SAFETY: as in `on_worker`: set for the life of the core on this thread.
-    unsafe { worker::current_ptr().as_ref() }.is_some_and(|c| c.has_ready_work())
-}
-
 /// [`wait`] with a deadline: the future's output, or `None` once `deadline` has passed
 /// first (the future is left as it is, for the caller to finish or drop). Off a
 /// runtime the thread sleeps with a timeout; on a fiber or a worker a timer of the
