@@ -1,27 +1,61 @@
-//! The channel itself: one buffer and two wait lists under one lock, for every
-//! capacity (0 is the rendezvous channel, `None` unbounded).
+//! The channel itself: a buffer and two wait lists, for every capacity (0 is the
+//! rendezvous channel, `None` unbounded).
 //!
-//! Invariants, all under the lock:
+//! The buffer is lock-free (`flavors`: a ring for bounded channels, a list of blocks
+//! for unbounded ones). The wait lists, the values given back by cancelled receivers
+//! (`front`), the values beyond the capacity (`over`) and the slots held for selected
+//! sends sit under one lock. While none of those is in use and the channel is open,
+//! `slow` is clear and a send or receive is one buffer operation, with no lock (the
+//! fast path); otherwise every operation goes through the lock.
+//!
+//! Invariants, under the lock:
 //! * receivers (other than observers and stale select nodes) wait only while the
 //!   buffer is empty: a send hands its value straight to the first waiting receiver;
 //! * senders wait only while the buffer is full: a receive that frees a slot moves the
 //!   first waiting sender's value into it (or reserves it for a waiting select);
-//! * `buf.len() + reserved <= cap`, except for values given back by a cancelled
-//!   receiver (pushed to the front whatever the capacity, so none is lost);
+//! * `len + reserved <= cap`, except for values given back by a cancelled receiver
+//!   (put in `front`, whatever the capacity, so none is lost) and for selected sends
+//!   whose held slot a fast send took meanwhile (put in `over`);
 //! * a node that is off its list with reason `Waiting` is reserved by its partner,
 //!   which will complete it (a select's send) or let it go with `Signal`.
+//!
+//! **Why the fast path loses no wakeup.** The first two invariants can break for a
+//! moment: a fast send that read `slow` clear may push its value just after a
+//! receiver registered. Both sides follow the store-buffering pattern: a registering
+//! waiter publishes `slow` (SeqCst), issues a SeqCst fence and then looks at the
+//! buffer again under the lock ([`Chan::settle_locked`]); a fast operation changes
+//! the buffer (an atomic read-modify-write), issues a SeqCst fence and then reads
+//! `slow`, and if it is set takes the lock and settles. Of two such sequences at
+//! least one sees the other's write, so either the waiter finds the value (or the
+//! room) itself, or the fast operation's settle hands it over (or admits the waiting
+//! sender). Closing marks the buffer in the same word a push claims, so a fast send
+//! either landed before the close (and the close's drain or the receivers see it) or
+//! fails and takes the slow path, which sees the channel closed.
 //!
 //! Values are dropped and wakers woken only after the lock is released.
 
 use std::collections::VecDeque;
+use std::ops::{Deref, DerefMut};
 use std::ptr;
 use std::task::{Context, Poll};
 
+use crossbeam_utils::CachePadded;
+
+use super::flavors::list::{self, List};
+use super::flavors::ring::{self, PushError, Ring};
 use crate::base::{fence, AtomicBool, AtomicUsize};
 use crate::waitlist::{Kind, Lock, LockGuard, Node, Reason, WaitList, WakeBatch};
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Release, SeqCst};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
+
+/// Capacities up to this get a ring allocated whole at creation (so a bounded channel
+/// allocates nothing per message); larger ones buffer in a list of blocks.
+const RING_MAX: usize = 1 << 20;
 
 pub(crate) struct Chan<T> {
+    /// Set while the lock's state is in use (see the module doc): operations then take
+    /// the lock. Read by every operation, written only when that changes.
+    slow: CachePadded<AtomicBool>,
+    buffer: Buffer<T>,
     state: Lock<State<T>>,
     /// `None`: unbounded.
     pub(crate) cap: Option<usize>,
@@ -36,8 +70,110 @@ pub(crate) struct Chan<T> {
     in_flight: AtomicUsize,
 }
 
+/// The lock-free buffer.
+enum Buffer<T> {
+    /// The rendezvous channel buffers nothing.
+    None,
+    Ring(Ring<T>),
+    List(List<T>),
+}
+
+impl<T> Buffer<T> {
+    fn push(&self, v: T) -> Result<(), T> {
+        match self {
+            Buffer::None => Err(v),
+            Buffer::Ring(r) => r
+                .try_push(v)
+                .map_err(|(PushError::Full(v) | PushError::Closed(v))| v),
+            Buffer::List(l) => l.try_push(v),
+        }
+    }
+
+    /// A value, `Ok(None)` when empty, `Err(())` when a push has claimed the next
+    /// value's place but not yet written it.
+    fn pop(&self) -> Result<Option<T>, ()> {
+        match self {
+            Buffer::None => Ok(None),
+            Buffer::Ring(r) => match r.try_pop() {
+                ring::Pop::Value(v) => Ok(Some(v)),
+                ring::Pop::Empty => Ok(None),
+                ring::Pop::Busy => Err(()),
+            },
+            Buffer::List(l) => match l.try_pop() {
+                list::Pop::Value(v) => Ok(Some(v)),
+                list::Pop::Empty => Ok(None),
+                list::Pop::Busy => Err(()),
+            },
+        }
+    }
+
+    /// Pops, waiting out a push caught between claiming its place and writing it (a
+    /// few instructions of another thread).
+    fn pop_settled(&self) -> Option<T> {
+        let mut spins = 0u32;
+        loop {
+            match self.pop() {
+                Ok(v) => return v,
+                Err(()) => snooze(&mut spins),
+            }
+        }
+    }
+
+    fn close(&self) {
+        match self {
+            Buffer::None => {}
+            Buffer::Ring(r) => {
+                r.close();
+            }
+            Buffer::List(l) => {
+                l.close();
+            }
+        }
+    }
+
+    /// Nothing in it, not even a push in progress.
+    fn is_empty(&self) -> bool {
+        match self {
+            Buffer::None => true,
+            Buffer::Ring(r) => r.is_empty(),
+            Buffer::List(l) => l.is_empty(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Buffer::None => 0,
+            Buffer::Ring(r) => r.len(),
+            Buffer::List(l) => l.len(),
+        }
+    }
+}
+
+/// Waits a moment for another thread to finish a step it has begun.
+fn snooze(spins: &mut u32) {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    {
+        if *spins < 6 {
+            for _ in 0..(1u32 << *spins) {
+                std::hint::spin_loop();
+            }
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    *spins += 1;
+}
+
 pub(crate) struct State<T> {
-    buf: VecDeque<T>,
+    /// Values given back by receivers that will not take them: older than anything
+    /// in the buffer, so taken first.
+    front: VecDeque<T>,
+    /// Values that found no room in the buffer although they had to go in (a selected
+    /// send whose held slot a fast send took): newer than the buffer, taken after it,
+    /// and while any is here, sends queue behind them.
+    over: VecDeque<T>,
     /// Slots held for selected sends that have not delivered yet.
     reserved: usize,
     closed: bool,
@@ -45,6 +181,45 @@ pub(crate) struct State<T> {
     receivers: WaitList<T>,
     /// Observer nodes on either list (`Select::ready`): wake them only when any wait.
     observers: usize,
+    /// What `Chan::slow` was last set to.
+    slow: bool,
+}
+
+impl<T> State<T> {
+    /// Whether operations must take the lock.
+    fn needs_lock(&self) -> bool {
+        self.closed
+            || self.reserved > 0
+            || !self.front.is_empty()
+            || !self.over.is_empty()
+            || !self.senders.is_empty()
+            || !self.receivers.is_empty()
+    }
+}
+
+/// The channel's lock held: publishes `slow` as it is released.
+pub(crate) struct Guard<'a, T> {
+    chan: &'a Chan<T>,
+    st: LockGuard<'a, State<T>>,
+}
+
+impl<T> Deref for Guard<'_, T> {
+    type Target = State<T>;
+    fn deref(&self) -> &State<T> {
+        &self.st
+    }
+}
+
+impl<T> DerefMut for Guard<'_, T> {
+    fn deref_mut(&mut self) -> &mut State<T> {
+        &mut self.st
+    }
+}
+
+impl<T> Drop for Guard<'_, T> {
+    fn drop(&mut self) {
+        self.chan.publish(&mut self.st);
+    }
 }
 
 /// Why an attempt did not complete.
@@ -76,17 +251,23 @@ pub(crate) enum Won {
 
 impl<T> Chan<T> {
     pub(crate) fn new(cap: Option<usize>) -> Chan<T> {
-        // Room for the whole buffer up front where that is modest, so that a bounded
-        // channel allocates nothing per message; large capacities grow on demand.
-        let initial = cap.map_or(16, |c| c.min(4096));
+        let buffer = match cap {
+            Some(0) => Buffer::None,
+            Some(c) if c <= RING_MAX => Buffer::Ring(Ring::new(c)),
+            _ => Buffer::List(List::new()),
+        };
         Chan {
+            slow: CachePadded::new(AtomicBool::new(false)),
+            buffer,
             state: Lock::new(State {
-                buf: VecDeque::with_capacity(initial),
+                front: VecDeque::new(),
+                over: VecDeque::new(),
                 reserved: 0,
                 closed: false,
                 senders: WaitList::default(),
                 receivers: WaitList::default(),
                 observers: 0,
+                slow: false,
             }),
             cap,
             senders: AtomicUsize::new(1),
@@ -96,8 +277,157 @@ impl<T> Chan<T> {
         }
     }
 
-    pub(crate) fn lock(&self) -> LockGuard<'_, State<T>> {
-        self.state.lock()
+    pub(crate) fn lock(&self) -> Guard<'_, T> {
+        Guard {
+            chan: self,
+            st: self.state.lock(),
+        }
+    }
+
+    /// Sets `slow` to what the state needs (under the lock). A waiter calls it itself
+    /// before its fence; otherwise the guard does as the lock is released.
+    fn publish(&self, st: &mut State<T>) {
+        let want = st.needs_lock();
+        if want != st.slow {
+            st.slow = want;
+            self.slow.store(want, SeqCst);
+        }
+    }
+
+    /// Whether sends may skip the lock: with a ring the buffer itself keeps to the
+    /// capacity; a list does only for an unbounded channel.
+    fn fast_sends(&self) -> bool {
+        match self.buffer {
+            Buffer::None => false,
+            Buffer::Ring(_) => true,
+            Buffer::List(_) => self.cap.is_none(),
+        }
+    }
+
+    // ---- the fast path (see the module doc) ----
+
+    /// Sends without the lock if nothing needs it and there is room; the value back if
+    /// the slow path must decide.
+    pub(crate) fn send_fast(&self, v: T) -> Result<(), T> {
+        if self.slow.load(Acquire) || !self.fast_sends() {
+            return Err(v);
+        }
+        self.buffer.push(v)?;
+        // Store-buffering with a registering receiver (module doc).
+        fence(SeqCst);
+        if self.slow.load(Relaxed) {
+            self.settle();
+        }
+        Ok(())
+    }
+
+    /// Receives without the lock if nothing needs it and a value is there.
+    pub(crate) fn recv_fast(&self) -> Option<T> {
+        if self.slow.load(Acquire) {
+            return None;
+        }
+        let v = self.buffer.pop().ok()??;
+        // Store-buffering with a registering sender (module doc).
+        fence(SeqCst);
+        if self.slow.load(Relaxed) {
+            // Given back if a wake panics.
+            let mut hold = GiveBackOnUnwind {
+                chan: self,
+                value: Some(v),
+            };
+            self.settle();
+            return hold.value.take();
+        }
+        Some(v)
+    }
+
+    /// A fast operation met a waiter (or the lock's state in use): restore the
+    /// invariants under the lock.
+    fn settle(&self) {
+        let mut wakes = WakeBatch::new();
+        let mut st = self.lock();
+        self.settle_locked(&mut st, &mut wakes);
+    }
+
+    /// Hands buffered values to waiting receivers and freed room to waiting senders,
+    /// and tells observers what is possible now.
+    fn settle_locked(&self, st: &mut State<T>, wakes: &mut WakeBatch) {
+        // SAFETY (both `any` calls): under the lock.
+        while unsafe {
+            st.receivers
+                .any(|n| n.kind() != Kind::Observe && n.is_open())
+        } {
+            let Some(v) = self.pop_locked(st) else { break };
+            // SAFETY: under the lock.
+            match unsafe { take_receiver(st, ptr::null()) } {
+                Some(r) => {
+                    self.handed();
+                    // SAFETY: taken off the list under the lock: ours to complete.
+                    unsafe {
+                        (*r).put_slot(v);
+                        (*r).notify(Reason::Data, wakes);
+                    }
+                }
+                None => {
+                    st.front.push_front(v);
+                    break;
+                }
+            }
+        }
+        while self.admit_sender(st, wakes) {}
+        if st.observers > 0 && self.has_values(st) {
+            st.wake_observers(true, wakes);
+        }
+    }
+
+    // ---- the buffer under the lock ----
+
+    /// The oldest value: given back ones, then the buffer, then those over capacity.
+    fn pop_locked(&self, st: &mut State<T>) -> Option<T> {
+        if let Some(v) = st.front.pop_front() {
+            return Some(v);
+        }
+        match self.buffer.pop_settled() {
+            Some(v) => {
+                // A slot freed: the oldest value over the capacity takes it.
+                if let Some(o) = st.over.pop_front() {
+                    if let Err(o) = self.buffer.push(o) {
+                        st.over.push_front(o);
+                    }
+                }
+                Some(v)
+            }
+            None => st.over.pop_front(),
+        }
+    }
+
+    /// Appends `v` (room was checked): behind the values over capacity if any, else
+    /// into the buffer, else (a fast send took the room) over capacity.
+    fn push_locked(&self, st: &mut State<T>, v: T) {
+        if !st.over.is_empty() {
+            st.over.push_back(v);
+        } else if let Err(v) = self.buffer.push(v) {
+            st.over.push_back(v);
+        }
+    }
+
+    fn buf_len(&self, st: &State<T>) -> usize {
+        st.front.len() + self.buffer.len() + st.over.len()
+    }
+
+    fn has_values(&self, st: &State<T>) -> bool {
+        !st.front.is_empty() || !self.buffer.is_empty() || !st.over.is_empty()
+    }
+
+    /// Drains every value (the channel closed with its receivers gone, or dropped),
+    /// oldest first.
+    fn drain_locked(&self, st: &mut State<T>) -> VecDeque<T> {
+        let mut all = std::mem::take(&mut st.front);
+        while let Some(v) = self.buffer.pop_settled() {
+            all.push_back(v);
+        }
+        all.append(&mut st.over);
+        all
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -136,11 +466,14 @@ impl<T> Chan<T> {
 
     /// Closed, and no value is on its way to a receiver.
     fn is_drained(&self, st: &State<T>) -> bool {
-        st.closed && self.in_flight.load(Acquire) == 0
+        st.closed && self.in_flight.load(Acquire) == 0 && !self.has_values(st)
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.lock().buf.len()
+        if !self.slow.load(Acquire) {
+            return self.buffer.len();
+        }
+        self.buf_len(&self.lock())
     }
 
     pub(crate) fn is_full(&self) -> bool {
@@ -151,7 +484,7 @@ impl<T> Chan<T> {
     fn has_room(&self, st: &State<T>) -> bool {
         match self.cap {
             None => true,
-            Some(c) => st.buf.len() + st.reserved < c,
+            Some(c) => self.buf_len(st) + st.reserved < c,
         }
     }
 
@@ -164,6 +497,9 @@ impl<T> Chan<T> {
         let first = !st.closed;
         if first {
             st.closed = true;
+            // After this no push claims a place: whatever a fast send put in the
+            // buffer before is drained below or received.
+            self.buffer.close();
             self.closed.store(true, Release);
             // Pairs with the fence in `taken`.
             fence(SeqCst);
@@ -172,7 +508,7 @@ impl<T> Chan<T> {
             st.observers = 0;
         }
         let buf = if drain {
-            std::mem::take(&mut st.buf)
+            self.drain_locked(&mut st)
         } else {
             VecDeque::new()
         };
@@ -209,7 +545,12 @@ impl<T> Chan<T> {
             return Ok(());
         }
         if self.has_room(st) {
-            st.buf.push_back(v);
+            if !st.over.is_empty() {
+                st.over.push_back(v);
+            } else if let Err(v) = self.buffer.push(v) {
+                // A fast send took the last slot.
+                return Err((v, Fail::NotReady));
+            }
             st.wake_observers(true, wakes);
             return Ok(());
         }
@@ -226,7 +567,7 @@ impl<T> Chan<T> {
         pair: Option<&Node<T>>,
         wakes: &mut WakeBatch,
     ) -> Result<T, Fail> {
-        if let Some(v) = st.buf.pop_front() {
+        if let Some(v) = self.pop_locked(st) {
             self.admit_sender(st, wakes);
             return Ok(v);
         }
@@ -275,10 +616,10 @@ impl<T> Chan<T> {
 
     /// A slot was freed: the first waiting sender's value moves into it (or the slot
     /// is held for a waiting select's send); with no sender waiting, observers hear of
-    /// the room.
-    fn admit_sender(&self, st: &mut State<T>, wakes: &mut WakeBatch) {
+    /// the room. `true` if a sender was admitted.
+    fn admit_sender(&self, st: &mut State<T>, wakes: &mut WakeBatch) -> bool {
         if !self.has_room(st) {
-            return;
+            return false;
         }
         // SAFETY: under the lock.
         let taken = unsafe {
@@ -295,7 +636,7 @@ impl<T> Chan<T> {
                 if s.kind() == Kind::Op {
                     // SAFETY: as above.
                     let v = unsafe { s.take_slot() }.expect("a waiting send holds its value");
-                    st.buf.push_back(v);
+                    self.push_locked(st, v);
                 } else {
                     st.reserved += 1;
                     // SAFETY: as above.
@@ -303,8 +644,12 @@ impl<T> Chan<T> {
                 }
                 // SAFETY: as above.
                 unsafe { s.notify(Reason::Data, wakes) };
+                true
             }
-            None => st.wake_observers(false, wakes),
+            None => {
+                st.wake_observers(false, wakes);
+                false
+            }
         }
     }
 
@@ -330,7 +675,7 @@ impl<T> Chan<T> {
             }
             return None;
         }
-        st.buf.push_front(v);
+        st.front.push_front(v);
         st.wake_observers(true, wakes);
         None
     }
@@ -341,6 +686,9 @@ impl<T> Chan<T> {
     /// select was woken as the pairing was made and sends at once. If it withdraws
     /// instead, the receive reports nothing there.
     pub(crate) fn try_recv_now(&self) -> Result<T, Fail> {
+        if let Some(v) = self.recv_fast() {
+            return Ok(v);
+        }
         // The common case needs no node: a value in the buffer or a waiting sender,
         // or nothing and no select waiting to send.
         match self.try_recv_held(None) {
@@ -432,6 +780,9 @@ impl<T> Chan<T> {
             node.reset();
         }
         loop {
+            if let Some(v) = self.recv_fast() {
+                return Poll::Ready(Some(v));
+            }
             let mut wakes = WakeBatch::new();
             let mut st = self.lock();
             match self.try_recv_locked(&mut st, None, &mut wakes) {
@@ -465,6 +816,16 @@ impl<T> Chan<T> {
                 st.receivers.push_back(node);
             }
             st.observers += 1;
+            // Store-buffering with a fast send (module doc): a value that came
+            // meanwhile is seen here, or its sender sees the node.
+            self.publish(&mut st);
+            fence(SeqCst);
+            if self.has_values(&st) {
+                // SAFETY: under the lock; the node was pushed above.
+                unsafe { st.receivers.remove(node) };
+                st.observers -= 1;
+                continue;
+            }
             *registered = true;
             return Poll::Pending;
         }
@@ -517,6 +878,9 @@ impl<T> Chan<T> {
                 }
             }
         }
+        if let Some(v) = self.recv_fast() {
+            return Poll::Ready(Ok(v));
+        }
         let mut st = self.lock();
         match self.try_recv_locked(&mut st, Some(node), &mut wakes) {
             Ok(v) => Poll::Ready(Ok(v)),
@@ -536,9 +900,15 @@ impl<T> Chan<T> {
                     node.set_waker(cx.waker(), &mut wakes);
                     st.receivers.push_back(node);
                 }
+                *registered = true;
+                // Store-buffering with a fast send (module doc): a value that came
+                // meanwhile is handed to the node here (its wake re-polls us), or its
+                // sender sees the node and settles.
+                self.publish(&mut st);
+                fence(SeqCst);
+                self.settle_locked(&mut st, &mut wakes);
                 // A receiver waits: a rendezvous send is now possible.
                 st.wake_observers(false, &mut wakes);
-                *registered = true;
                 Poll::Pending
             }
         }
@@ -605,6 +975,10 @@ impl<T> Chan<T> {
             }
         }
         let v = value.take().expect("send polled after completion");
+        let v = match self.send_fast(v) {
+            Ok(()) => return Poll::Ready(Ok(())),
+            Err(v) => v,
+        };
         let mut st = self.lock();
         match self.try_send_locked(&mut st, v, &mut wakes) {
             Ok(()) => Poll::Ready(Ok(())),
@@ -620,8 +994,13 @@ impl<T> Chan<T> {
                     node.put_slot(v);
                     st.senders.push_back(node);
                 }
-                st.wake_observers(true, &mut wakes);
                 *registered = true;
+                // Store-buffering with a fast receive (module doc): room freed
+                // meanwhile takes the node's value here, or its receiver settles.
+                self.publish(&mut st);
+                fence(SeqCst);
+                self.settle_locked(&mut st, &mut wakes);
+                st.wake_observers(true, &mut wakes);
                 Poll::Pending
             }
         }
@@ -646,7 +1025,7 @@ impl<T> Chan<T> {
     /// select's too), or the channel closed and drained.
     fn recv_ready_locked(&self, st: &State<T>, own: *const crate::waitlist::Group) -> bool {
         self.is_drained(st)
-            || !st.buf.is_empty()
+            || self.has_values(st)
             // SAFETY: the caller holds the lock.
             || unsafe {
                 st.senders.any(|n| match n.kind() {
@@ -696,7 +1075,30 @@ impl<T> Chan<T> {
         }
         if node.kind() == Kind::Observe {
             st.observers += 1;
+        }
+        // Store-buffering with a fast operation (module doc): what it did meanwhile
+        // is seen here, or it sees the node and settles.
+        self.publish(st);
+        fence(SeqCst);
+        if if recv {
+            self.has_values(st)
         } else {
+            self.has_room(st)
+        } {
+            let list = if recv {
+                &mut st.receivers
+            } else {
+                &mut st.senders
+            };
+            // SAFETY: under the lock; the node was pushed above and nobody took it
+            // since (that needs this lock).
+            unsafe { list.remove(node) };
+            if node.kind() == Kind::Observe {
+                st.observers -= 1;
+            }
+            return true;
+        }
+        if node.kind() != Kind::Observe {
             // A waiter on one side makes the other side's operation possible (on a
             // rendezvous channel).
             st.wake_observers(!recv, &mut wakes);
@@ -838,7 +1240,7 @@ impl<T> Chan<T> {
             return Err(v);
         }
         if let Err((v, _)) = self.try_send_locked(&mut st, v, &mut wakes) {
-            st.buf.push_back(v);
+            st.over.push_back(v);
             st.wake_observers(true, &mut wakes);
         }
         Ok(())
@@ -896,7 +1298,7 @@ impl<T> Chan<T> {
                 false
             });
         }
-        (r, s, st.buf.len(), st.reserved)
+        (r, s, self.buf_len(&st), st.reserved)
     }
 }
 
@@ -1041,7 +1443,10 @@ pub(crate) fn drop_leaking_on_panic<T>(buf: VecDeque<T>) {
 
 impl<T> Drop for Chan<T> {
     fn drop(&mut self) {
-        let buf = std::mem::take(&mut self.lock().buf);
+        let buf = {
+            let mut st = self.lock();
+            self.drain_locked(&mut st)
+        };
         drop_leaking_on_panic(buf);
     }
 }

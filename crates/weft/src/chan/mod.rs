@@ -45,6 +45,7 @@
 
 mod core;
 mod error;
+mod flavors;
 mod iter;
 #[cfg(all(test, loom))]
 mod loom_tests;
@@ -369,6 +370,10 @@ impl<T> Sender<T> {
     /// assert!(tx.try_send(1).unwrap_err().is_disconnected());
     /// ```
     pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
+        let value = match self.chan.send_fast(value) {
+            Ok(()) => return Ok(()),
+            Err(v) => v,
+        };
         let mut wakes = WakeBatch::new();
         let mut st = self.chan.lock();
         let r = self.chan.try_send_locked(&mut st, value, &mut wakes);

@@ -346,6 +346,12 @@ impl<T> Default for WaitList<T> {
 }
 
 impl<T> WaitList<T> {
+    /// No node waits (the caller holds the owner's lock, which is what makes the
+    /// answer current).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.head.is_null()
+    }
+
     /// Appends `node` (the commit point of a wait).
     ///
     /// # Safety
