@@ -323,22 +323,39 @@ impl<T> Chan<T> {
 
     /// Receives without the lock if nothing needs it and a value is there.
     pub(crate) fn recv_fast(&self) -> Option<T> {
+        self.recv_fast_probe().ok().flatten()
+    }
+
+    /// A receive through the fast path only, for a select's first pass: `Ok(None)`
+    /// when the channel is empty, `Err(())` when the fast path cannot decide (the
+    /// lock's state is in use, or a value is being written).
+    pub(crate) fn recv_fast_probe(&self) -> Result<Option<T>, ()> {
         if self.slow.load(Acquire) {
-            return None;
+            return Err(());
         }
-        let v = self.buffer.pop().ok()??;
-        // Store-buffering with a registering sender (module doc).
-        fence(SeqCst);
-        if self.slow.load(Relaxed) {
-            // Given back if a wake panics.
-            let mut hold = GiveBackOnUnwind {
-                chan: self,
-                value: Some(v),
-            };
-            self.settle();
-            return hold.value.take();
+        match self.buffer.pop()? {
+            None => Ok(None),
+            Some(v) => {
+                // Store-buffering with a registering sender (module doc).
+                fence(SeqCst);
+                if self.slow.load(Relaxed) {
+                    // Given back if a wake panics.
+                    let mut hold = GiveBackOnUnwind {
+                        chan: self,
+                        value: Some(v),
+                    };
+                    self.settle();
+                    return Ok(hold.value.take());
+                }
+                Ok(Some(v))
+            }
         }
-        Some(v)
+    }
+
+    /// A value received outside the lock is now held by a select's node (see
+    /// `in_flight`).
+    pub(crate) fn hold(&self) {
+        self.handed();
     }
 
     /// A fast operation met a waiter (or the lock's state in use): restore the

@@ -36,6 +36,17 @@ use crate::waitlist::{Group, Kind, Node};
 trait Handle: Send + Sync {
     fn node<'s>(&'s self, kind: Kind, group: *const Group, index: usize) -> Box<dyn OpNode + 's>;
     fn addr(&self) -> *const ();
+    /// The first pass of a select (see [`Select::quick`]): a receive that took a value
+    /// through its channel's fast path, as the selected node.
+    fn try_fast(&self, index: usize) -> Fast<'_>;
+}
+
+/// What a first-pass attempt found.
+enum Fast<'s> {
+    Done(Box<dyn OpNode + 's>),
+    NotReady,
+    /// Only a full round can tell (a send, a timer, a channel whose lock is in use).
+    Undecided,
 }
 
 /// A select's node for one operation.
@@ -104,6 +115,29 @@ impl<T: Send> Handle for Receiver<T> {
     fn addr(&self) -> *const () {
         Receiver::addr(self)
     }
+    fn try_fast(&self, index: usize) -> Fast<'_> {
+        let Some(chan) = self.flavor_chan() else {
+            return if self.flavor_timer().is_some() {
+                Fast::Undecided
+            } else {
+                Fast::NotReady
+            };
+        };
+        match chan.recv_fast_probe() {
+            Ok(Some(v)) => {
+                chan.hold();
+                let n = RecvNode {
+                    chan,
+                    node: Node::with(Kind::Select, std::ptr::null(), index),
+                };
+                // SAFETY: the node was just made here and is on no list: ours alone.
+                unsafe { n.node.put_slot(v) };
+                Fast::Done(Box::new(n))
+            }
+            Ok(None) => Fast::NotReady,
+            Err(()) => Fast::Undecided,
+        }
+    }
 }
 
 impl<T: Send> Handle for Sender<T> {
@@ -115,6 +149,9 @@ impl<T: Send> Handle for Sender<T> {
     }
     fn addr(&self) -> *const () {
         std::ptr::from_ref(self.chan()).cast()
+    }
+    fn try_fast(&self, _: usize) -> Fast<'_> {
+        Fast::Undecided
     }
 }
 
@@ -359,6 +396,78 @@ impl<'a> Select<'a> {
         *slot = None;
     }
 
+    /// The first pass of a select, without a node, group or lock: the operations in
+    /// random order (source order when biased), each receive trying its channel's
+    /// fast path. The first that takes a value is selected; the pass stops, leaving
+    /// the rest to a full round, at the first operation it cannot decide that way (a
+    /// send, a timer, a channel with waiters), so the choice among ready operations
+    /// stays as fair as the full round's: that round starts in the same order.
+    fn quick(&self) -> Result<SelectedOperation<'a>, Option<Vec<usize>>> {
+        const MAX: usize = 32;
+        let n = self.ops.len();
+        if n > MAX {
+            return Err(None);
+        }
+        let mut order = [0u8; MAX];
+        for (i, o) in order.iter_mut().enumerate().take(n) {
+            *o = i as u8;
+        }
+        if !self.biased {
+            for i in (1..n).rev() {
+                let j = (random() % (i as u64 + 1)) as usize;
+                order.swap(i, j);
+            }
+        }
+        let undecided = || {
+            Err(Some(
+                order[..n]
+                    .iter()
+                    .map(|&i| usize::from(i))
+                    .filter(|&i| self.ops[i].is_some())
+                    .collect(),
+            ))
+        };
+        for &i in &order[..n] {
+            let i = usize::from(i);
+            let Some(e) = self.ops[i] else { continue };
+            if !e.recv {
+                return undecided();
+            }
+            match e.handle.try_fast(i) {
+                Fast::Done(node) => {
+                    return Ok(SelectedOperation {
+                        index: i,
+                        won: Won::Value,
+                        addr: e.handle.addr(),
+                        recv: true,
+                        node: Some(node),
+                        _group: None,
+                        done: false,
+                    })
+                }
+                Fast::NotReady => {}
+                Fast::Undecided => return undecided(),
+            }
+        }
+        undecided()
+    }
+
+    /// The quick pass, then (if it decided nothing) a machine whose first round tries
+    /// the operations in the order the pass drew.
+    fn quick_or_machine(&self) -> Result<SelectedOperation<'a>, Machine<'a>> {
+        match self.quick() {
+            Ok(op) => Ok(op),
+            Err(order) => {
+                let mut m = Machine::new(self, Kind::Select);
+                if let Some(order) = order {
+                    m.order = order;
+                    m.drawn = true;
+                }
+                Err(m)
+            }
+        }
+    }
+
     /// Completes an operation that is ready now, if any.
     ///
     /// ```
@@ -368,7 +477,10 @@ impl<'a> Select<'a> {
     /// assert!(sel.try_select().is_err());
     /// ```
     pub fn try_select(&mut self) -> Result<SelectedOperation<'a>, TrySelectError> {
-        let mut m = Machine::new(self, Kind::Select);
+        let mut m = match self.quick_or_machine() {
+            Ok(op) => return Ok(op),
+            Err(m) => m,
+        };
         match m.try_phase(true) {
             Some((i, Won::Pending)) => {
                 // Paired with a waiting select's send: its value comes at once if its
@@ -408,7 +520,10 @@ impl<'a> Select<'a> {
             self.ops.iter().any(|o| o.is_some()),
             "no operations have been added to `Select`"
         );
-        let mut m = Machine::new(self, Kind::Select);
+        let mut m = match self.quick_or_machine() {
+            Ok(op) => return op,
+            Err(m) => m,
+        };
         let (i, won) = m
             .run_blocking(None)
             .expect("a select without a deadline selects");
@@ -446,7 +561,10 @@ impl<'a> Select<'a> {
         &mut self,
         deadline: Instant,
     ) -> Result<SelectedOperation<'a>, SelectTimeoutError> {
-        let mut m = Machine::new(self, Kind::Select);
+        let mut m = match self.quick_or_machine() {
+            Ok(op) => return Ok(op),
+            Err(m) => m,
+        };
         match m.run_blocking(Some(deadline)) {
             Some((i, won)) => Ok(m.take_selected(i, won)),
             None => Err(SelectTimeoutError),
@@ -476,9 +594,17 @@ impl<'a> Select<'a> {
             self.ops.iter().any(|o| o.is_some()),
             "no operations have been added to `Select`"
         );
-        let mut m = Machine::new(self, Kind::Select);
+        let sel = &*self;
+        let mut m: Option<Machine<'a>> = None;
         let mut alarm: Option<super::timer::Alarm> = None;
         std::future::poll_fn(move |cx| loop {
+            let m = match &mut m {
+                Some(m) => m,
+                None => match sel.quick_or_machine() {
+                    Ok(op) => return Poll::Ready(op),
+                    Err(machine) => m.insert(machine),
+                },
+            };
             if let Poll::Ready(r) = m.poll(cx, false) {
                 let (i, won) = r.expect("a select without a deadline selects");
                 return Poll::Ready(m.take_selected(i, won));
@@ -578,6 +704,8 @@ struct Machine<'a> {
     /// that value (no other node is registered meanwhile).
     paired: Option<usize>,
     waker: Option<Waker>,
+    /// The order of the next round was drawn already (by the quick pass).
+    drawn: bool,
 }
 
 impl<'a> Machine<'a> {
@@ -603,6 +731,7 @@ impl<'a> Machine<'a> {
             registered: false,
             paired: None,
             waker: None,
+            drawn: false,
         }
     }
 
@@ -620,7 +749,7 @@ impl<'a> Machine<'a> {
     }
 
     fn shuffle(&mut self) {
-        if self.biased {
+        if self.biased || std::mem::take(&mut self.drawn) {
             return;
         }
         let n = self.order.len();
@@ -829,7 +958,7 @@ impl<'a> Machine<'a> {
             addr: entry.handle.addr(),
             recv: entry.recv,
             node: self.nodes[index].take(),
-            _group: std::mem::replace(&mut self.group, Box::new(Group::new())),
+            _group: Some(std::mem::replace(&mut self.group, Box::new(Group::new()))),
             done: false,
         }
     }
@@ -894,7 +1023,7 @@ pub struct SelectedOperation<'a> {
     recv: bool,
     node: Option<Box<dyn OpNode + 'a>>,
     /// The group the node points to.
-    _group: Box<Group>,
+    _group: Option<Box<Group>>,
     done: bool,
 }
 
