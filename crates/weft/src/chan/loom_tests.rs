@@ -890,3 +890,51 @@ fn loom_chan_recv_drop_vs_handover_strict() {
         }
     });
 }
+
+/// The fast path against close: a `try_send` racing `close` either lands before the
+/// close (and a receiver still gets the value after it) or fails with the value back;
+/// a receiver that saw the channel disconnected never sees a value afterwards.
+#[test]
+fn loom_chan_fast_send_vs_close() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(2);
+        let tx2 = tx.clone();
+        let t = thread::spawn(move || tx2.try_send(7).is_ok());
+        let closer = thread::spawn(move || {
+            tx.close();
+        });
+        let first = rx.try_recv();
+        closer.join().unwrap();
+        let sent = t.join().unwrap();
+        let mut got = Vec::new();
+        if let Ok(v) = first {
+            got.push(v);
+        }
+        if first != Err(TryRecvError::Disconnected) {
+            got.extend(drain(&rx));
+        } else {
+            assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+        }
+        assert_eq!(got, if sent { vec![7] } else { vec![] });
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+    });
+}
+
+/// A fast send against a select registering its receive on the same channel: the
+/// select wakes with the value or finds it itself.
+#[test]
+fn loom_chan_fast_send_vs_select_registering() {
+    loom::model(|| {
+        let (tx, rx) = unbounded::<u32>();
+        let t = thread::spawn(move || {
+            tx.try_send(5).unwrap();
+            tx
+        });
+        let mut sel = Select::new();
+        sel.recv(&rx);
+        let op = block_on(sel.select_async());
+        assert_eq!(op.recv(&rx), Ok(5));
+        let _tx = t.join().unwrap();
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
