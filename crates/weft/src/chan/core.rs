@@ -24,8 +24,8 @@
 //! receiver registered. Both sides follow the store-buffering pattern: a registering
 //! waiter publishes `slow` (SeqCst), issues a SeqCst fence and then looks at the
 //! buffer again under the lock ([`Chan::settle_locked`]); a fast operation changes
-//! the buffer (an atomic read-modify-write), issues a SeqCst fence and then reads
-//! `slow`, and if it is set takes the lock and settles. Of two such sequences at
+//! the buffer (a SeqCst read-modify-write) and then reads `slow` (SeqCst, see
+//! [`Chan::met_waiter`]), and if it is set takes the lock and settles. Of two such sequences at
 //! least one sees the other's write, so either the waiter finds the value (or the
 //! room) itself, or the fast operation's settle hands it over (or admits the waiting
 //! sender). Closing marks the buffer in the same word a push claims, so a fast send
@@ -45,7 +45,7 @@ use super::flavors::list::{self, List};
 use super::flavors::ring::{self, PushError, Ring};
 use crate::base::{fence, AtomicBool, AtomicUsize};
 use crate::waitlist::{Kind, Lock, LockGuard, Node, Reason, WaitList, WakeBatch};
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Release, SeqCst};
 
 /// Capacities up to this get a ring allocated whole at creation (so a bounded channel
 /// allocates nothing per message); larger ones buffer in a list of blocks.
@@ -313,12 +313,23 @@ impl<T> Chan<T> {
             return Err(v);
         }
         self.buffer.push(v)?;
-        // Store-buffering with a registering receiver (module doc).
-        fence(SeqCst);
-        if self.slow.load(Relaxed) {
+        if self.met_waiter() {
             self.settle();
         }
         Ok(())
+    }
+
+    /// The fast operation's half of the store-buffering pair (module doc), after its
+    /// claim in the buffer: whether the lock's state came into use meanwhile.
+    ///
+    /// The claim was a SeqCst read-modify-write and this load is SeqCst; against the
+    /// waiter's SeqCst fence that is as strong as a fence here (C++'s rule for SeqCst
+    /// operations and fences), and costs none. loom treats SeqCst accesses as AcqRel
+    /// (weaker than the language), so its builds fence explicitly.
+    fn met_waiter(&self) -> bool {
+        #[cfg(loom)]
+        fence(SeqCst);
+        self.slow.load(SeqCst)
     }
 
     /// Receives without the lock if nothing needs it and a value is there.
@@ -336,9 +347,7 @@ impl<T> Chan<T> {
         match self.buffer.pop()? {
             None => Ok(None),
             Some(v) => {
-                // Store-buffering with a registering sender (module doc).
-                fence(SeqCst);
-                if self.slow.load(Relaxed) {
+                if self.met_waiter() {
                     // Given back if a wake panics.
                     let mut hold = GiveBackOnUnwind {
                         chan: self,
