@@ -56,7 +56,13 @@ pub(crate) struct Chan<T> {
     /// the lock. Read by every operation, written only when that changes.
     slow: CachePadded<AtomicBool>,
     buffer: Buffer<T>,
-    state: Lock<State<T>>,
+    /// Whether sends may skip the lock: with a ring the buffer itself keeps to the
+    /// capacity; a list does only for an unbounded channel.
+    fast_sends: bool,
+    /// Padded, as `slow` and `in_flight` are: the fast path reads `buffer`'s fixed
+    /// fields and `fast_sends` on every operation, which must not share a line with
+    /// words written often.
+    state: CachePadded<Lock<State<T>>>,
     /// `None`: unbounded.
     pub(crate) cap: Option<usize>,
     pub(crate) senders: AtomicUsize,
@@ -67,7 +73,7 @@ pub(crate) struct Chan<T> {
     /// taken by their owners. While any is, a closed channel is not yet drained: a
     /// receiver waits instead of seeing it disconnected, since the owner may give the
     /// value back (a cancelled receive) rather than take it.
-    in_flight: AtomicUsize,
+    in_flight: CachePadded<AtomicUsize>,
 }
 
 /// The lock-free buffer.
@@ -258,8 +264,13 @@ impl<T> Chan<T> {
         };
         Chan {
             slow: CachePadded::new(AtomicBool::new(false)),
+            fast_sends: match buffer {
+                Buffer::None => false,
+                Buffer::Ring(_) => true,
+                Buffer::List(_) => cap.is_none(),
+            },
             buffer,
-            state: Lock::new(State {
+            state: CachePadded::new(Lock::new(State {
                 front: VecDeque::new(),
                 over: VecDeque::new(),
                 reserved: 0,
@@ -268,12 +279,12 @@ impl<T> Chan<T> {
                 receivers: WaitList::default(),
                 observers: 0,
                 slow: false,
-            }),
+            })),
             cap,
             senders: AtomicUsize::new(1),
             receivers: AtomicUsize::new(1),
             closed: AtomicBool::new(false),
-            in_flight: AtomicUsize::new(0),
+            in_flight: CachePadded::new(AtomicUsize::new(0)),
         }
     }
 
@@ -294,22 +305,12 @@ impl<T> Chan<T> {
         }
     }
 
-    /// Whether sends may skip the lock: with a ring the buffer itself keeps to the
-    /// capacity; a list does only for an unbounded channel.
-    fn fast_sends(&self) -> bool {
-        match self.buffer {
-            Buffer::None => false,
-            Buffer::Ring(_) => true,
-            Buffer::List(_) => self.cap.is_none(),
-        }
-    }
-
     // ---- the fast path (see the module doc) ----
 
     /// Sends without the lock if nothing needs it and there is room; the value back if
     /// the slow path must decide.
     pub(crate) fn send_fast(&self, v: T) -> Result<(), T> {
-        if self.slow.load(Acquire) || !self.fast_sends() {
+        if !self.fast_sends || self.slow.load(Acquire) {
             return Err(v);
         }
         self.buffer.push(v)?;
