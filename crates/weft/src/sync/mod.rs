@@ -32,9 +32,16 @@
 //! are the semaphore's permit core (`semaphore::Sem`) beside their data.
 
 mod mutex;
+mod notify;
+mod rwlock;
 mod semaphore;
+mod waiter;
 
 pub use mutex::{Mutex, MutexGuard, OwnedMutexGuard, TryLockError};
+pub use notify::{Notified, Notify};
+pub use rwlock::{
+    OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
 pub use semaphore::{
     AcquireError, OwnedSemaphorePermit, Semaphore, SemaphorePermit, TryAcquireError,
 };
