@@ -31,12 +31,16 @@
 //! the reason in the node and wakes it after the lock is released. `Mutex` and `RwLock`
 //! are the semaphore's permit core (`semaphore::Sem`) beside their data.
 
+mod barrier;
 mod mutex;
 mod notify;
+pub mod oneshot;
 mod rwlock;
 mod semaphore;
+mod wait_group;
 mod waiter;
 
+pub use barrier::{Barrier, BarrierWaitResult};
 pub use mutex::{Mutex, MutexGuard, OwnedMutexGuard, TryLockError};
 pub use notify::{Notified, Notify};
 pub use rwlock::{
@@ -45,3 +49,4 @@ pub use rwlock::{
 pub use semaphore::{
     AcquireError, OwnedSemaphorePermit, Semaphore, SemaphorePermit, TryAcquireError,
 };
+pub use wait_group::WaitGroup;
