@@ -32,6 +32,7 @@
 //! are the semaphore's permit core (`semaphore::Sem`) beside their data.
 
 mod barrier;
+pub mod broadcast;
 mod mutex;
 mod notify;
 pub mod oneshot;
@@ -39,6 +40,7 @@ mod rwlock;
 mod semaphore;
 mod wait_group;
 mod waiter;
+pub mod watch;
 
 pub use barrier::{Barrier, BarrierWaitResult};
 pub use mutex::{Mutex, MutexGuard, OwnedMutexGuard, TryLockError};
