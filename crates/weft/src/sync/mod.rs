@@ -33,6 +33,8 @@
 
 mod barrier;
 pub mod broadcast;
+#[cfg(all(test, loom))]
+mod loom_tests;
 mod mutex;
 mod notify;
 pub mod oneshot;

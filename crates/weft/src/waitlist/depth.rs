@@ -1,8 +1,9 @@
 //! The wait-list lock and its lock-depth count (spec 003, "Lock depth, deferred wakes,
 //! and hazards").
 //!
-//! Every object with wait lists guards them with a [`Lock`]. In debug builds each
-//! thread counts the wait-list locks it holds, and a [`WakeBatch`](super::WakeBatch)
+//! Every object with wait lists guards them with a [`Lock`]. With diagnostics on (debug
+//! builds, or `WEFT_DEBUG_LOCKS=1` in release builds: [`diagnostics_on`]) each thread
+//! counts the wait-list locks it holds, and a [`WakeBatch`](super::WakeBatch)
 //! flushed while the count is not zero is reported as `WAKE-FLUSH-UNDER-LOCK`: a wake
 //! under the lock lets the woken waiter run (on another worker) straight into the lock
 //! its waker still holds, and a waker that runs user code there can deadlock.
