@@ -58,6 +58,7 @@ pub mod par;
 mod runtime;
 mod scheduler;
 mod stack;
+pub mod sync;
 pub mod task;
 pub mod time;
 mod waitlist;

@@ -22,6 +22,7 @@ const ORDER: &[&str] = &[
     "par",
     "fiber",
     "chan",
+    "sync",
 ];
 
 fn src_dir() -> PathBuf {

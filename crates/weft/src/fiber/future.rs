@@ -55,6 +55,8 @@ pub(crate) struct FiberCtx {
     join_mark: Cell<(usize, u32)>,
     /// weft locks held by this fiber (see [`super::LockDepth`]).
     pub(crate) lock_depth: Cell<u32>,
+    /// Their names, innermost last (kept while lock diagnostics are on).
+    pub(crate) lock_names: std::cell::RefCell<Vec<&'static str>>,
     /// What the overflow handler reports about this fiber (set when it starts).
     frame: Cell<overflow::Frame>,
     /// How many times the fiber has come back from a suspension in [`suspend_on`]: a
@@ -75,6 +77,7 @@ impl FiberCtx {
             home: Cell::new(0),
             join_mark: Cell::new((0, 0)),
             lock_depth: Cell::new(0),
+            lock_names: std::cell::RefCell::new(Vec::new()),
             frame: Cell::new(overflow::Frame::NONE),
             resumes: Cell::new(0),
         }

@@ -386,61 +386,89 @@ impl Current {
 pub use crate::stack::{fiber_stats as stats, FiberStats};
 
 /// Counts the weft locks the running fiber (or thread) holds, so that parking while
-/// holding one can be reported (`PARK-UNDER-LOCK`, spec 003). weft's own blocking
-/// locks take one of these while held.
-#[allow(dead_code)] // The first users are the locks of a later release.
-pub(crate) struct LockDepth(());
+/// holding one can be reported (`PARK-UNDER-LOCK`, spec 003). weft's own locks that
+/// user code can hold (`weft::sync::watch::Ref`) take one of these while held; with
+/// diagnostics on it also records the lock's name, for the report's lock stack.
+pub(crate) struct LockDepth {
+    name: &'static str,
+}
 
 thread_local! {
     /// Lock depth of code that is not on a fiber.
     static THREAD_LOCK_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// The names of those locks, innermost last (kept while diagnostics are on).
+    static THREAD_LOCK_NAMES: std::cell::RefCell<Vec<&'static str>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
-#[allow(dead_code)]
 impl LockDepth {
+    /// Counts an unnamed weft lock.
+    #[allow(dead_code)]
     pub(crate) fn acquire() -> LockDepth {
-        adjust_lock_depth(true);
-        LockDepth(())
+        Self::acquire_named("weft lock")
+    }
+
+    /// Counts the weft lock `name` as held by the running fiber (or thread) until the
+    /// value is dropped.
+    pub(crate) fn acquire_named(name: &'static str) -> LockDepth {
+        adjust_lock_depth(true, name);
+        LockDepth { name }
     }
 }
 
 impl Drop for LockDepth {
     fn drop(&mut self) {
-        adjust_lock_depth(false);
+        adjust_lock_depth(false, self.name);
     }
 }
 
-fn adjust_lock_depth(up: bool) {
+fn adjust_lock_depth(up: bool, name: &'static str) {
     let step = |d: u32| if up { d + 1 } else { d.saturating_sub(1) };
+    let names = |v: &mut Vec<&'static str>| {
+        if up {
+            v.push(name);
+        } else if let Some(i) = v.iter().rposition(|n| *n == name) {
+            v.remove(i);
+        }
+    };
+    let diagnose = crate::waitlist::depth::diagnostics_on();
     let ctx = future::current_ctx();
     if ctx.is_null() {
-        THREAD_LOCK_DEPTH.with(|d| d.set(step(d.get())));
+        let _ = THREAD_LOCK_DEPTH.try_with(|d| d.set(step(d.get())));
+        if diagnose {
+            let _ = THREAD_LOCK_NAMES.try_with(|v| names(&mut v.borrow_mut()));
+        }
     } else {
         // SAFETY: the live context of the running fiber.
         let ctx = unsafe { &*ctx };
         ctx.lock_depth.set(step(ctx.lock_depth.get()));
+        if diagnose {
+            names(&mut ctx.lock_names.borrow_mut());
+        }
     }
 }
 
-/// `PARK-UNDER-LOCK` reports made so far (debug builds).
+/// `PARK-UNDER-LOCK` reports made so far.
 static PARK_UNDER_LOCK: AtomicU64 = AtomicU64::new(0);
 
-/// The park path's hook, called just before a fiber suspends: in debug builds, a fiber
-/// that holds one of weft's locks is reported (it could deadlock every fiber that needs
-/// the lock, the worker included).
+/// The park path's hook, called just before a fiber suspends: with diagnostics on
+/// (debug builds, or `WEFT_DEBUG_LOCKS=1`), a fiber that holds one of weft's locks is
+/// reported with its lock stack (it could deadlock every fiber that needs the lock, the
+/// worker included).
 #[inline]
 pub(crate) fn before_park(ctx: &FiberCtx) {
-    if cfg!(debug_assertions) && ctx.lock_depth.get() > 0 {
+    if ctx.lock_depth.get() > 0 && crate::waitlist::depth::diagnostics_on() {
         PARK_UNDER_LOCK.fetch_add(1, Relaxed);
         eprintln!(
-            "weft: PARK-UNDER-LOCK: fiber {}{} parks while holding {} weft lock(s); release \
-             weft locks before waiting",
+            "weft: PARK-UNDER-LOCK: fiber {}{} parks while holding {} weft lock(s); lock \
+             stack (innermost last): [{}]; release weft locks before waiting",
             ctx.id.get(),
             ctx.name
                 .as_deref()
                 .map(|n| format!(" ('{n}')"))
                 .unwrap_or_default(),
-            ctx.lock_depth.get()
+            ctx.lock_depth.get(),
+            ctx.lock_names.borrow().join(", ")
         );
     }
 }
@@ -470,7 +498,7 @@ mod tests {
             .await
             .unwrap();
         });
-        let expected = u64::from(cfg!(debug_assertions));
+        let expected = u64::from(crate::waitlist::depth::diagnostics_on());
         assert_eq!(park_under_lock_reports() - before, expected);
     }
 }

@@ -62,6 +62,14 @@ impl Wake for ThreadSignal {
 /// Inside an async task, prefer `.await`: `wait` there occupies the worker's stack for
 /// as long as it helps.
 ///
+/// Locks held across a wait: a `weft::sync` guard is fine (that is what those locks
+/// are for). A `std::sync::Mutex` (or any other thread-blocking lock) guard is not: on a
+/// fiber the guard stays held while the fiber is suspended, and another fiber or task
+/// on the same worker that then blocks on that lock blocks the worker thread itself,
+/// which can deadlock the fiber that holds it. weft cannot see such a guard, so this is
+/// not reported; only weft's own locks (a `weft::sync::watch::Ref`) are, as
+/// `PARK-UNDER-LOCK` (debug builds, or `WEFT_DEBUG_LOCKS=1`).
+///
 /// ```
 /// let rt = weft::Runtime::new().unwrap();
 /// // From a plain thread: blocks.

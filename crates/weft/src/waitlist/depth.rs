@@ -1,21 +1,43 @@
 //! The wait-list lock and its lock-depth count (spec 003, "Lock depth, deferred wakes,
 //! and hazards").
 //!
-//! Every object with wait lists guards them with a [`Lock`]. In debug builds each
-//! thread counts the wait-list locks it holds, and a [`WakeBatch`](super::WakeBatch)
+//! Every object with wait lists guards them with a [`Lock`]. With diagnostics on (debug
+//! builds, or `WEFT_DEBUG_LOCKS=1` in release builds: [`diagnostics_on`]) each thread
+//! counts the wait-list locks it holds, and a [`WakeBatch`](super::WakeBatch)
 //! flushed while the count is not zero is reported as `WAKE-FLUSH-UNDER-LOCK`: a wake
 //! under the lock lets the woken waiter run (on another worker) straight into the lock
 //! its waker still holds, and a waker that runs user code there can deadlock.
 
 use std::ops::{Deref, DerefMut};
 
-#[cfg(debug_assertions)]
 thread_local! {
     static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-#[cfg(debug_assertions)]
 static UNDER_LOCK_FLUSHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Whether lock-depth diagnostics (`WAKE-FLUSH-UNDER-LOCK`, `PARK-UNDER-LOCK`) are on:
+/// always in debug builds; in release builds when `WEFT_DEBUG_LOCKS=1` (read once).
+#[inline]
+pub(crate) fn diagnostics_on() -> bool {
+    if cfg!(debug_assertions) {
+        return true;
+    }
+    use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+    // 0: not read yet, 1: off, 2: on.
+    static ON: AtomicU8 = AtomicU8::new(0);
+    match ON.load(Relaxed) {
+        0 => {
+            let on = std::env::var_os("WEFT_DEBUG_LOCKS").is_some_and(|v| v == "1");
+            // The first answer stands (a lock and its unlock must agree).
+            match ON.compare_exchange(0, if on { 2 } else { 1 }, Relaxed, Relaxed) {
+                Ok(_) => on,
+                Err(now) => now == 2,
+            }
+        }
+        v => v == 2,
+    }
+}
 
 /// A mutex whose holders are counted per thread (debug builds).
 ///
@@ -71,8 +93,9 @@ impl<T> Lock<T> {
             self.acquire();
             LockGuard { lock: self }
         };
-        #[cfg(debug_assertions)]
-        let _ = DEPTH.try_with(|d| d.set(d.get() + 1));
+        if diagnostics_on() {
+            let _ = DEPTH.try_with(|d| d.set(d.get() + 1));
+        }
         guard
     }
 
@@ -123,8 +146,9 @@ impl<T> Drop for LockGuard<'_, T> {
         self.lock
             .locked
             .store(false, std::sync::atomic::Ordering::Release);
-        #[cfg(debug_assertions)]
-        let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+        if diagnostics_on() {
+            let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+        }
     }
 }
 
@@ -149,30 +173,34 @@ impl<T> DerefMut for LockGuard<'_, T> {
     }
 }
 
-/// Reports a flush made while this thread holds a wait-list lock (debug builds).
+/// Reports a flush made while this thread holds a wait-list lock (diagnostics on),
+/// with the lock stack: wait-list locks have no names of their own.
 #[inline]
 pub(super) fn check_flush() {
-    #[cfg(debug_assertions)]
-    if DEPTH.try_with(|d| d.get()).unwrap_or(0) > 0 {
+    if !diagnostics_on() {
+        return;
+    }
+    let depth = DEPTH.try_with(|d| d.get()).unwrap_or(0);
+    if depth > 0 {
         UNDER_LOCK_FLUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        eprintln!("weft: WAKE-FLUSH-UNDER-LOCK: wakes flushed while a wait-list lock is held");
+        let thread = std::thread::current();
+        eprintln!(
+            "weft: WAKE-FLUSH-UNDER-LOCK: wakes flushed on thread '{}' while {depth} \
+             wait-list lock(s) are held; lock stack (innermost last): [{}]",
+            thread.name().unwrap_or("<unnamed>"),
+            vec!["wait-list lock"; depth as usize].join(", ")
+        );
     }
 }
 
-/// `WAKE-FLUSH-UNDER-LOCK` reports so far (0 in release builds).
+/// `WAKE-FLUSH-UNDER-LOCK` reports so far (0 while diagnostics are off).
 #[allow(dead_code)]
 pub(crate) fn under_lock_flushes() -> u64 {
-    #[cfg(debug_assertions)]
-    return UNDER_LOCK_FLUSHES.load(std::sync::atomic::Ordering::Relaxed);
-    #[cfg(not(debug_assertions))]
-    0
+    UNDER_LOCK_FLUSHES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// The number of wait-list locks this thread holds (0 in release builds).
+/// The number of wait-list locks this thread holds (0 while diagnostics are off).
 #[allow(dead_code)]
 pub(crate) fn held() -> u32 {
-    #[cfg(debug_assertions)]
-    return DEPTH.try_with(|d| d.get()).unwrap_or(0);
-    #[cfg(not(debug_assertions))]
-    0
+    DEPTH.try_with(|d| d.get()).unwrap_or(0)
 }

@@ -1,0 +1,435 @@
+//! A multi-producer, multi-consumer channel where every receiver sees every value
+//! (tokio's `broadcast`): a ring of `capacity` slots (rounded up to a power of two, as
+//! tokio's) under one wait-list lock. Each slot counts the receivers that have still
+//! to read it; the last one takes the value instead of cloning it. A receiver that
+//! falls more than `capacity` values behind gets `Lagged(n)` and goes on with the
+//! oldest value kept. Waiting receivers are wait-list nodes completed with `Signal` by
+//! every send and `Close` when the last sender goes.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use super::waiter::{wake_all, Waiter};
+use crate::base::Arc;
+use crate::waitlist::{Lock, Reason, WaitList, WakeBatch};
+
+/// The errors of [`broadcast`](self).
+pub mod error {
+    use std::fmt;
+
+    /// No receiver is left: the value is given back.
+    ///
+    /// ```
+    /// let (tx, rx) = weft::sync::broadcast::channel(1);
+    /// drop(rx);
+    /// assert_eq!(tx.send(5).unwrap_err().0, 5);
+    /// ```
+    #[derive(PartialEq, Eq, Clone, Copy)]
+    pub struct SendError<T>(pub T);
+
+    /// Why a receive returned no value.
+    ///
+    /// ```
+    /// use weft::sync::broadcast::{self, error::RecvError};
+    /// let (tx, mut rx) = broadcast::channel(1);
+    /// tx.send(1).unwrap();
+    /// tx.send(2).unwrap();
+    /// assert_eq!(rx.recv_blocking(), Err(RecvError::Lagged(1)));
+    /// assert_eq!(rx.recv_blocking(), Ok(2));
+    /// drop(tx);
+    /// assert_eq!(rx.recv_blocking(), Err(RecvError::Closed));
+    /// ```
+    #[derive(Debug, PartialEq, Eq, Clone, Copy)]
+    pub enum RecvError {
+        /// Every sender is gone and every value was received.
+        Closed,
+        /// The receiver fell behind: this many values were overwritten before it read
+        /// them. The next receive returns the oldest value kept.
+        Lagged(u64),
+    }
+
+    /// Why [`try_recv`](super::Receiver::try_recv) returned no value.
+    ///
+    /// ```
+    /// use weft::sync::broadcast::{self, error::TryRecvError};
+    /// let (_tx, mut rx) = broadcast::channel::<u8>(1);
+    /// assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+    /// ```
+    #[derive(Debug, PartialEq, Eq, Clone, Copy)]
+    pub enum TryRecvError {
+        /// No value now.
+        Empty,
+        /// Every sender is gone and every value was received.
+        Closed,
+        /// The receiver fell behind by this many values (see [`RecvError::Lagged`]).
+        Lagged(u64),
+    }
+
+    impl<T> fmt::Debug for SendError<T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.pad("SendError { .. }")
+        }
+    }
+
+    impl<T> fmt::Display for SendError<T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("channel closed")
+        }
+    }
+
+    impl<T> std::error::Error for SendError<T> {}
+
+    impl fmt::Display for RecvError {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            match self {
+                RecvError::Closed => f.write_str("channel closed"),
+                RecvError::Lagged(n) => write!(f, "channel lagged by {n}"),
+            }
+        }
+    }
+
+    impl std::error::Error for RecvError {}
+
+    impl fmt::Display for TryRecvError {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            match self {
+                TryRecvError::Empty => f.write_str("channel empty"),
+                TryRecvError::Closed => f.write_str("channel closed"),
+                TryRecvError::Lagged(n) => write!(f, "channel lagged by {n}"),
+            }
+        }
+    }
+
+    impl std::error::Error for TryRecvError {}
+}
+
+use error::{RecvError, SendError, TryRecvError};
+
+struct Slot<T> {
+    /// Taken by the last receiver to read it.
+    value: Option<T>,
+    /// Receivers that have still to read it.
+    left: usize,
+}
+
+struct State<T> {
+    slots: Box<[Option<Slot<T>>]>,
+    /// The position the next value gets; slot `pos & mask`.
+    tail: u64,
+    senders: usize,
+    receivers: usize,
+    waiters: WaitList<()>,
+}
+
+impl<T> State<T> {
+    fn cap(&self) -> u64 {
+        self.slots.len() as u64
+    }
+
+    fn oldest(&self) -> u64 {
+        self.tail.saturating_sub(self.cap())
+    }
+
+    fn slot(&mut self, pos: u64) -> &mut Option<Slot<T>> {
+        let i = (pos & (self.cap() - 1)) as usize;
+        &mut self.slots[i]
+    }
+}
+
+struct Shared<T> {
+    state: Lock<State<T>>,
+}
+
+/// Sends values to every receiver. Cloneable. See [`channel`].
+pub struct Sender<T> {
+    shared: Arc<Shared<T>>,
+}
+
+/// Receives every value sent after it subscribed. See [`channel`].
+pub struct Receiver<T> {
+    shared: Arc<Shared<T>>,
+    next: u64,
+}
+
+/// Makes a broadcast channel keeping the last `capacity` values (rounded up to a power
+/// of two) for receivers that have not read them.
+///
+/// Panics if `capacity` is 0 (or above `usize::MAX / 2`).
+///
+/// ```
+/// use weft::sync::broadcast;
+///
+/// let rt = weft::Runtime::new().unwrap();
+/// let (tx, mut rx1) = broadcast::channel(16);
+/// let mut rx2 = tx.subscribe();
+/// let task = rt.spawn(async move { rx1.recv().await.unwrap() + rx1.recv().await.unwrap() });
+/// tx.send(1).unwrap();
+/// tx.send(2).unwrap();
+/// assert_eq!(task.join().unwrap(), 3);
+/// assert_eq!(rx2.recv_blocking(), Ok(1));
+/// ```
+pub fn channel<T: Clone>(capacity: usize) -> (Sender<T>, Receiver<T>) {
+    assert!(
+        capacity > 0,
+        "weft::sync::broadcast::channel: the capacity must be at least 1 (got capacity 0)"
+    );
+    assert!(
+        capacity <= usize::MAX >> 1,
+        "weft::sync::broadcast::channel: capacity {capacity} is too large"
+    );
+    let cap = capacity.next_power_of_two();
+    let shared = Arc::new(Shared {
+        state: Lock::new(State {
+            slots: (0..cap).map(|_| None).collect(),
+            tail: 0,
+            senders: 1,
+            receivers: 1,
+            waiters: WaitList::default(),
+        }),
+    });
+    (
+        Sender {
+            shared: shared.clone(),
+        },
+        Receiver { shared, next: 0 },
+    )
+}
+
+impl<T> Sender<T> {
+    /// Sends `value` to every receiver now subscribed; returns how many that is. Fails,
+    /// giving the value back, when there is none. Never waits: a full ring overwrites
+    /// its oldest value (receivers that had not read it get `Lagged`).
+    ///
+    /// ```
+    /// let (tx, _rx) = weft::sync::broadcast::channel(2);
+    /// let _rx2 = tx.subscribe();
+    /// assert_eq!(tx.send("x").unwrap(), 2);
+    /// ```
+    pub fn send(&self, value: T) -> Result<usize, SendError<T>> {
+        let mut wakes = WakeBatch::new();
+        let mut st = self.shared.state.lock();
+        let receivers = st.receivers;
+        if receivers == 0 {
+            drop(st);
+            return Err(SendError(value));
+        }
+        let pos = st.tail;
+        let old = st.slot(pos).replace(Slot {
+            value: Some(value),
+            left: receivers,
+        });
+        st.tail += 1;
+        // SAFETY: under the lock.
+        unsafe { wake_all(&mut st.waiters, Reason::Signal, &mut wakes) };
+        drop(st);
+        drop(wakes);
+        // An overwritten value is dropped after the lock (its `Drop` is user code).
+        drop(old);
+        Ok(receivers)
+    }
+
+    /// A new receiver, which gets the values sent from now on.
+    ///
+    /// ```
+    /// let (tx, rx) = weft::sync::broadcast::channel::<u8>(2);
+    /// drop(rx);
+    /// let mut rx = tx.subscribe();
+    /// tx.send(1).unwrap();
+    /// assert_eq!(rx.try_recv(), Ok(1));
+    /// ```
+    pub fn subscribe(&self) -> Receiver<T> {
+        let mut st = self.shared.state.lock();
+        st.receivers += 1;
+        let next = st.tail;
+        drop(st);
+        Receiver {
+            shared: self.shared.clone(),
+            next,
+        }
+    }
+
+    /// How many receivers are subscribed.
+    ///
+    /// ```
+    /// let (tx, _rx) = weft::sync::broadcast::channel::<u8>(2);
+    /// assert_eq!(tx.receiver_count(), 1);
+    /// ```
+    pub fn receiver_count(&self) -> usize {
+        self.shared.state.lock().receivers
+    }
+}
+
+impl<T> Clone for Sender<T> {
+    fn clone(&self) -> Self {
+        self.shared.state.lock().senders += 1;
+        Sender {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        let mut wakes = WakeBatch::new();
+        let mut st = self.shared.state.lock();
+        st.senders -= 1;
+        if st.senders == 0 {
+            // SAFETY: under the lock.
+            unsafe { wake_all(&mut st.waiters, Reason::Close, &mut wakes) };
+        }
+        drop(st);
+    }
+}
+
+impl<T: Clone> Receiver<T> {
+    /// One receive under the lock. An emptied slot's value is moved out, not cloned.
+    fn try_recv_locked(&mut self, st: &mut State<T>) -> Result<T, TryRecvError> {
+        if self.next < st.tail {
+            let oldest = st.oldest();
+            if self.next < oldest {
+                let lag = oldest - self.next;
+                self.next = oldest;
+                return Err(TryRecvError::Lagged(lag));
+            }
+            let pos = self.next;
+            self.next += 1;
+            let slot = st.slot(pos).as_mut().expect("a sent value's slot");
+            slot.left -= 1;
+            let v = if slot.left == 0 {
+                slot.value.take()
+            } else {
+                slot.value.clone()
+            };
+            return Ok(v.expect("a value not yet read by every receiver"));
+        }
+        if st.senders == 0 {
+            Err(TryRecvError::Closed)
+        } else {
+            Err(TryRecvError::Empty)
+        }
+    }
+
+    /// Takes the next value if there is one now.
+    ///
+    /// ```
+    /// let (tx, mut rx) = weft::sync::broadcast::channel(2);
+    /// tx.send(1).unwrap();
+    /// assert_eq!(rx.try_recv(), Ok(1));
+    /// ```
+    pub fn try_recv(&mut self) -> Result<T, TryRecvError> {
+        let shared = self.shared.clone();
+        let mut st = shared.state.lock();
+        self.try_recv_locked(&mut st)
+    }
+
+    /// Waits for the next value.
+    ///
+    /// Cancel safety: dropping the future loses no value (the receiver's position moves
+    /// only when a value is returned).
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let (tx, mut rx) = weft::sync::broadcast::channel(2);
+    /// tx.send(4).unwrap();
+    /// assert_eq!(rt.block_on(rx.recv()), Ok(4));
+    /// ```
+    pub async fn recv(&mut self) -> Result<T, RecvError> {
+        Recv {
+            rx: self,
+            waiter: Waiter::new(),
+        }
+        .await
+    }
+
+    /// [`recv`](Self::recv), blocking by [`weft::wait`](crate::wait)'s rule: a fiber
+    /// suspends, a worker goes on with other work, a plain thread blocks.
+    ///
+    /// ```
+    /// let (tx, mut rx) = weft::sync::broadcast::channel(2);
+    /// std::thread::spawn(move || tx.send(1).unwrap());
+    /// assert_eq!(rx.recv_blocking(), Ok(1));
+    /// ```
+    pub fn recv_blocking(&mut self) -> Result<T, RecvError> {
+        crate::wait(self.recv())
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        let mut st = self.shared.state.lock();
+        st.receivers -= 1;
+        // The values it had still to read: it no longer counts in them.
+        let mut freed = Vec::new();
+        let from = self.next.max(st.oldest());
+        for pos in from..st.tail {
+            if let Some(slot) = st.slot(pos).as_mut() {
+                slot.left -= 1;
+                if slot.left == 0 {
+                    freed.extend(slot.value.take());
+                }
+            }
+        }
+        drop(st);
+        drop(freed);
+    }
+}
+
+struct Recv<'a, T> {
+    rx: &'a mut Receiver<T>,
+    waiter: Waiter,
+}
+
+impl<T: Clone> Future for Recv<'_, T> {
+    type Output = Result<T, RecvError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: nothing is moved out of the pinned future; its node stays put.
+        let this = unsafe { self.get_unchecked_mut() };
+        if this.waiter.is_registered()
+            && this
+                .waiter
+                .poll_registered(&this.rx.shared.state, cx)
+                .is_none()
+        {
+            return Poll::Pending;
+        }
+        let mut wakes = WakeBatch::new();
+        let shared = this.rx.shared.clone();
+        let mut st = shared.state.lock();
+        match this.rx.try_recv_locked(&mut st) {
+            Ok(v) => Poll::Ready(Ok(v)),
+            Err(TryRecvError::Closed) => Poll::Ready(Err(RecvError::Closed)),
+            Err(TryRecvError::Lagged(n)) => Poll::Ready(Err(RecvError::Lagged(n))),
+            Err(TryRecvError::Empty) => {
+                // SAFETY: under the lock; the future is pinned and its `Drop` cancels.
+                unsafe { this.waiter.register(&mut st.waiters, cx, &mut wakes) };
+                drop(st);
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<T> Drop for Recv<'_, T> {
+    fn drop(&mut self) {
+        if self.waiter.is_registered() {
+            let mut st = self.rx.shared.state.lock();
+            self.waiter.cancel(&mut st, |s| &mut s.waiters);
+            drop(st);
+        }
+    }
+}
+
+impl<T> fmt::Debug for Sender<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("Sender { .. }")
+    }
+}
+
+impl<T> fmt::Debug for Receiver<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("Receiver { .. }")
+    }
+}

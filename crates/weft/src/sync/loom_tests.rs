@@ -1,0 +1,197 @@
+//! loom models of `weft::sync` (issue 16): a mutex hand-off against a waiter's
+//! cancellation, `acquire_many` against `add_permits` and `close`, `notify_one` against
+//! a dropped `notified()`, a oneshot send against the receiver's drop, and watch's
+//! `changed` against a send. Run by `.ci/run` with the crate's other models (the
+//! `loom_` filter).
+//!
+//! Futures are polled by hand on loom threads, with the harness of `chan`'s models: a
+//! waker that signals a loom `Notify` the thread parks on between polls, so a lost
+//! wake-up leaves a thread parked for ever and loom reports a deadlock.
+
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::atomic::Ordering::SeqCst;
+use std::task::{Context, Poll, Wake, Waker};
+
+use loom::sync::atomic::AtomicUsize;
+use loom::sync::Notify as LoomNotify;
+use loom::thread;
+
+use super::{oneshot, watch, Mutex, Notify, Semaphore};
+use crate::base::Arc;
+
+/// A waker for a model thread: counts wakes and unparks the thread.
+struct Signal {
+    wakes: AtomicUsize,
+    notify: LoomNotify,
+}
+
+impl Wake for Signal {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.wakes.fetch_add(1, SeqCst);
+        self.notify.notify();
+    }
+}
+
+/// One hand-polled task on a model thread.
+struct Task {
+    signal: Arc<Signal>,
+    waker: Waker,
+}
+
+impl Task {
+    fn new() -> Task {
+        let signal = Arc::new(Signal {
+            wakes: AtomicUsize::new(0),
+            notify: LoomNotify::new(),
+        });
+        let waker = Waker::from(signal.clone());
+        Task { signal, waker }
+    }
+
+    fn poll<F: Future>(&self, f: Pin<&mut F>) -> Poll<F::Output> {
+        f.poll(&mut Context::from_waker(&self.waker))
+    }
+
+    /// Polls `f` until it is ready, parking between polls until the waker fires.
+    fn block_on<F: Future>(&self, f: F) -> F::Output {
+        let mut f = pin!(f);
+        loop {
+            if let Poll::Ready(v) = self.poll(f.as_mut()) {
+                return v;
+            }
+            self.signal.notify.wait();
+        }
+    }
+}
+
+fn block_on<F: Future>(f: F) -> F::Output {
+    Task::new().block_on(f)
+}
+
+/// The holder unlocks while one waiter is dropped (maybe after it was handed the
+/// lock) and another waits: the lock must reach the second waiter.
+#[test]
+fn loom_sync_mutex_handoff_vs_cancel() {
+    loom::model(|| {
+        let m = Arc::new(Mutex::new(0u32));
+        let g = m.try_lock().unwrap();
+        let m1 = m.clone();
+        let t1 = thread::spawn(move || {
+            let task = Task::new();
+            let mut f = pin!(m1.lock());
+            if let Poll::Ready(mut g) = task.poll(f.as_mut()) {
+                *g += 1;
+            }
+            // Dropped here, registered or not, handed the lock or not.
+        });
+        let m2 = m.clone();
+        let t2 = thread::spawn(move || {
+            *block_on(m2.lock()) += 10;
+        });
+        drop(g);
+        t1.join().unwrap();
+        t2.join().unwrap();
+        let v = *m.try_lock().expect("the lock is free at the end");
+        assert!(v == 10 || v == 11, "{v}");
+    });
+}
+
+/// `acquire_many(3)` on a semaphore of 1 races `add_permits(2)` and `close`: it gets
+/// its 3 permits or the close error, and no permit is lost either way.
+#[test]
+fn loom_sync_semaphore_acquire_many_vs_add_and_close() {
+    loom::model(|| {
+        let sem = Arc::new(Semaphore::new(1));
+        let s1 = sem.clone();
+        let t1 = thread::spawn(move || {
+            let r = block_on(s1.acquire_many(3)).map(|p| p.num_permits());
+            r
+        });
+        let s2 = sem.clone();
+        let t2 = thread::spawn(move || s2.add_permits(2));
+        sem.close();
+        let r = t1.join().unwrap();
+        t2.join().unwrap();
+        if let Ok(n) = r {
+            assert_eq!(n, 3);
+        }
+        // The permit (if any) was dropped: all 3 are back.
+        assert_eq!(sem.available_permits(), 3);
+    });
+}
+
+/// `notify_one` while one `notified()` is dropped (maybe after being chosen) and
+/// another waits: the notification reaches the waiting one (if the first consumed it
+/// outright, it notifies once more itself).
+#[test]
+fn loom_sync_notify_one_vs_dropped_notified() {
+    loom::model(|| {
+        let n = Arc::new(Notify::new());
+        let n1 = n.clone();
+        let t1 = thread::spawn(move || {
+            let task = Task::new();
+            let mut f = pin!(n1.notified());
+            if task.poll(f.as_mut()).is_ready() {
+                // It consumed the notification (the stored permit): hand one on, so
+                // that the other waiter has one in every execution.
+                n1.notify_one();
+            }
+            // Dropped: a notification it was chosen for but never saw goes on.
+        });
+        let n2 = n.clone();
+        let t2 = thread::spawn(move || {
+            block_on(n2.notified());
+        });
+        n.notify_one();
+        t1.join().unwrap();
+        t2.join().unwrap();
+    });
+}
+
+/// A send races the receiver's drop: the value is dropped exactly once, by whichever
+/// side keeps it.
+#[test]
+fn loom_sync_oneshot_send_vs_receiver_drop() {
+    loom::model(|| {
+        let value = Arc::new(());
+        let (tx, rx) = oneshot::channel::<Arc<()>>();
+        let v = value.clone();
+        let t = thread::spawn(move || {
+            let _ = tx.send(v);
+        });
+        drop(rx);
+        t.join().unwrap();
+        assert_eq!(Arc::strong_count(&value), 1);
+    });
+}
+
+/// A receive that waits races the sender's send or drop: it always ends.
+#[test]
+fn loom_sync_oneshot_recv_vs_send() {
+    loom::model(|| {
+        let (tx, rx) = oneshot::channel::<u32>();
+        let t = thread::spawn(move || block_on(rx));
+        tx.send(7).unwrap();
+        assert_eq!(t.join().unwrap(), Ok(7));
+    });
+}
+
+/// `changed` waits while the sender sends: it wakes and sees the new value.
+#[test]
+fn loom_sync_watch_changed_vs_send() {
+    loom::model(|| {
+        let (tx, mut rx) = watch::channel(0u32);
+        let t = thread::spawn(move || {
+            block_on(rx.changed()).unwrap();
+            let v = *rx.borrow_and_update();
+            v
+        });
+        tx.send(1).unwrap();
+        assert_eq!(t.join().unwrap(), 1);
+        drop(tx);
+    });
+}

@@ -1,0 +1,132 @@
+//! The wait node of the primitives that wait for a signal (`Notify`, `Barrier`,
+//! `WaitGroup`, `watch`, `broadcast`): a [`Node`] owned by the waiting future, put on
+//! the primitive's list under its lock, completed by whoever changes the state under
+//! that lock (reason stored, waker queued, woken after the lock).
+
+use std::task::Context;
+
+use crate::waitlist::{Lock, LockGuard, Node, Reason, WaitList, WakeBatch};
+
+/// A waiting future's node and whether it is on a list.
+pub(crate) struct Waiter {
+    node: Node<()>,
+    registered: bool,
+}
+
+impl Waiter {
+    pub(crate) fn new() -> Waiter {
+        Waiter {
+            node: Node::new(),
+            registered: false,
+        }
+    }
+
+    pub(crate) fn is_registered(&self) -> bool {
+        self.registered
+    }
+
+    /// For a registered waiter: the reason it was completed with, or `None` if it still
+    /// waits (its waker is refreshed under the lock then). Once a reason is returned the
+    /// waiter is unregistered and ready for another wait.
+    pub(crate) fn poll_registered<S>(
+        &mut self,
+        lock: &Lock<S>,
+        cx: &mut Context<'_>,
+    ) -> Option<Reason> {
+        debug_assert!(self.registered);
+        let mut wakes = WakeBatch::new();
+        loop {
+            match self.node.reason() {
+                Reason::Waiting => {
+                    let guard = lock.lock();
+                    if self.node.reason() != Reason::Waiting {
+                        continue;
+                    }
+                    // SAFETY: under the lock of the list the node is on; the node is ours.
+                    unsafe { self.node.set_waker(cx.waker(), &mut wakes) };
+                    drop(guard);
+                    return None;
+                }
+                reason => {
+                    self.registered = false;
+                    self.node.reset();
+                    return Some(reason);
+                }
+            }
+        }
+    }
+
+    /// Puts the node on `list` (the commit point of the wait).
+    ///
+    /// # Safety
+    /// The caller holds the lock `list` belongs to, and the waiter is pinned (it stays
+    /// at its address until [`Waiter::cancel`] or a completion takes it off; the
+    /// owning future's `Drop` must call `cancel`).
+    pub(crate) unsafe fn register(
+        &mut self,
+        list: &mut WaitList<()>,
+        cx: &mut Context<'_>,
+        wakes: &mut WakeBatch,
+    ) {
+        debug_assert!(!self.registered);
+        // SAFETY: the contract.
+        unsafe {
+            self.node.set_waker(cx.waker(), wakes);
+            list.push_back(&self.node);
+        }
+        self.registered = true;
+    }
+
+    /// Takes the node off `list` if it is still on it (under `guard`, the lock). Returns
+    /// the reason it had been completed with when it was not on the list any more
+    /// (`None`: it was still waiting, or not registered).
+    pub(crate) fn cancel<S>(
+        &mut self,
+        guard: &mut LockGuard<'_, S>,
+        list: impl FnOnce(&mut S) -> &mut WaitList<()>,
+    ) -> Option<Reason> {
+        if !self.registered {
+            return None;
+        }
+        self.registered = false;
+        // SAFETY: under the lock; the node is on this list or on none.
+        let removed = unsafe { list(guard).remove(&self.node) };
+        let reason = self.node.reason();
+        self.node.reset();
+        if removed {
+            None
+        } else {
+            Some(reason)
+        }
+    }
+}
+
+/// Completes every waiter on `list` with `reason`.
+///
+/// # Safety
+/// The caller holds the lock `list` belongs to.
+pub(crate) unsafe fn wake_all(list: &mut WaitList<()>, reason: Reason, wakes: &mut WakeBatch) {
+    // SAFETY: the contract; each node is off the list when it is told.
+    unsafe { list.drain(|node| node.notify(reason, wakes)) };
+}
+
+/// Completes the first waiter on `list` with `reason`; `false` if there was none.
+///
+/// # Safety
+/// The caller holds the lock `list` belongs to.
+pub(crate) unsafe fn wake_one(
+    list: &mut WaitList<()>,
+    reason: Reason,
+    wakes: &mut WakeBatch,
+) -> bool {
+    // SAFETY: the contract; the node is off the list when it is told.
+    unsafe {
+        match list.take_first(|_| true) {
+            Some(node) => {
+                (*node).notify(reason, wakes);
+                true
+            }
+            None => false,
+        }
+    }
+}
