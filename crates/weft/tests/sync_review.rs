@@ -228,7 +228,10 @@ fn mutex_waker_wake_panic_still_hands_over() {
         let mut f = Box::pin(m.lock());
         assert!(poll_with(f.as_mut(), &w).is_pending());
         let r = catch_unwind(AssertUnwindSafe(|| drop(g)));
-        assert!(r.is_err(), "the wake panic propagates out of the guard's drop");
+        assert!(
+            r.is_err(),
+            "the wake panic propagates out of the guard's drop"
+        );
         assert_eq!(e.wakes.load(SeqCst), 1);
         e.panic_wake.store(false, SeqCst);
         let Poll::Ready(g) = poll_once(f.as_mut()) else {
@@ -311,7 +314,10 @@ fn mutex_fiber_aborted_while_waiting_or_just_handed() {
                 }
             }
             assert!(done >= 2);
-            assert!(m.try_lock().is_ok(), "round {i}: the lock is held by nobody");
+            assert!(
+                m.try_lock().is_ok(),
+                "round {i}: the lock is held by nobody"
+            );
         }
     });
 }
@@ -342,7 +348,10 @@ fn mutex_task_aborted_while_waiting_or_just_handed() {
             for t in tasks {
                 let _ = t.join();
             }
-            assert!(m.try_lock().is_ok(), "round {i}: the lock is held by nobody");
+            assert!(
+                m.try_lock().is_ok(),
+                "round {i}: the lock is held by nobody"
+            );
         }
     });
 }
@@ -381,7 +390,11 @@ fn runtime_dropped_while_tasks_and_fibers_wait_on_a_lock() {
             drop(g);
             assert!(m.try_lock().is_ok(), "a cancelled waiter kept the lock");
             sem.add_permits(1);
-            assert_eq!(sem.available_permits(), 1, "a cancelled waiter kept a permit");
+            assert_eq!(
+                sem.available_permits(),
+                1,
+                "a cancelled waiter kept a permit"
+            );
         }
     });
 }
@@ -523,7 +536,11 @@ fn semaphore_waker_clone_panic_leaves_no_ghost_waiter() {
         }));
         assert!(r.is_err());
         s.add_permits(3);
-        assert_eq!(s.available_permits(), 3, "permits absorbed by a dropped future");
+        assert_eq!(
+            s.available_permits(),
+            3,
+            "permits absorbed by a dropped future"
+        );
     });
 }
 
@@ -565,9 +582,15 @@ fn notify_waiters_reaches_unpolled_and_not_later_futures() {
         assert!(poll_once(b.as_mut()).is_pending());
         n.notify_waiters();
         let mut c = Box::pin(n.notified());
-        assert!(poll_once(a.as_mut()).is_ready(), "unpolled future made before");
+        assert!(
+            poll_once(a.as_mut()).is_ready(),
+            "unpolled future made before"
+        );
         assert!(poll_once(b.as_mut()).is_ready());
-        assert!(poll_once(c.as_mut()).is_pending(), "made after: no permit stored");
+        assert!(
+            poll_once(c.as_mut()).is_pending(),
+            "made after: no permit stored"
+        );
         // Polled after completion: stays ready, consumes nothing.
         assert!(poll_once(a.as_mut()).is_ready());
         n.notify_one();
@@ -594,7 +617,10 @@ fn notify_one_chosen_then_dropped_passes_on_or_stores() {
         n.notify_one();
         drop(c);
         let mut d = Box::pin(n.notified());
-        assert!(poll_once(d.as_mut()).is_ready(), "the notification was lost");
+        assert!(
+            poll_once(d.as_mut()).is_ready(),
+            "the notification was lost"
+        );
         // One permit, not two.
         let mut e = Box::pin(n.notified());
         assert!(poll_once(e.as_mut()).is_pending());
@@ -789,7 +815,11 @@ fn watch_value_drop_panic_keeps_channel_consistent() {
         let (c, w) = counting();
         assert!(poll_with(ch.as_mut(), &w).is_pending());
         assert!(catch_unwind(AssertUnwindSafe(|| tx.send(Boom(false)))).is_err());
-        assert_eq!(c.0.load(SeqCst), 1, "receivers woken before the old value dropped");
+        assert_eq!(
+            c.0.load(SeqCst),
+            1,
+            "receivers woken before the old value dropped"
+        );
         assert!(matches!(poll_once(ch.as_mut()), Poll::Ready(Ok(()))));
         drop(ch);
         assert!(!rx.borrow().0);
@@ -875,7 +905,10 @@ fn broadcast_cap1_lagging_receivers_leak_nothing() {
             assert_eq!(tx.send(Tracked::new(&live, &cp, v)).unwrap(), 2);
         }
         assert_eq!(live.load(SeqCst), 1, "overwritten values are dropped");
-        assert_eq!(a.try_recv().unwrap_err(), broadcast::error::TryRecvError::Lagged(2));
+        assert_eq!(
+            a.try_recv().unwrap_err(),
+            broadcast::error::TryRecvError::Lagged(2)
+        );
         assert_eq!(a.try_recv().unwrap().v, 2);
         assert!(matches!(
             a.try_recv(),
@@ -896,7 +929,10 @@ fn broadcast_cap1_lagging_receivers_leak_nothing() {
         assert_eq!(live.load(SeqCst), 1, "b still has it");
         drop(tx);
         assert_eq!(b.try_recv().unwrap().v, 9);
-        assert_eq!(b.try_recv().unwrap_err(), broadcast::error::TryRecvError::Closed);
+        assert_eq!(
+            b.try_recv().unwrap_err(),
+            broadcast::error::TryRecvError::Closed
+        );
         assert_eq!(live.load(SeqCst), 0);
     });
 }
@@ -927,7 +963,7 @@ fn broadcast_clone_panic_under_lock_loses_nothing_else() {
 fn broadcast_recv_cancelled_and_closed_in_every_context() {
     with_timeout(|| {
         let rt = workers(2);
-        let (tx, rx) = broadcast::channel::<u64>(16);
+        let (tx, rx) = broadcast::channel::<u64>(512); // no lapping: Lagged is not under test here
         let mut hs = Vec::new();
         for k in 0..2u64 {
             let mut r = tx.subscribe();
@@ -1037,7 +1073,10 @@ fn wait_group_below_zero_panics_and_stays_usable() {
         f.join().unwrap();
         wg.wait_blocking();
         assert!(catch_unwind(AssertUnwindSafe(|| wg.add(usize::MAX))).is_ok());
-        assert!(catch_unwind(AssertUnwindSafe(|| wg.add(1))).is_err(), "overflow");
+        assert!(
+            catch_unwind(AssertUnwindSafe(|| wg.add(1))).is_err(),
+            "overflow"
+        );
     });
 }
 
@@ -1239,4 +1278,119 @@ fn owned_mutex_guard_is_sync_for_send_sync() {
     // MutexGuard keeps `T: Sync` (looser than tokio's `Send + Sync`): sound, since a
     // shared `MutexGuard` reaches only `&T` (it has no `mutex()` accessor).
     sync::<weft::sync::MutexGuard<'static, std::sync::MutexGuard<'static, ()>>>();
+}
+
+// ---------------------------------------------------------------- RwLock stress
+
+#[test]
+fn rwlock_mixed_contexts_random_cancellation_excludes_writers() {
+    with_timeout(|| {
+        let rt = workers(2);
+        let l = Arc::new(RwLock::new(0u64));
+        // readers in, or usize::MAX/2 + 1 while a writer is in
+        let inside = Arc::new(AtomicUsize::new(0));
+        const W: usize = 1 << 40;
+        let enter_r = |inside: &AtomicUsize| {
+            let v = inside.fetch_add(1, SeqCst);
+            assert!(v < W, "a reader entered beside a writer");
+        };
+        let enter_w = |inside: &AtomicUsize| {
+            let v = inside.fetch_add(W, SeqCst);
+            assert_eq!(v, 0, "a writer entered beside someone");
+        };
+        let writes = Arc::new(AtomicUsize::new(0));
+        let mut hs = Vec::new();
+        for k in 0..3u64 {
+            let (l1, in1, wr1) = (l.clone(), inside.clone(), writes.clone());
+            hs.push(rt.spawn(async move {
+                let mut rng = Rng(0x51 + k);
+                for _ in 0..300 {
+                    let cancel = rng.below(3) == 0;
+                    if rng.below(2) == 0 {
+                        if let Some(g) = maybe_cancel(l1.read(), cancel).await {
+                            enter_r(&in1);
+                            weft::task::yield_now().await;
+                            in1.fetch_sub(1, SeqCst);
+                            drop(g);
+                        }
+                    } else if let Some(mut g) = maybe_cancel(l1.write(), cancel).await {
+                        enter_w(&in1);
+                        *g += 1;
+                        wr1.fetch_add(1, SeqCst);
+                        weft::task::yield_now().await;
+                        in1.fetch_sub(W, SeqCst);
+                        drop(g);
+                    }
+                }
+            }));
+            let (l2, in2, wr2) = (l.clone(), inside.clone(), writes.clone());
+            hs.push(common::on(&rt, || {
+                weft::fiber::spawn(move || {
+                    let mut rng = Rng(0x77 + k);
+                    for _ in 0..300 {
+                        if rng.below(2) == 0 {
+                            let g = l2.read_blocking();
+                            enter_r(&in2);
+                            weft::fiber::yield_now();
+                            in2.fetch_sub(1, SeqCst);
+                            drop(g);
+                        } else {
+                            let mut g = l2.write_blocking();
+                            enter_w(&in2);
+                            *g += 1;
+                            wr2.fetch_add(1, SeqCst);
+                            in2.fetch_sub(W, SeqCst);
+                            drop(g);
+                        }
+                    }
+                })
+            }));
+        }
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_eq!(*l.try_write().unwrap() as usize, writes.load(SeqCst));
+        drop(rt);
+    });
+}
+
+#[test]
+fn watch_and_barrier_waiters_in_aborted_fibers() {
+    with_timeout(|| {
+        let rt = workers(2);
+        let (tx, rx) = watch::channel(0u32);
+        let b = Arc::new(Barrier::new(3));
+        for round in 0..100u32 {
+            let mut r = rx.clone();
+            let fw = common::on(&rt, || weft::fiber::spawn(move || r.changed_blocking()));
+            let b1 = b.clone();
+            let fb = common::on(&rt, || weft::fiber::spawn(move || b1.wait_blocking()));
+            std::thread::sleep(Duration::from_micros(100));
+            fb.abort(); // its arrival must be withdrawn (if it arrived)
+            let _ = fb.join();
+            if round % 2 == 0 {
+                fw.abort();
+                let _ = fw.join();
+            } else {
+                tx.send(round).unwrap();
+                fw.join().unwrap().unwrap();
+            }
+            // The barrier still needs three fresh arrivals.
+            let (b2, b3) = (b.clone(), b.clone());
+            let t = rt.spawn(async move { b2.wait().await.is_leader() });
+            let f = common::on(&rt, || {
+                weft::fiber::spawn(move || b3.wait_blocking().is_leader())
+            });
+            std::thread::sleep(Duration::from_micros(50));
+            assert!(
+                !t.is_finished() && !f.is_finished(),
+                "round {round}: released early"
+            );
+            let me = b.wait_blocking().is_leader();
+            let leaders = [me, t.join().unwrap(), f.join().unwrap()];
+            assert_eq!(leaders.iter().filter(|x| **x).count(), 1);
+        }
+        drop(tx);
+        drop(rt);
+    });
 }
