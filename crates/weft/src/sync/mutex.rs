@@ -64,13 +64,25 @@ unsafe impl<T: ?Sized + Sync> Sync for MutexGuard<'_, T> {}
 /// let g = m.clone().try_lock_owned().unwrap();
 /// std::thread::spawn(move || assert_eq!(*g, 1)).join().unwrap();
 /// ```
+///
+/// Shared across threads only when `T: Send + Sync` (as tokio's): a shared guard
+/// hands out the `Arc` ([`mutex`](Self::mutex)), whose clone may drop the `T` on
+/// another thread.
+///
+/// ```compile_fail
+/// fn sync<T: Sync>() {}
+/// // `Sync` but not `Send`:
+/// sync::<weft::sync::OwnedMutexGuard<std::sync::MutexGuard<'static, ()>>>();
+/// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct OwnedMutexGuard<T: ?Sized> {
     lock: Arc<Mutex<T>>,
 }
 
-// SAFETY: as for `MutexGuard`; sending the guard sends `&mut T` (and the `Arc`).
-unsafe impl<T: ?Sized + Sync> Sync for OwnedMutexGuard<T> {}
+// SAFETY: a shared guard gives `&T` to other threads (needs `T: Sync`) and
+// `&Arc<Mutex<T>>` (`mutex()`), whose clone can be the last one and drop the `T` on
+// that thread (needs `T: Send`). Sending the guard is the auto impl (`Arc<Mutex<T>>`).
+unsafe impl<T: ?Sized + Send + Sync> Sync for OwnedMutexGuard<T> {}
 
 /// The lock was held: returned by [`Mutex::try_lock`] (and the `RwLock`'s `try_`
 /// methods).

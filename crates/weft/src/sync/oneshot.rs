@@ -236,7 +236,8 @@ impl<T> Receiver<T> {
                 self.shared = None;
                 Ok(v)
             }
-            None if st.tx_open => Err(TryRecvError::Empty),
+            // After `close` nothing can arrive any more: `Closed`, as tokio's.
+            None if st.tx_open && st.rx_open => Err(TryRecvError::Empty),
             None => Err(TryRecvError::Closed),
         }
     }
@@ -254,7 +255,9 @@ impl<T> Receiver<T> {
     }
 
     /// Refuses the value: a later `send` fails (a value sent before stays readable
-    /// with [`try_recv`](Self::try_recv)).
+    /// with [`try_recv`](Self::try_recv), or by awaiting the receiver). With no value
+    /// sent, awaiting the receiver then gives `Err` at once and `try_recv` gives
+    /// `Closed`, as tokio's.
     ///
     /// ```
     /// let (tx, mut rx) = weft::sync::oneshot::channel();
@@ -290,7 +293,9 @@ impl<T> Future for Receiver<T> {
             self.shared = None;
             return Poll::Ready(Ok(v));
         }
-        if !st.tx_open {
+        // Closed by the receiver (`close`): no value can come, and a failed `send`
+        // wakes nobody, so waiting would never end (tokio's resolves to `Err` too).
+        if !st.tx_open || !st.rx_open {
             drop(st);
             self.shared = None;
             return Poll::Ready(Err(RecvError(())));
