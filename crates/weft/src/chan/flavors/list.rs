@@ -1,46 +1,1256 @@
-//! Stand-in (a mutex around a deque) with the lock-free list's API.
-#![allow(dead_code)]
-use crate::base::Mutex;
-use std::collections::VecDeque;
+//! The buffer of unbounded channels: a lock-free multi-producer multi-consumer FIFO
+//! queue on a linked list of fixed-size blocks. It only stores values; waiting for
+//! one, and waking whoever waits, is the channel's business.
+//!
+//! # Positions, blocks, index words
+//!
+//! Every push is given a *position* (0, 1, 2, ...), and values leave in position order.
+//! Positions come in laps of `LAP`; a block holds one lap's `BLOCK_CAP = LAP - 1`
+//! values, and the lap's last position (offset `BLOCK_CAP`) holds none: it is the
+//! *boundary*, where an index rests while its block pointer is switched to the next
+//! block. Blocks are linked oldest to newest by `next`. Positions are never reused (a
+//! `usize` index does not wrap in practice).
+//!
+//! `head` and `tail` each pair an index word with a block pointer. The index word is
+//! `position << 1 | mark`. On `tail` the mark means closed. On `head` it means "every
+//! slot of the head block has been claimed by a push and its `next` is linked", which
+//! lets a pop skip reading `tail` until the block is used up.
+//!
+//! # A claim validates the block pointer
+//!
+//! A push (a pop) loads the index, then the block pointer, then claims the position
+//! with a CAS of the index from the value it loaded to the next one. The pointer only
+//! changes while the index rests on a boundary, and the CAS fails if the index moved at
+//! all, so a successful CAS proves that the pointer loaded before it is the block of
+//! the claimed position. (In memory-model terms: the pointer's next store is sequenced
+//! after the CAS that takes the index to the boundary, which follows ours in the
+//! index's modification order and so synchronizes with it: our load happens before
+//! that store and cannot read it. It cannot read an older block either: the index value
+//! we acquired was published after the pointer was set.) Before its claim a thread
+//! never dereferences a block: nothing keeps that block alive yet.
+//!
+//! # Push
+//!
+//! 1. Closed mark set: fail, handing the value back. A push whose claim CAS succeeded
+//!    did so before the mark (the mark is set by an RMW on the same word), so it
+//!    completes: that is `close`'s guarantee.
+//! 2. Index on a boundary: the push that claimed the block's last slot (the
+//!    *installer*) is switching `tail` to the next block. Wait for it (see Waiting).
+//! 3. No block yet (`tail.block` null, the first push): allocate the first block and
+//!    CAS it into `tail.block`; the winner also stores it in `head.block`.
+//! 4. Claim the position. The claimer of a block's last slot is the installer: it
+//!    allocated the next block *before* its claim, and after the claim links it
+//!    (`block.next`), stores it in `tail.block`, and steps the index over the boundary
+//!    with a `fetch_add` (an RMW, so a close mark set meanwhile survives).
+//! 5. Write the value into the slot, then set the slot's `WRITE` bit (Release). That
+//!    RMW is the push's last access to the block.
+//!
+//! A push never looks at `head` or at another slot: it never waits for a pop.
+//!
+//! # Pop
+//!
+//! 1. Index on a boundary: another pop took the block's last slot and is moving `head`
+//!    to the next block. Report `Busy` if `tail` shows values past it, else `Empty`.
+//! 2. Unless the head mark is set, load `tail`: no position claimed past `head` means
+//!    `Empty`. If `tail` is in a later lap the block is fully claimed and linked: the
+//!    claim carries the head mark. If `head` is at the block's last slot and `tail` on
+//!    the boundary, the installer has not linked the next block yet: `Busy` (claiming
+//!    now would leave us unable to move `head`).
+//! 3. No block yet (`head.block` null while a push has claimed a position): the first
+//!    push is between its two stores of step 3 above: `Busy`.
+//! 4. Claim the position. The claimer of a block's last slot reads `next` (linked: step
+//!    2), and moves `head` over the boundary: `head.block = next`, then the index, with
+//!    the head mark if `next` is itself fully claimed and linked. Nobody else writes
+//!    `head` while it rests on the boundary, so plain stores do.
+//! 5. Wait for the slot's `WRITE` bit (see Waiting), move the value out, and give the
+//!    slot up (next section).
+//!
+//! # Freeing a block: exactly once, by the last thread to use it
+//!
+//! Each slot has three state bits: `WRITE` (its push is done with it), `READ` (its pop
+//! is done with it) and `DESTROY` (the block's destroyer is waiting for its pop).
+//!
+//! * The pop of a block's last slot claims it after every other slot of the block has
+//!   been claimed (claims are in position order). Once it has read its value it starts
+//!   destroying the block: for each other slot in order, if `READ` is set it goes on,
+//!   otherwise it sets `DESTROY` with an RMW and, if `READ` still was not set, stops
+//!   there, leaving the rest to that slot's pop.
+//! * The pop of any other slot sets `READ` with an RMW after moving its value out. If
+//!   `DESTROY` was already set, the destroyer stopped at this slot: this pop carries
+//!   the destruction on from the next slot.
+//!
+//! On each slot the pop's `READ` RMW and the destroyer's `DESTROY` RMW are ordered, and
+//! whichever comes second sees the other's bit: exactly one of the two goes on. So the
+//! destruction is one chain that passes from thread to thread and ends in exactly one
+//! free, after every slot's pop is done.
+//!
+//! Nobody touches the block after the free:
+//!
+//! * Pushes: a push's last access is its `WRITE` RMW; the slot's pop acquires it
+//!   before `READ`, so it happens before the free. The installer's accesses (linking
+//!   `next`) come before its `WRITE`. Pushes whose CAS failed never dereferenced it.
+//! * Pops: each pop's last access is its `READ` RMW (or, on the last slot, the
+//!   destruction itself); the destroyer acquires every `READ` it reads, and a pop that
+//!   takes the chain over acquires the `DESTROY` RMW, so every pop's access happens
+//!   before the free. Pops whose CAS failed never dereferenced it. The pop that moved
+//!   `head` into the block read its `next` before any slot of it was claimed.
+//! * `head.block` and `tail.block` have moved past the block before it is freed (its
+//!   last slot's pop moved `head`; its installer moved `tail` before writing the last
+//!   slot's value), and any stale copy of the pointer fails its claim CAS.
+//!
+//! `Drop` runs with every operation finished: the blocks before `head.block` are freed
+//! already, and it frees the rest.
+//!
+//! # Waiting, and `Busy`
+//!
+//! A thread can only look at a slot after claiming it: before, nothing keeps the block
+//! alive. And a claimed position cannot be handed back (indices only move forward). So
+//! where a pop finds a claimed slot not yet written it waits, and so does a push that
+//! finds the tail on a boundary. Both waits are on a push that is between two adjacent
+//! steps of its own, with no loop, lock, allocation or wait between them:
+//!
+//! * a push on a boundary waits for the installer between its claim CAS and its
+//!   `fetch_add` over the boundary: two stores (`next`, `tail.block`) in between, the
+//!   new block having been allocated before the claim;
+//! * a pop of a claimed, unwritten slot waits for its push between its claim CAS and
+//!   its `WRITE` RMW: a move of the value in between (and, for an installer, the two
+//!   stores and the `fetch_add`).
+//!
+//! So the wait is a few instructions long unless that thread is preempted in between;
+//! the backoff spins a few rounds and then yields the core, so a preempted partner can
+//! finish. No wait is on a pop. Where the waited-for step is a pop's (the head on a
+//! boundary), or would come before the claim, `try_pop` returns `Busy` instead of
+//! waiting: the first block not yet in `head.block`, the installer not yet past the
+//! boundary, another pop moving `head`.
+//!
+//! # Memory ordering contract
+//!
+//! The channel pairs each operation with a `fence(SeqCst)` against a flag of its own
+//! (store buffering, Dekker's pattern): a producer does `try_push; fence(SeqCst); load
+//! waiters-flag`, a waiter does `store waiters-flag; fence(SeqCst); is_empty()` (or
+//! `try_pop()`). Either the producer sees the flag, or the waiter sees the push. This
+//! holds because a push's claim is an RMW of `tail`'s index, sequenced before the
+//! producer's fence, and `is_empty` and `try_pop` (without the head mark) load that
+//! index after the waiter's fence: if the producer's fence comes first in the SeqCst
+//! order, the load sees the claim or a later value. With the head mark set `try_pop`
+//! does not load `tail`, but then a claimed position exists and it cannot report
+//! `Empty`. A waiter must not sleep on `Busy`: the thread it waits for may be a pop,
+//! or a push other than the one whose value it waits for, which has already looked at
+//! the flag.
+//!
+//! Inside the list: index loads are Acquire, and the index RMWs and stores SeqCst (a
+//! Release that publishes the block pointer and `next` stored before them; SeqCst also
+//! puts them in one order with the loads of `len` and `is_empty`). Slot states: `WRITE`
+//! is Release and its loads Acquire (the value is visible to the pop); `READ` and
+//! `DESTROY` are AcqRel (every use happens before the free). Block pointers and `next`
+//! are stored Release and loaded Acquire (the block's zeroed contents are visible).
+//!
+//! Under `cfg(loom)` a block holds 2 values, so the models cross boundaries and free
+//! blocks within a few operations, and `Block::free` checks instead of freeing: loom
+//! then fails a model that leaks a block, frees one twice, uses one after its free, or
+//! frees one while another thread's access to it does not happen before the free.
 
+use std::marker::PhantomData;
+use std::mem::MaybeUninit;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
+
+use crossbeam_utils::CachePadded;
+
+use crate::base::{AtomicPtr, AtomicUsize, UnsafeCell};
+
+/// Values per block.
+#[cfg(not(loom))]
+const BLOCK_CAP: usize = 31;
+/// Small enough that loom models cross boundaries and free blocks.
+#[cfg(loom)]
+const BLOCK_CAP: usize = 2;
+/// Positions per block: its values and the boundary.
+const LAP: usize = BLOCK_CAP + 1;
+
+/// The index word holds the position above this many bits.
+const SHIFT: usize = 1;
+/// One position in an index word.
+const ONE: usize = 1 << SHIFT;
+/// On `tail`: closed. On `head`: the head block is fully claimed and its `next` linked.
+const MARK: usize = 1;
+
+/// Slot state: the push is done with the slot.
+const WRITE: usize = 1;
+/// Slot state: the pop is done with the slot.
+const READ: usize = 2;
+/// Slot state: the block's destroyer stopped here; the pop carries on.
+const DESTROY: usize = 4;
+
+/// The number of value positions before `pos` (boundaries skipped): a boundary counts
+/// as the start of the next block.
+fn values_before(pos: usize) -> usize {
+    pos / LAP * BLOCK_CAP + (pos % LAP).min(BLOCK_CAP)
+}
+
+/// What `try_pop` found.
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Pop<T> {
+    /// The oldest value.
     Value(T),
+    /// Nothing pushed and unread.
     Empty,
+    /// A push has claimed the next position but not yet written it (or is installing
+    /// the next block), or another pop is moving the head to the next block; the value
+    /// will be there within nanoseconds unless that thread is preempted. Not drained:
+    /// retry, do not sleep on it (no push may be left to wake a sleeper).
     Busy,
 }
-pub(crate) struct List<T> {
-    q: Mutex<(VecDeque<T>, bool)>,
+
+struct Slot<T> {
+    value: UnsafeCell<MaybeUninit<T>>,
+    /// `WRITE | READ | DESTROY` bits.
+    state: AtomicUsize,
 }
+
+struct Block<T> {
+    /// The next block, linked by the installer of this block's last slot.
+    next: AtomicPtr<Block<T>>,
+    slots: [Slot<T>; BLOCK_CAP],
+    #[cfg(loom)]
+    life: Life,
+}
+
+/// Under loom, the checker's view of a block's life (see `Block::free`).
+#[cfg(loom)]
+struct Life {
+    /// Set by `free`; every dereference asserts it unset. A `std` atomic: a detector
+    /// outside the protocol, which loom does not see.
+    freed: std::sync::atomic::AtomicBool,
+    /// Loom's leak tracking: dropped by `free`, so loom fails a model that leaks a
+    /// block.
+    track: std::mem::ManuallyDrop<loom::alloc::Track<()>>,
+}
+
+impl<T> Block<T> {
+    /// A new empty block, the caller's until it publishes the pointer.
+    #[cfg(not(loom))]
+    fn alloc() -> NonNull<Block<T>> {
+        // SAFETY: all-zero bytes are a valid empty block: a null `next`, slot states 0
+        // (nothing written), and values that are `MaybeUninit`. Zeroing in place keeps a
+        // block of large values off the stack.
+        let block = unsafe { Box::<Block<T>>::new_zeroed().assume_init() };
+        NonNull::from(Box::leak(block))
+    }
+
+    /// A new empty block, the caller's until it publishes the pointer.
+    #[cfg(loom)]
+    fn alloc() -> NonNull<Block<T>> {
+        let block = Box::new(Block {
+            next: AtomicPtr::new(ptr::null_mut()),
+            slots: std::array::from_fn(|_| Slot {
+                value: UnsafeCell::new(MaybeUninit::uninit()),
+                state: AtomicUsize::new(0),
+            }),
+            life: Life {
+                freed: std::sync::atomic::AtomicBool::new(false),
+                track: std::mem::ManuallyDrop::new(loom::alloc::Track::new(())),
+            },
+        });
+        NonNull::from(Box::leak(block))
+    }
+
+    /// The block behind `this`.
+    ///
+    /// # Safety
+    ///
+    /// `this` came from [`Block::alloc`] and is not freed while the reference lives.
+    unsafe fn get<'a>(this: *mut Block<T>) -> &'a Block<T> {
+        // SAFETY: the caller's contract.
+        let block = unsafe { &*this };
+        #[cfg(loom)]
+        assert!(!block.life.freed.load(Relaxed), "block used after its free");
+        block
+    }
+
+    /// Frees `this` without dropping any value in it.
+    ///
+    /// # Safety
+    ///
+    /// `this` came from [`Block::alloc`], is freed only this once, and every access any
+    /// thread makes to it happens before this call.
+    #[cfg(not(loom))]
+    unsafe fn free(this: *mut Block<T>) {
+        // SAFETY: the caller's contract; `alloc` made it from a `Box`.
+        drop(unsafe { Box::from_raw(this) });
+    }
+
+    /// Under loom, checks the contract instead of freeing: the block is marked freed
+    /// (a second free, or a use through [`Block::get`] afterwards, fails), every
+    /// location in it is accessed mutably (loom fails the model if an access by
+    /// another thread does not happen before, or comes after, this), and its leak
+    /// tracking ends. The memory is kept, so that a faulty protocol fails an assertion
+    /// instead of reading freed memory.
+    ///
+    /// # Safety
+    ///
+    /// As for the real one.
+    #[cfg(loom)]
+    unsafe fn free(this: *mut Block<T>) {
+        // SAFETY: the caller's contract: nobody else uses the block any more (loom
+        // runs one thread at a time, so a faulty caller is caught below, not raced).
+        let block = unsafe { &mut *this };
+        assert!(!block.life.freed.swap(true, Relaxed), "block freed twice");
+        block.next.with_mut(|_| ());
+        for slot in &mut block.slots {
+            slot.state.with_mut(|_| ());
+            slot.value.with_mut(|_| ());
+        }
+        // SAFETY: dropped once: the flag above.
+        unsafe { std::mem::ManuallyDrop::drop(&mut block.life.track) };
+    }
+
+    /// Carries the destruction of `this` on from slot `start`: stops at the first slot
+    /// whose pop is not done (leaving `DESTROY` there, so that pop carries on), and frees
+    /// the block if there is none.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the destruction: it popped the block's last slot, or it set
+    /// `READ` on slot `start - 1` and found `DESTROY` there. It does not touch the block
+    /// afterwards.
+    unsafe fn destroy(this: *mut Block<T>, start: usize) {
+        // The last slot is not checked: its pop started the destruction.
+        for i in start..BLOCK_CAP - 1 {
+            // SAFETY: the block is alive until the destruction frees it, which is this
+            // call or a later one in the chain; slot `i`'s pop cannot take the chain
+            // over before our `DESTROY` RMW.
+            let state = unsafe { &Block::get(this).slots[i].state };
+            if state.load(Acquire) & READ == 0 && state.fetch_or(DESTROY, AcqRel) & READ == 0 {
+                // Slot `i`'s pop is still at it; it sees `DESTROY` and carries on.
+                return;
+            }
+        }
+        // SAFETY: every slot's pop is done and was acquired above or by those before us
+        // in the chain; pushes were done before their pops; `head` and `tail` have moved
+        // past the block (module doc).
+        unsafe { Block::free(this) };
+    }
+}
+
+/// A block allocated ahead of a claim and not (yet) published; freed if unused.
+struct Spare<T>(Option<NonNull<Block<T>>>);
+
+impl<T> Spare<T> {
+    fn get(&mut self) -> NonNull<Block<T>> {
+        *self.0.get_or_insert_with(Block::alloc)
+    }
+
+    /// Hands the block over to the list.
+    fn publish(&mut self) -> *mut Block<T> {
+        let block = self.get().as_ptr();
+        self.0 = None;
+        block
+    }
+}
+
+impl<T> Drop for Spare<T> {
+    fn drop(&mut self) {
+        if let Some(block) = self.0 {
+            // SAFETY: never published: no other thread has seen it.
+            unsafe { Block::free(block.as_ptr()) };
+        }
+    }
+}
+
+/// Backoff for the two bounded waits of the module doc: a few rounds of spinning, then
+/// yielding the core in case the partner was preempted.
+struct Backoff {
+    #[cfg(not(loom))]
+    step: u32,
+}
+
+impl Backoff {
+    #[cfg(not(loom))]
+    const SPIN_ROUNDS: u32 = 6;
+
+    fn new() -> Backoff {
+        Backoff {
+            #[cfg(not(loom))]
+            step: 0,
+        }
+    }
+
+    #[cfg(loom)]
+    fn snooze(&mut self) {
+        loom::thread::yield_now();
+    }
+
+    #[cfg(not(loom))]
+    fn snooze(&mut self) {
+        if self.step < Self::SPIN_ROUNDS {
+            for _ in 0..1u32 << self.step {
+                std::hint::spin_loop();
+            }
+            self.step += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// An index word and the block of its position.
+struct Position<T> {
+    index: AtomicUsize,
+    block: AtomicPtr<Block<T>>,
+}
+
+/// A lock-free unbounded MPMC FIFO queue (see the module doc).
+pub(crate) struct List<T> {
+    head: CachePadded<Position<T>>,
+    tail: CachePadded<Position<T>>,
+    /// The list owns and drops values of `T`.
+    _values: PhantomData<T>,
+}
+
+// SAFETY: values move between threads through the list (pushed on one, popped or
+// dropped on another), so `T: Send` is needed and enough: the list never hands out a
+// `&T`. Everything shared is atomic, or a slot that one thread owns at a time by the
+// protocol of the module doc.
+unsafe impl<T: Send> Send for List<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for List<T> {}
+
+#[allow(dead_code)] // Until `unbounded()` channels use it.
 impl<T> List<T> {
+    /// An empty list; the first push allocates the first block.
     pub(crate) fn new() -> List<T> {
+        let position = || Position {
+            index: AtomicUsize::new(0),
+            block: AtomicPtr::new(ptr::null_mut()),
+        };
         List {
-            q: Mutex::new((VecDeque::new(), false)),
+            head: CachePadded::new(position()),
+            tail: CachePadded::new(position()),
+            _values: PhantomData,
         }
     }
-    pub(crate) fn try_push(&self, v: T) -> Result<(), T> {
-        let mut q = self.q.lock();
-        if q.1 {
-            return Err(v);
+
+    /// Appends `value`; `Err(value)` only when closed.
+    pub(crate) fn try_push(&self, value: T) -> Result<(), T> {
+        let mut backoff = Backoff::new();
+        let mut spare = Spare(None);
+        let mut tail = self.tail.index.load(Acquire);
+        let mut block = self.tail.block.load(Acquire);
+        loop {
+            if tail & MARK != 0 {
+                return Err(value);
+            }
+            let offset = (tail >> SHIFT) % LAP;
+            if offset == BLOCK_CAP {
+                // The installer is between its claim and its step over the boundary.
+                backoff.snooze();
+                tail = self.tail.index.load(Acquire);
+                block = self.tail.block.load(Acquire);
+                continue;
+            }
+            if offset + 1 == BLOCK_CAP {
+                // We may become the installer: allocate now, so that nobody waits on
+                // an allocation between our claim and our step over the boundary.
+                spare.get();
+            }
+            if block.is_null() {
+                let first = spare.publish();
+                match self
+                    .tail
+                    .block
+                    .compare_exchange(ptr::null_mut(), first, Release, Acquire)
+                {
+                    Ok(_) => {
+                        // Pops report `Busy` until this store.
+                        self.head.block.store(first, Release);
+                        block = first;
+                    }
+                    Err(current) => {
+                        // SAFETY: the CAS failed: `first` was never published.
+                        spare = Spare(Some(unsafe { NonNull::new_unchecked(first) }));
+                        block = current;
+                    }
+                }
+            }
+            match self
+                .tail
+                .index
+                .compare_exchange_weak(tail, tail + ONE, SeqCst, Acquire)
+            {
+                Ok(_) => {
+                    // SAFETY: the claim proves `block` is our position's block, alive
+                    // until our slot's pop is done, which is after our `WRITE`.
+                    let block = unsafe { Block::get(block) };
+                    if offset + 1 == BLOCK_CAP {
+                        let next = spare.publish();
+                        block.next.store(next, Release);
+                        self.tail.block.store(next, Release);
+                        self.tail.index.fetch_add(ONE, SeqCst);
+                    }
+                    let slot = &block.slots[offset];
+                    // SAFETY: the slot is ours to write until our `WRITE`.
+                    slot.value
+                        .with_mut(|v| unsafe { v.write(MaybeUninit::new(value)) });
+                    // Our last access: from here on the block may be freed.
+                    slot.state.fetch_or(WRITE, Release);
+                    return Ok(());
+                }
+                Err(current) => {
+                    tail = current;
+                    block = self.tail.block.load(Acquire);
+                }
+            }
         }
-        q.0.push_back(v);
-        Ok(())
     }
+
+    /// Takes the oldest value, if there is one to take now.
     pub(crate) fn try_pop(&self) -> Pop<T> {
-        match self.q.lock().0.pop_front() {
-            Some(v) => Pop::Value(v),
-            None => Pop::Empty,
+        let mut head = self.head.index.load(Acquire);
+        loop {
+            let pos = head >> SHIFT;
+            let offset = pos % LAP;
+            if offset == BLOCK_CAP {
+                // Another pop is moving `head` to the next block.
+                let tail = self.tail.index.load(Acquire);
+                return if values_before(tail >> SHIFT) > values_before(pos) {
+                    Pop::Busy
+                } else {
+                    Pop::Empty
+                };
+            }
+            let mut new_head = head + ONE;
+            if head & MARK == 0 {
+                let tail = self.tail.index.load(Acquire) >> SHIFT;
+                // `<=`: with the head mark a pop can move `head` over the boundary
+                // before the installer moves `tail`; both then mean the same.
+                if values_before(tail) <= values_before(pos) {
+                    return Pop::Empty;
+                }
+                if tail / LAP != pos / LAP {
+                    // The installer has stepped `tail` out of our block: every slot is
+                    // claimed and `next` is linked (stored before that step).
+                    new_head |= MARK;
+                } else if offset + 1 == BLOCK_CAP {
+                    // `tail` is on the boundary: `next` may not be linked yet.
+                    return Pop::Busy;
+                }
+            }
+            let block = self.head.block.load(Acquire);
+            if block.is_null() {
+                // The first push is between publishing the first block in `tail` and
+                // in `head`.
+                return Pop::Busy;
+            }
+            match self
+                .head
+                .index
+                .compare_exchange_weak(head, new_head, SeqCst, Acquire)
+            {
+                // SAFETY: we claimed `offset` of `block` (the claim validates the
+                // pointer) from an index in which `next` was known linked if `offset`
+                // is the last slot.
+                Ok(_) => return Pop::Value(unsafe { self.take(block, offset, new_head) }),
+                Err(current) => head = current,
+            }
         }
     }
+
+    /// Finishes a pop: moves `head` over the boundary if the claimed slot is the last of
+    /// its block, takes the value, and gives the slot up.
+    ///
+    /// # Safety
+    ///
+    /// The caller claimed slot `offset` of `block` with a CAS that set the head index to
+    /// `new_head`, and, if that is the last slot, knew `block.next` linked (the claim
+    /// acquired its store).
+    unsafe fn take(&self, block: *mut Block<T>, offset: usize, new_head: usize) -> T {
+        // SAFETY: the block stays alive until our slot is given up below (on the last
+        // slot, until we free it).
+        let slot = unsafe { &Block::get(block).slots[offset] };
+        if offset + 1 == BLOCK_CAP {
+            // SAFETY: as above.
+            let next = unsafe { Block::get(block) }.next.load(Acquire);
+            assert!(
+                !next.is_null(),
+                "last slot claimed before `next` was linked"
+            );
+            let mut index = (new_head & !MARK) + ONE;
+            // SAFETY: no slot of `next` is claimed before we store the index below: it
+            // is alive.
+            if !unsafe { Block::get(next) }.next.load(Acquire).is_null() {
+                index |= MARK;
+            }
+            // The index rests on the boundary: nobody else writes `head` until this
+            // store.
+            self.head.block.store(next, Release);
+            self.head.index.store(index, SeqCst);
+        }
+        let mut backoff = Backoff::new();
+        while slot.state.load(Acquire) & WRITE == 0 {
+            // Our push is between its claim and its `WRITE` (module doc).
+            backoff.snooze();
+        }
+        // SAFETY: `WRITE` (acquired) says the value is there; the slot is ours to read,
+        // once.
+        let value = slot.value.with_mut(|v| unsafe { v.read().assume_init() });
+        if offset + 1 == BLOCK_CAP {
+            // SAFETY: we popped the last slot: the destruction is ours.
+            unsafe { Block::destroy(block, 0) };
+        } else if slot.state.fetch_or(READ, AcqRel) & DESTROY != 0 {
+            // SAFETY: the destroyer stopped at our slot: the destruction is ours.
+            unsafe { Block::destroy(block, offset + 1) };
+        }
+        value
+    }
+
+    /// Marks the list closed: later pushes fail; values pushed before can still be
+    /// popped. `true` for the call that marked it.
     pub(crate) fn close(&self) -> bool {
-        !std::mem::replace(&mut self.q.lock().1, true)
+        self.tail.index.fetch_or(MARK, SeqCst) & MARK == 0
     }
+
     pub(crate) fn is_closed(&self) -> bool {
-        self.q.lock().1
+        self.tail.index.load(SeqCst) & MARK != 0
     }
+
+    /// No position claimed and unread: a push in progress counts as not empty.
     pub(crate) fn is_empty(&self) -> bool {
-        self.q.lock().0.is_empty()
+        // `head` first: its count never passes `tail`'s, so if the later load of `tail`
+        // shows no more, the two were equal when `head` was read.
+        let head = self.head.index.load(SeqCst) >> SHIFT;
+        let tail = self.tail.index.load(SeqCst) >> SHIFT;
+        values_before(tail) <= values_before(head)
     }
+
+    /// The number of positions claimed and unread (pushes in progress included), at one
+    /// moment.
     pub(crate) fn len(&self) -> usize {
-        self.q.lock().0.len()
+        loop {
+            let tail = self.tail.index.load(SeqCst);
+            let head = self.head.index.load(SeqCst);
+            // `tail` unchanged around the load of `head`: both held when it was read.
+            if self.tail.index.load(SeqCst) == tail {
+                return values_before(tail >> SHIFT).saturating_sub(values_before(head >> SHIFT));
+            }
+        }
+    }
+}
+
+/// Frees a chain of blocks from the one it holds, values left in place: on every exit
+/// of `List::drop`, an unwinding one included.
+struct Chain<T>(*mut Block<T>);
+
+impl<T> Drop for Chain<T> {
+    fn drop(&mut self) {
+        while !self.0.is_null() {
+            // SAFETY: `List::drop` hands over blocks that only it can reach now.
+            unsafe {
+                let next = Block::get(self.0).next.load(Relaxed);
+                Block::free(self.0);
+                self.0 = next;
+            }
+        }
+    }
+}
+
+impl<T> Drop for List<T> {
+    /// Drops the values left, oldest first, and frees every block. If a value's drop
+    /// panics, the values after it are leaked (never dropped) and the blocks still
+    /// freed.
+    fn drop(&mut self) {
+        // `&mut self`: every operation has finished and was acquired by whoever handed
+        // us the list, so Relaxed loads see everything.
+        let mut pos = self.head.index.load(Relaxed) >> SHIFT;
+        let end = self.tail.index.load(Relaxed) >> SHIFT;
+        // The blocks before `head.block` were freed by their pops; nothing is claimed
+        // and half-done, so no destruction is in progress.
+        let mut chain = Chain(self.head.block.load(Relaxed));
+        while values_before(pos) < values_before(end) {
+            let offset = pos % LAP;
+            if offset == BLOCK_CAP {
+                // SAFETY: `chain.0` is the block of `pos`, ours alone; the next one
+                // holds the next lap (linked before the installer's step, which `end`
+                // is past).
+                unsafe {
+                    let next = Block::get(chain.0).next.load(Relaxed);
+                    Block::free(chain.0);
+                    chain.0 = next;
+                }
+            } else {
+                // SAFETY: positions `head..tail` were written by finished pushes and
+                // never popped; each is dropped once (a drop that unwinds ends the
+                // loop, and `chain` frees the blocks without touching the values).
+                unsafe {
+                    Block::get(chain.0).slots[offset]
+                        .value
+                        .with_mut(|v| (*v).assume_init_drop());
+                }
+            }
+            pos += 1;
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::atomic::AtomicUsize as StdAtomicUsize;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// Pops until a value comes, retrying on `Empty` and `Busy`.
+    fn pop_wait<T>(list: &List<T>) -> T {
+        loop {
+            match list.try_pop() {
+                Pop::Value(v) => return v,
+                Pop::Empty | Pop::Busy => std::thread::yield_now(),
+            }
+        }
+    }
+
+    #[test]
+    fn fifo_across_many_blocks() {
+        let list = List::new();
+        assert_eq!(list.try_pop(), Pop::Empty);
+        let n = BLOCK_CAP * 10 + 7;
+        for i in 0..n {
+            list.try_push(i).unwrap();
+        }
+        for i in 0..n {
+            assert_eq!(list.try_pop(), Pop::Value(i));
+        }
+        assert_eq!(list.try_pop(), Pop::Empty);
+        // Interleaved, with the head chasing the tail over boundaries.
+        let mut next_out = 0;
+        for i in 0..n * 3 {
+            list.try_push(i).unwrap();
+            if i % 3 != 0 {
+                assert_eq!(list.try_pop(), Pop::Value(next_out));
+                next_out += 1;
+            }
+        }
+        while let Pop::Value(v) = list.try_pop() {
+            assert_eq!(v, next_out);
+            next_out += 1;
+        }
+        assert_eq!(next_out, n * 3);
+    }
+
+    #[test]
+    fn close_semantics() {
+        let list = List::new();
+        for i in 0..BLOCK_CAP + 3 {
+            list.try_push(i).unwrap();
+        }
+        assert!(!list.is_closed());
+        assert!(list.close());
+        assert!(!list.close(), "only the first close marks it");
+        assert!(list.is_closed());
+        assert_eq!(list.try_push(99), Err(99));
+        assert_eq!(list.len(), BLOCK_CAP + 3);
+        for i in 0..BLOCK_CAP + 3 {
+            assert_eq!(list.try_pop(), Pop::Value(i));
+        }
+        assert_eq!(list.try_pop(), Pop::Empty);
+        assert!(list.is_empty() && list.is_closed());
+        assert_eq!(list.try_push(100), Err(100));
+
+        // Closed on a boundary: the mark survives the installer's step.
+        let list = List::new();
+        for i in 0..BLOCK_CAP {
+            list.try_push(i).unwrap();
+        }
+        list.close();
+        assert!(list.is_closed());
+        assert_eq!(list.len(), BLOCK_CAP);
+
+        // Closed before anything was pushed.
+        let list = List::<String>::new();
+        assert!(list.close());
+        assert_eq!(list.try_push("x".into()), Err("x".into()));
+        assert_eq!(list.try_pop(), Pop::Empty);
+    }
+
+    /// Counts its drops in a shared table.
+    struct Counted {
+        id: usize,
+        drops: Arc<Vec<StdAtomicUsize>>,
+        panic_on_drop: bool,
+    }
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.drops[self.id].fetch_add(1, Relaxed);
+            if self.panic_on_drop {
+                panic!("drop of {}", self.id);
+            }
+        }
+    }
+
+    fn table(n: usize) -> Arc<Vec<StdAtomicUsize>> {
+        Arc::new((0..n).map(|_| StdAtomicUsize::new(0)).collect())
+    }
+
+    #[test]
+    fn drop_drops_what_is_left_exactly_once() {
+        let n = BLOCK_CAP * 4 + 5;
+        let drops = table(n);
+        let list = List::new();
+        for id in 0..n {
+            let drops = drops.clone();
+            assert!(list
+                .try_push(Counted {
+                    id,
+                    drops,
+                    panic_on_drop: false
+                })
+                .is_ok());
+        }
+        // Pop past the first boundary so the list starts mid-block.
+        for id in 0..BLOCK_CAP + 2 {
+            match list.try_pop() {
+                Pop::Value(c) => assert_eq!(c.id, id),
+                _ => panic!("value {id} missing"),
+            }
+        }
+        assert!(drops
+            .iter()
+            .take(BLOCK_CAP + 2)
+            .all(|d| d.load(Relaxed) == 1));
+        assert!(drops
+            .iter()
+            .skip(BLOCK_CAP + 2)
+            .all(|d| d.load(Relaxed) == 0));
+        drop(list);
+        assert!(drops.iter().all(|d| d.load(Relaxed) == 1));
+        // An empty list that once held values, and one that never did.
+        let list = List::new();
+        list.try_push(1).unwrap();
+        assert_eq!(list.try_pop(), Pop::Value(1));
+        drop(list);
+        drop(List::<u8>::new());
+    }
+
+    #[test]
+    fn panicking_value_drop_leaks_the_rest() {
+        let n = BLOCK_CAP * 3;
+        let bad = BLOCK_CAP + 4;
+        let drops = table(n);
+        let list = List::new();
+        for id in 0..n {
+            let drops = drops.clone();
+            assert!(list
+                .try_push(Counted {
+                    id,
+                    drops,
+                    panic_on_drop: id == bad
+                })
+                .is_ok());
+        }
+        assert!(catch_unwind(AssertUnwindSafe(|| drop(list))).is_err());
+        for (id, d) in drops.iter().enumerate() {
+            let expected = usize::from(id <= bad);
+            assert_eq!(d.load(Relaxed), expected, "drops of value {id}");
+        }
+    }
+
+    #[test]
+    fn len_and_is_empty() {
+        let list = List::new();
+        assert!(list.is_empty());
+        assert_eq!(list.len(), 0);
+        for i in 0..BLOCK_CAP * 3 {
+            list.try_push(i).unwrap();
+            assert_eq!(list.len(), i + 1);
+            assert!(!list.is_empty());
+        }
+        for i in (0..BLOCK_CAP * 3).rev() {
+            assert!(matches!(list.try_pop(), Pop::Value(_)));
+            assert_eq!(list.len(), i);
+            assert_eq!(list.is_empty(), i == 0);
+        }
+        // Zero-sized values take positions too.
+        let list = List::new();
+        for _ in 0..BLOCK_CAP + 1 {
+            list.try_push(()).unwrap();
+        }
+        assert_eq!(list.len(), BLOCK_CAP + 1);
+    }
+
+    #[test]
+    fn mpmc_stress_every_value_exactly_once() {
+        const PRODUCERS: usize = 4;
+        const CONSUMERS: usize = 4;
+        const PER_PRODUCER: usize = 50_000;
+        let list = Arc::new(List::new());
+        let taken = Arc::new(StdAtomicUsize::new(0));
+        let producers: Vec<_> = (0..PRODUCERS)
+            .map(|p| {
+                let list = list.clone();
+                std::thread::spawn(move || {
+                    for i in 0..PER_PRODUCER {
+                        list.try_push((p, i)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        let consumers: Vec<_> = (0..CONSUMERS)
+            .map(|_| {
+                let list = list.clone();
+                let taken = taken.clone();
+                std::thread::spawn(move || {
+                    let mut got = Vec::new();
+                    while taken.load(Relaxed) < PRODUCERS * PER_PRODUCER {
+                        match list.try_pop() {
+                            Pop::Value(v) => {
+                                got.push(v);
+                                taken.fetch_add(1, Relaxed);
+                            }
+                            Pop::Empty | Pop::Busy => std::thread::yield_now(),
+                        }
+                    }
+                    got
+                })
+            })
+            .collect();
+        for p in producers {
+            p.join().unwrap();
+        }
+        let mut seen = vec![vec![false; PER_PRODUCER]; PRODUCERS];
+        for c in consumers {
+            let got = c.join().unwrap();
+            // Each consumer sees each producer's values in push order.
+            let mut last = [None; PRODUCERS];
+            for (p, i) in got {
+                assert!(last[p] < Some(i), "producer {p}: {i} after {:?}", last[p]);
+                last[p] = Some(i);
+                assert!(!seen[p][i], "({p}, {i}) popped twice");
+                seen[p][i] = true;
+            }
+        }
+        assert!(seen.iter().flatten().all(|&s| s), "a value was lost");
+        assert_eq!(list.try_pop(), Pop::Empty);
+        assert!(list.is_empty());
+    }
+
+    #[test]
+    fn spsc_million() {
+        const N: usize = 1_000_000;
+        let start = Instant::now();
+        let list = Arc::new(List::new());
+        let producer = {
+            let list = list.clone();
+            std::thread::spawn(move || {
+                for i in 0..N {
+                    list.try_push(i).unwrap();
+                }
+                list.close();
+            })
+        };
+        let mut expected = 0;
+        loop {
+            match list.try_pop() {
+                Pop::Value(v) => {
+                    assert_eq!(v, expected);
+                    expected += 1;
+                }
+                Pop::Busy => std::hint::spin_loop(),
+                Pop::Empty if list.is_closed() && list.is_empty() => break,
+                Pop::Empty => std::thread::yield_now(),
+            }
+        }
+        producer.join().unwrap();
+        assert_eq!(expected, N);
+        // Generous for a loaded machine; about a third of a second here in debug.
+        assert!(start.elapsed() < Duration::from_secs(30));
+    }
+
+    #[test]
+    fn send_and_sync_for_send_values() {
+        fn is_send_sync<S: Send + Sync>() {}
+        // `Cell` is `Send` but not `Sync`: the list never shares a value.
+        is_send_sync::<List<std::cell::Cell<u8>>>();
+    }
+
+    #[test]
+    fn values_move_between_threads() {
+        let list = Arc::new(List::new());
+        let l2 = list.clone();
+        std::thread::spawn(move || {
+            for i in 0..BLOCK_CAP * 2 {
+                l2.try_push(vec![i; 3]).unwrap();
+            }
+        })
+        .join()
+        .unwrap();
+        for i in 0..BLOCK_CAP * 2 {
+            assert_eq!(pop_wait(&list), vec![i; 3]);
+        }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::atomic::AtomicBool;
+    use loom::sync::atomic::{fence, AtomicUsize as LoomAtomicUsize};
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// Pops once, retrying only while `Busy` (a `Busy` is always followed by progress
+    /// of another thread).
+    fn pop_settled<T>(list: &List<T>) -> Option<T> {
+        loop {
+            match list.try_pop() {
+                Pop::Value(v) => return Some(v),
+                Pop::Empty => return None,
+                Pop::Busy => thread::yield_now(),
+            }
+        }
+    }
+
+    /// Pops everything left once every thread has finished.
+    fn drain<T>(list: &List<T>) -> Vec<T> {
+        let mut out = Vec::new();
+        loop {
+            match list.try_pop() {
+                Pop::Value(v) => out.push(v),
+                Pop::Empty => return out,
+                Pop::Busy => panic!("Busy with every operation finished"),
+            }
+        }
+    }
+
+    /// Two producers and one consumer, three values over two blocks: each value arrives
+    /// exactly once, and each producer's in order.
+    #[test]
+    fn loom_list_two_producers_one_consumer() {
+        loom::model(|| {
+            let list = Arc::new(List::new());
+            let a = {
+                let list = list.clone();
+                thread::spawn(move || {
+                    list.try_push(10).unwrap();
+                    list.try_push(11).unwrap();
+                })
+            };
+            let b = {
+                let list = list.clone();
+                thread::spawn(move || list.try_push(20).unwrap())
+            };
+            let mut got: Vec<i32> = (0..2).filter_map(|_| pop_settled(&list)).collect();
+            a.join().unwrap();
+            b.join().unwrap();
+            got.extend(drain(&list));
+            let pos = |v| got.iter().position(|&g| g == v).expect("value lost");
+            assert_eq!(got.len(), 3, "{got:?}");
+            assert!(pos(10) < pos(11), "{got:?}");
+            pos(20);
+        });
+    }
+
+    /// Two consumers (one of them the main thread) race for the two slots of the first
+    /// block while the producer fills its last slot and installs the next block: each
+    /// value exactly once, and the first block freed exactly once, by whichever
+    /// consumer finishes last (loom's allocation tracking fails a double free or a
+    /// leak).
+    #[test]
+    fn loom_list_two_consumers_one_producer() {
+        loom::model(|| {
+            let list = Arc::new(List::new());
+            list.try_push(0).unwrap();
+            let producer = {
+                let list = list.clone();
+                thread::spawn(move || {
+                    list.try_push(1).unwrap();
+                    list.try_push(2).unwrap();
+                })
+            };
+            let consumer = {
+                let list = list.clone();
+                thread::spawn(move || pop_settled(&list))
+            };
+            let mine = pop_settled(&list);
+            producer.join().unwrap();
+            let theirs = consumer.join().unwrap();
+            let mut all: Vec<i32> = mine.into_iter().chain(theirs).collect();
+            if let (Some(a), Some(b)) = (mine, theirs) {
+                assert_ne!(a, b);
+            }
+            all.extend(drain(&list));
+            all.sort();
+            assert_eq!(all, [0, 1, 2]);
+        });
+    }
+
+    /// `close` racing a push that installs the next block: the push either succeeds
+    /// and its value pops, or fails with the value back; the mark survives the
+    /// installer's step; exactly one of two closes marks it.
+    #[test]
+    fn loom_list_close_races_push() {
+        loom::model(|| {
+            let list = Arc::new(List::new());
+            list.try_push(0).unwrap();
+            let pusher = {
+                let list = list.clone();
+                thread::spawn(move || list.try_push(1))
+            };
+            let closer = {
+                let list = list.clone();
+                thread::spawn(move || list.close())
+            };
+            let closed_here = list.close();
+            let pushed = pusher.join().unwrap();
+            let closed_there = closer.join().unwrap();
+            assert!(closed_here ^ closed_there);
+            assert!(list.is_closed());
+            assert_eq!(list.try_push(2), Err(2));
+            let left = drain(&list);
+            match pushed {
+                Ok(()) => assert_eq!(left, [0, 1]),
+                Err(v) => {
+                    assert_eq!(v, 1);
+                    assert_eq!(left, [0]);
+                }
+            }
+        });
+    }
+
+    /// The channel's contract: producers `try_push; fence; load flag` against a
+    /// waiter `store flag; fence; is_empty()` (or `try_pop()`): a waiter that finds the
+    /// list empty missed every push, so every producer must see the flag. `prefill`
+    /// values pushed and popped first put the first push at a block's last slot.
+    fn dekker(prefill: usize, producers: usize, waiter_pops: bool) {
+        loom::model(move || {
+            let list = Arc::new(List::new());
+            for i in 0..prefill {
+                list.try_push(i).unwrap();
+                assert_eq!(list.try_pop(), Pop::Value(i));
+            }
+            let flag = Arc::new(AtomicBool::new(false));
+            let producers: Vec<_> = (0..producers)
+                .map(|_| {
+                    let (list, flag) = (list.clone(), flag.clone());
+                    thread::spawn(move || {
+                        list.try_push(7).unwrap();
+                        fence(SeqCst);
+                        flag.load(Relaxed)
+                    })
+                })
+                .collect();
+            flag.store(true, Relaxed);
+            fence(SeqCst);
+            let empty = if waiter_pops {
+                list.try_pop() == Pop::Empty
+            } else {
+                list.is_empty()
+            };
+            let all_saw_flag = producers.into_iter().all(|p| p.join().unwrap());
+            assert!(!empty || all_saw_flag, "lost wakeup");
+        });
+    }
+
+    /// The Dekker contract on a fresh list (the first block being installed).
+    #[test]
+    fn loom_list_dekker_first_block() {
+        dekker(0, 1, false);
+        dekker(0, 1, true);
+    }
+
+    /// The Dekker contract while two pushes race to install the first block (a pop
+    /// can find a position claimed before `head.block` is set).
+    #[test]
+    fn loom_list_dekker_first_block_two_producers() {
+        dekker(0, 2, false);
+        dekker(0, 2, true);
+    }
+
+    /// The Dekker contract with the push at a block's last slot (the installer).
+    #[test]
+    fn loom_list_dekker_boundary() {
+        dekker(BLOCK_CAP - 1, 1, false);
+        dekker(BLOCK_CAP - 1, 1, true);
+    }
+
+    /// The Dekker contract while another pop moves `head` over a boundary: an `Empty`
+    /// from the waiter is still never wrong.
+    #[test]
+    fn loom_list_dekker_head_on_boundary() {
+        loom::model(|| {
+            let list = Arc::new(List::new());
+            for i in 0..BLOCK_CAP {
+                list.try_push(i).unwrap();
+            }
+            for i in 0..BLOCK_CAP - 1 {
+                assert_eq!(list.try_pop(), Pop::Value(i));
+            }
+            let flag = Arc::new(AtomicBool::new(false));
+            let producer = {
+                let (list, flag) = (list.clone(), flag.clone());
+                thread::spawn(move || {
+                    list.try_push(7).unwrap();
+                    fence(SeqCst);
+                    flag.load(Relaxed)
+                })
+            };
+            let popper = {
+                let list = list.clone();
+                thread::spawn(move || pop_settled(&list))
+            };
+            flag.store(true, Relaxed);
+            fence(SeqCst);
+            let seen = list.try_pop();
+            let saw_flag = producer.join().unwrap();
+            let popped = popper.join().unwrap();
+            assert!(seen != Pop::Empty || saw_flag, "lost wakeup");
+            let mut all: Vec<usize> = popped.into_iter().chain(drain(&list)).collect();
+            if let Pop::Value(v) = seen {
+                all.push(v);
+            }
+            all.sort();
+            assert_eq!(all, [BLOCK_CAP - 1, 7]);
+        });
+    }
+
+    /// A value that counts its drops.
+    struct Counted(usize, Arc<[LoomAtomicUsize; 3]>);
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.1[self.0].fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Dropping a list with values left in two blocks, after a pop raced the pushes:
+    /// every value dropped exactly once, every block freed (loom's leak check).
+    #[test]
+    fn loom_list_drop_with_values_in_two_blocks() {
+        loom::model(|| {
+            let drops = Arc::new([
+                LoomAtomicUsize::new(0),
+                LoomAtomicUsize::new(0),
+                LoomAtomicUsize::new(0),
+            ]);
+            let list = Arc::new(List::new());
+            list.try_push(Counted(0, drops.clone())).ok().unwrap();
+            let producer = {
+                let (list, drops) = (list.clone(), drops.clone());
+                thread::spawn(move || {
+                    list.try_push(Counted(1, drops.clone())).ok().unwrap();
+                    list.try_push(Counted(2, drops)).ok().unwrap();
+                })
+            };
+            let consumer = {
+                let list = list.clone();
+                thread::spawn(move || drop(pop_settled(&list)))
+            };
+            producer.join().unwrap();
+            consumer.join().unwrap();
+            // The last reference: this drops the list.
+            drop(list);
+            assert!(drops.iter().all(|d| d.load(Relaxed) == 1));
+        });
     }
 }
