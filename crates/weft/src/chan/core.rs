@@ -253,6 +253,9 @@ pub(crate) enum Won {
     Partner,
     /// The channel closed.
     Closed,
+    /// A send chosen by a select's quick pass for the room it saw (nothing held): see
+    /// [`Chan::send_selected`].
+    Room,
 }
 
 impl<T> Chan<T> {
@@ -360,6 +363,46 @@ impl<T> Chan<T> {
                 Ok(Some(v))
             }
         }
+    }
+
+    /// Whether a send would find room through the fast path now: `Err(())` when the
+    /// fast path cannot tell (the lock's state is in use, or no fast sends here).
+    pub(crate) fn send_room_fast(&self) -> Result<bool, ()> {
+        if !self.fast_sends || self.slow.load(Acquire) {
+            return Err(());
+        }
+        Ok(match &self.buffer {
+            Buffer::Ring(r) => !r.is_full(),
+            _ => true,
+        })
+    }
+
+    /// Completes a send a select chose for the room it saw ([`Won::Room`]): through
+    /// the fast path, or, if the room went meanwhile, without waiting as any selected
+    /// send does (to a waiting receiver, else beyond the capacity). The value back only
+    /// if the channel closed.
+    pub(crate) fn send_selected(&self, v: T) -> Result<(), T> {
+        let v = match self.send_fast(v) {
+            Ok(()) => return Ok(()),
+            Err(v) => v,
+        };
+        let mut wakes = WakeBatch::new();
+        let mut st = self.lock();
+        self.send_anyway_locked(&mut st, v, &mut wakes)
+    }
+
+    /// A selected send goes in now: to a waiting receiver, else into the buffer, else
+    /// beyond the capacity (as a given-back value does). The value back only if the
+    /// channel closed.
+    fn send_anyway_locked(&self, st: &mut State<T>, v: T, wakes: &mut WakeBatch) -> Result<(), T> {
+        if st.closed {
+            return Err(v);
+        }
+        if let Err((v, _)) = self.try_send_locked(st, v, wakes) {
+            st.over.push_back(v);
+            st.wake_observers(true, wakes);
+        }
+        Ok(())
     }
 
     /// A value received outside the lock is now held by a select's node (see
@@ -1262,15 +1305,7 @@ impl<T> Chan<T> {
         // the select committed: the send still completes without waiting, its value
         // going to the next receiver or, failing one, into the buffer whatever the
         // capacity (as a given-back value does).
-        if st.closed {
-            drop(st);
-            return Err(v);
-        }
-        if let Err((v, _)) = self.try_send_locked(&mut st, v, &mut wakes) {
-            st.over.push_back(v);
-            st.wake_observers(true, &mut wakes);
-        }
-        Ok(())
+        self.send_anyway_locked(&mut st, v, &mut wakes)
     }
 
     /// A selected operation that will not be performed lets go of what it holds: a

@@ -37,13 +37,15 @@ trait Handle: Send + Sync {
     fn node<'s>(&'s self, kind: Kind, group: *const Group, index: usize) -> Box<dyn OpNode + 's>;
     fn addr(&self) -> *const ();
     /// The first pass of a select (see [`Select::quick`]): a receive that took a value
-    /// through its channel's fast path, as the selected node.
+    /// through its channel's fast path, as the selected node, or a send that saw room.
     fn try_fast(&self, index: usize) -> Fast<'_>;
 }
 
 /// What a first-pass attempt found.
 enum Fast<'s> {
     Done(Box<dyn OpNode + 's>),
+    /// A send saw room in the buffer ([`Won::Room`]).
+    Room,
     NotReady,
     /// Only a full round can tell (a send, a timer, a channel whose lock is in use).
     Undecided,
@@ -151,7 +153,11 @@ impl<T: Send> Handle for Sender<T> {
         std::ptr::from_ref(self.chan()).cast()
     }
     fn try_fast(&self, _: usize) -> Fast<'_> {
-        Fast::Undecided
+        match self.chan().send_room_fast() {
+            Ok(true) => Fast::Room,
+            Ok(false) => Fast::NotReady,
+            Err(()) => Fast::Undecided,
+        }
     }
 }
 
@@ -398,15 +404,20 @@ impl<'a> Select<'a> {
 
     /// The first pass of a select, without a node, group or lock: the operations in
     /// random order (source order when biased), each receive trying its channel's
-    /// fast path. The first that takes a value is selected; the pass stops, leaving
-    /// the rest to a full round, at the first operation it cannot decide that way (a
-    /// send, a timer, a channel with waiters), so the choice among ready operations
-    /// stays as fair as the full round's: that round starts in the same order.
-    fn quick(&self) -> Result<SelectedOperation<'a>, Option<Vec<usize>>> {
+    /// fast path, each send looking for room. The first that takes a value or sees
+    /// room is selected (such a send then completes without waiting whatever came
+    /// meanwhile: [`Chan::send_selected`]). The pass stops, leaving the rest to a full
+    /// round, at the first operation it cannot decide that way (a timer, a
+    /// rendezvous channel, a channel with waiters), so the choice among ready
+    /// operations stays as fair as the full round's: that round starts in the same
+    /// order. `Err((order, true))` when every operation was found not ready.
+    ///
+    /// [`Chan::send_selected`]: super::core::Chan::send_selected
+    fn quick(&self) -> Result<SelectedOperation<'a>, (Option<Vec<usize>>, bool)> {
         const MAX: usize = 32;
         let n = self.ops.len();
         if n > MAX {
-            return Err(None);
+            return Err((None, false));
         }
         let mut order = [0u8; MAX];
         for (i, o) in order.iter_mut().enumerate().take(n) {
@@ -418,21 +429,21 @@ impl<'a> Select<'a> {
                 order.swap(i, j);
             }
         }
-        let undecided = || {
-            Err(Some(
-                order[..n]
-                    .iter()
-                    .map(|&i| usize::from(i))
-                    .filter(|&i| self.ops[i].is_some())
-                    .collect(),
+        let end = |none_ready: bool| {
+            Err((
+                Some(
+                    order[..n]
+                        .iter()
+                        .map(|&i| usize::from(i))
+                        .filter(|&i| self.ops[i].is_some())
+                        .collect(),
+                ),
+                none_ready,
             ))
         };
         for &i in &order[..n] {
             let i = usize::from(i);
             let Some(e) = self.ops[i] else { continue };
-            if !e.recv {
-                return undecided();
-            }
             match e.handle.try_fast(i) {
                 Fast::Done(node) => {
                     return Ok(SelectedOperation {
@@ -445,27 +456,43 @@ impl<'a> Select<'a> {
                         done: false,
                     })
                 }
+                Fast::Room => {
+                    return Ok(SelectedOperation {
+                        index: i,
+                        won: Won::Room,
+                        addr: e.handle.addr(),
+                        recv: false,
+                        node: None,
+                        _group: None,
+                        done: false,
+                    })
+                }
                 Fast::NotReady => {}
-                Fast::Undecided => return undecided(),
+                Fast::Undecided => return end(false),
             }
         }
-        undecided()
+        end(true)
     }
 
     /// The quick pass, then (if it decided nothing) a machine whose first round tries
-    /// the operations in the order the pass drew.
-    fn quick_or_machine(&self) -> Result<SelectedOperation<'a>, Machine<'a>> {
-        match self.quick() {
-            Ok(op) => Ok(op),
-            Err(order) => {
-                let mut m = Machine::new(self, Kind::Select);
-                if let Some(order) = order {
-                    m.order = order;
-                    m.drawn = true;
-                }
-                Err(m)
+    /// the operations in the order the pass drew. With `spin` (a blocking select),
+    /// while the pass finds every operation not ready it backs off and tries again
+    /// (as a blocking receive does) before the machine registers anything.
+    fn quick_or_machine(&self, spin: bool) -> Result<SelectedOperation<'a>, Machine<'a>> {
+        let mut backoff = spin.then(super::Backoff::new);
+        let order = loop {
+            match self.quick() {
+                Ok(op) => return Ok(op),
+                Err((_, true)) if backoff.as_mut().is_some_and(super::Backoff::snooze) => {}
+                Err((order, _)) => break order,
             }
+        };
+        let mut m = Machine::new(self, Kind::Select);
+        if let Some(order) = order {
+            m.order = order;
+            m.drawn = true;
         }
+        Err(m)
     }
 
     /// Completes an operation that is ready now, if any.
@@ -477,7 +504,7 @@ impl<'a> Select<'a> {
     /// assert!(sel.try_select().is_err());
     /// ```
     pub fn try_select(&mut self) -> Result<SelectedOperation<'a>, TrySelectError> {
-        let mut m = match self.quick_or_machine() {
+        let mut m = match self.quick_or_machine(false) {
             Ok(op) => return Ok(op),
             Err(m) => m,
         };
@@ -520,7 +547,7 @@ impl<'a> Select<'a> {
             self.ops.iter().any(|o| o.is_some()),
             "no operations have been added to `Select`"
         );
-        let mut m = match self.quick_or_machine() {
+        let mut m = match self.quick_or_machine(true) {
             Ok(op) => return op,
             Err(m) => m,
         };
@@ -561,7 +588,7 @@ impl<'a> Select<'a> {
         &mut self,
         deadline: Instant,
     ) -> Result<SelectedOperation<'a>, SelectTimeoutError> {
-        let mut m = match self.quick_or_machine() {
+        let mut m = match self.quick_or_machine(Instant::now() < deadline) {
             Ok(op) => return Ok(op),
             Err(m) => m,
         };
@@ -600,7 +627,7 @@ impl<'a> Select<'a> {
         std::future::poll_fn(move |cx| loop {
             let m = match &mut m {
                 Some(m) => m,
-                None => match sel.quick_or_machine() {
+                None => match sel.quick_or_machine(false) {
                     Ok(op) => return Poll::Ready(op),
                     Err(machine) => m.insert(machine),
                 },
@@ -1125,13 +1152,15 @@ impl SelectedOperation<'_> {
             "passed a sender that wasn't selected"
         );
         self.done = true;
+        match self.won {
+            Won::Closed => return Err(SendError(value)),
+            Won::Room => return s.chan().send_selected(value).map_err(SendError),
+            _ => {}
+        }
         let node = self.node().as_ptr().cast::<SendNode<'_, T>>();
         // SAFETY: the selected operation is a send on this very channel (checked
         // above), whose select nodes are `SendNode<T>`; the box lives in `self`.
         let node = unsafe { &*node };
-        if self.won == Won::Closed {
-            return Err(SendError(value));
-        }
         match node.chan.complete_send(&node.node, value) {
             Ok(()) => Ok(()),
             Err(v) if s.is_closed() => Err(SendError(v)),
