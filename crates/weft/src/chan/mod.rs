@@ -45,6 +45,7 @@
 
 mod core;
 mod error;
+mod flavors;
 mod iter;
 #[cfg(all(test, loom))]
 mod loom_tests;
