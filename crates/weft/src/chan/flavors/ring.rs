@@ -1,62 +1,1080 @@
-//! Stand-in (a mutex around a deque) with the lock-free ring's API.
-#![allow(dead_code)]
-use crate::base::Mutex;
-use std::collections::VecDeque;
+//! A lock-free bounded multi-producer multi-consumer queue: the buffer of `bounded(cap)`
+//! channels with `cap >= 1`. It only stores values; the channel keeps the wait lists and
+//! does all the blocking.
+//!
+//! The algorithm is Dmitry Vyukov's bounded MPMC queue: pushes claim positions from a
+//! `tail` counter and pops from a `head` counter, each by compare-and-swap, and every slot
+//! carries a stamp saying which operation may use it next.
+//!
+//! # Positions
+//!
+//! A position names a slot and a lap: `lap * one_lap + 2 * index`, where `one_lap` is
+//! twice the capacity rounded up to a power of two. Positions are even, which leaves bit
+//! 0 of the tail word for the closed mark. After the last index, a position steps to
+//! index 0 of the next lap, so the indices between `cap` and `one_lap / 2` are never used
+//! and the capacity need not be a power of two. Position arithmetic wraps; a position
+//! comes round again only after at least 2^62 operations (on 64-bit targets), and, as every
+//! counter-based lock-free queue does, the ring assumes no thread stalls that long
+//! between reading a position and claiming it.
+//!
+//! # Stamps
+//!
+//! The stamp of the slot at position `p` takes these values in turn:
+//!
+//! - `p`: the slot is free for the push that claims position `p`;
+//! - `p + 1`: it holds the value that push wrote, for the pop that claims position `p`;
+//! - `p + one_lap`: that pop has read it out, and the slot is free for the push one lap
+//!   later (the first value of the cycle for position `p + one_lap`).
+//!
+//! A push reads `tail = p` and the stamp; only if the stamp is `p` does it CAS `tail`
+//! from `p` to the next position, write the value and store `p + 1`. A pop reads
+//! `head = p` and the stamp; only if it is `p + 1` does it CAS `head` on, read the
+//! value and store `p + one_lap`.
+//!
+//! Why a value is never overwritten unread nor read twice: the CAS on `tail` gives each
+//! position to exactly one push, and the CAS on `head` to exactly one pop. A push may
+//! claim `p` only after seeing the stamp `p`, which the pop of `p - one_lap` stores after
+//! its read; a pop may claim `p` only after seeing `p + 1`, which the push of `p` stores
+//! after its write. Each stamp value names one position and one side, and only the owner
+//! of that position moves the stamp on, so the stamp a winning CAS was based on still
+//! holds after the CAS. A thread whose position is stale fails its CAS (the counter
+//! moved) or reads a stamp that belongs to a later operation and rereads the counter.
+//!
+//! # Orderings
+//!
+//! - Stamps: a Release store read by an Acquire load. The push's store after its write,
+//!   read by the pop before its read, makes the value visible; the pop's store after its
+//!   read, read by the next lap's push before its write, finishes the read before the
+//!   overwrite. These two edges are the only ones the slot contents need.
+//! - `head` and `tail`: every access is `SeqCst`. Claims are `SeqCst` CASes, closing is a
+//!   `SeqCst` `fetch_or`, loads are `SeqCst` loads (a plain load on x86, the same `ldar`
+//!   as an Acquire load on AArch64). So all accesses to the two counters lie in one total
+//!   order S that agrees with happens-before. A pop claims `p` after the push of `p`
+//!   claimed it (it saw that push's stamp), and a push claims `p` after the pop of
+//!   `p - one_lap` did, so at every point of S `tail` is never behind `head` and at
+//!   most one lap ahead of it. Hence `Empty` (the tail read equals the head read before
+//!   it) held at the moment of the tail read, `Full` (the head read is a lap behind the
+//!   tail read before it) at the moment of the head read, and `len` (tail, head, tail
+//!   again until the two tail reads agree) counts the values at the moment of the head
+//!   read.
+//! - A load of a counter also acquires: every write to a counter is a read-modify-write,
+//!   so reading a position synchronizes with all the claims before it, and through their
+//!   stamp loads with the stamp stores those claims relied on. The stamp a thread then
+//!   reads is at least that new, which leaves few cases. For a push at `tail = p`, the
+//!   stamp is `p - one_lap` or `p - one_lap + 1` (the previous lap still uses the slot),
+//!   `p`, or later than `p` (`tail` has moved on). For a pop at `head = p`, it is
+//!   `p - one_lap + 1` (the previous lap's pop is still reading), `p` (nothing written
+//!   at `p` yet), `p + 1`, or later (`head` has moved on). The code tells "behind" from
+//!   "ahead" by the sign of the wrapping difference.
+//!
+//! # Operations in progress: `Busy`, and `Full` below capacity
+//!
+//! Between its CAS and its stamp store, a push owns a slot that is counted as filled
+//! (`tail` is past it) but holds no value yet. A pop that finds `head` still at that
+//! slot and the stamp not yet `p + 1` answers [`Pop::Busy`] instead of waiting for it:
+//! the ring is not empty, but the value is not there to take. Likewise, between its CAS
+//! and its stamp store, a pop owns a slot that is counted as free (`head` is past it)
+//! but that no push may use yet: a push that finds `tail` at that slot answers
+//! [`PushError::Full`] although [`Ring::is_full`] is false and [`Ring::len`] is below
+//! the capacity. Both windows are a handful of instructions with nothing that can block
+//! or panic in them. Neither `try_push` nor `try_pop` ever waits for another thread: each
+//! turn of their loops either returns or follows another thread's completed claim (a
+//! CAS that lost to one, or a stamp showing a newer operation), so they are lock-free.
+//!
+//! # Closing
+//!
+//! [`Ring::close`] sets bit 0 of `tail` with a `fetch_or`. A push's CAS compares the
+//! whole word, so it can only succeed on an unmarked `tail`: a push that claimed its
+//! slot earlier in `tail`'s modification order than the mark completes as usual and its
+//! value is popped later; any other push sees the mark and fails with
+//! [`PushError::Closed`], getting its value back. Pops ignore the mark, so a closed ring
+//! still drains.
+//!
+//! # Contract with the caller
+//!
+//! The channel pairs ring operations with its own "someone waits" flags in the
+//! store-buffering (Dekker) pattern, with the fences on its side:
+//!
+//! ```text
+//! producer:            try_push(v) == Ok;  fence(SeqCst);  load receivers-waiting flag
+//! registering receiver: store flag;         fence(SeqCst);  is_empty() / try_pop()
+//! consumer:            try_pop() == Value;  fence(SeqCst);  load senders-waiting flag
+//! registering sender:   store flag;         fence(SeqCst);  is_full() / try_push()
+//! ```
+//!
+//! The two fences are ordered in S. If the producer's comes first, every store it made
+//! before its fence (the claim of `tail` and the stamp `p + 1`) is visible to the loads
+//! the receiver makes after its own, so `is_empty` is false and `try_pop` takes the value
+//! (unless another consumer took it first). Otherwise the producer's load sees the flag.
+//! The consumer side is the mirror image, and it covers the `Full`-below-capacity case
+//! too: the pop's stamp store, which frees the slot, comes before its fence, so a sender
+//! that saw that `Full` and went to sleep is seen by the consumer's flag load. This only
+//! needs every effect of a ring operation to be an atomic store made before it returns;
+//! the fences must be the caller's. A caller must treat `Busy` as "not drained": a
+//! value is on its way.
 
+use std::fmt;
+use std::mem::MaybeUninit;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+
+use crossbeam_utils::CachePadded;
+
+use crate::base::{AtomicUsize, UnsafeCell};
+
+/// Bit 0 of the tail word: set once the ring is closed. Positions are even, so they
+/// never use it.
+const CLOSED: usize = 1;
+
+/// The largest capacity: it keeps `one_lap` at most 2^(BITS-2), so that positions a lap
+/// apart differ by much less than half the word and the sign of a wrapping difference
+/// tells "behind" from "ahead".
+const MAX_CAP: usize = 1 << (usize::BITS - 3);
+
+/// Why [`Ring::try_push`] gave the value back.
+#[allow(dead_code)] // Until bounded channels use the ring.
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) enum PushError<T> {
+    /// No slot is free: the ring holds `capacity` values, or a pop has claimed the slot
+    /// at the tail and is still reading it out.
     Full(T),
+    /// The ring is closed.
     Closed(T),
 }
+
+/// What [`Ring::try_pop`] found.
+#[allow(dead_code)] // Until bounded channels use the ring.
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Pop<T> {
     Value(T),
+    /// Nothing claimed-and-unread.
+    Empty,
+    /// A push has claimed the head slot but not yet written it (a push in progress); the
+    /// value will be there within nanoseconds.
+    Busy,
+}
+
+/// Why `claim_tail` claimed nothing.
+enum NoRoom {
+    Full,
+    Closed,
+}
+
+/// Why `claim_head` claimed nothing.
+enum NoValue {
     Empty,
     Busy,
 }
-pub(crate) struct Ring<T> {
-    cap: usize,
-    q: Mutex<(VecDeque<T>, bool)>,
+
+struct Slot<T> {
+    /// Which operation may use the slot next (see the module docs).
+    stamp: AtomicUsize,
+    value: UnsafeCell<MaybeUninit<T>>,
 }
+
+/// A lock-free bounded MPMC queue of `T`; see the module docs for the protocol.
+pub(crate) struct Ring<T> {
+    /// The next position to pop.
+    head: CachePadded<AtomicUsize>,
+    /// The next position to push, with the closed mark in bit 0.
+    tail: CachePadded<AtomicUsize>,
+    /// In their own allocation: no slot shares a cache line with `head` or `tail`.
+    slots: Box<[Slot<T>]>,
+    /// The distance between the same slot's positions in consecutive laps.
+    one_lap: usize,
+}
+
+// SAFETY: a value enters the ring by value from one thread and leaves it by value to
+// another (or is dropped with the ring), so moving the ring needs `T: Send` and no more.
+unsafe impl<T: Send> Send for Ring<T> {}
+// SAFETY: shared access moves values between threads, hence `T: Send`; no `&T` is ever
+// handed out, and the stamp protocol gives each slot's contents to one thread at a time,
+// so `T: Sync` is not needed.
+unsafe impl<T: Send> Sync for Ring<T> {}
+
+#[allow(dead_code)] // Until bounded channels use the ring.
 impl<T> Ring<T> {
+    /// A ring for `cap` values. Its slots are allocated here, once.
     pub(crate) fn new(cap: usize) -> Ring<T> {
-        assert!(cap >= 1);
+        assert!(cap >= 1, "a ring holds at least one value");
+        assert!(cap <= MAX_CAP, "ring capacity {cap} is too large");
+        let slots = (0..cap)
+            .map(|index| Slot {
+                // Lap 0: every slot is free for the push of its first position.
+                stamp: AtomicUsize::new(index << 1),
+                value: UnsafeCell::new(MaybeUninit::uninit()),
+            })
+            .collect();
         Ring {
-            cap,
-            q: Mutex::new((VecDeque::with_capacity(cap), false)),
+            head: CachePadded::new(AtomicUsize::new(0)),
+            tail: CachePadded::new(AtomicUsize::new(0)),
+            slots,
+            one_lap: cap.next_power_of_two() << 1,
         }
     }
+
     pub(crate) fn capacity(&self) -> usize {
-        self.cap
+        self.slots.len()
     }
+
+    /// Appends `v`, or gives it back: `Full` when no slot is free (see [`PushError`]),
+    /// `Closed` once [`close`](Self::close) has marked the ring.
     pub(crate) fn try_push(&self, v: T) -> Result<(), PushError<T>> {
-        let mut q = self.q.lock();
-        if q.1 {
-            return Err(PushError::Closed(v));
+        match self.claim_tail() {
+            // SAFETY: `claim_tail` just gave this position to us alone.
+            Ok(pos) => unsafe { self.publish(pos, v) },
+            Err(NoRoom::Full) => return Err(PushError::Full(v)),
+            Err(NoRoom::Closed) => return Err(PushError::Closed(v)),
         }
-        if q.0.len() == self.cap {
-            return Err(PushError::Full(v));
-        }
-        q.0.push_back(v);
         Ok(())
     }
+
+    /// Takes the oldest value.
     pub(crate) fn try_pop(&self) -> Pop<T> {
-        match self.q.lock().0.pop_front() {
-            Some(v) => Pop::Value(v),
-            None => Pop::Empty,
+        match self.claim_head() {
+            // SAFETY: `claim_head` just gave this position to us alone.
+            Ok(pos) => Pop::Value(unsafe { self.take(pos) }),
+            Err(NoValue::Empty) => Pop::Empty,
+            Err(NoValue::Busy) => Pop::Busy,
         }
     }
+
+    /// Marks the ring closed (a bit in the tail word, so a push either claimed its slot
+    /// before the mark or fails with `Closed`). True for the call that marked it.
     pub(crate) fn close(&self) -> bool {
-        !std::mem::replace(&mut self.q.lock().1, true)
+        self.tail.fetch_or(CLOSED, SeqCst) & CLOSED == 0
     }
+
     pub(crate) fn is_closed(&self) -> bool {
-        self.q.lock().1
+        self.tail.load(SeqCst) & CLOSED != 0
     }
+
+    /// No slot claimed and unread (head == tail ignoring the mark): a push in progress
+    /// counts as not empty.
     pub(crate) fn is_empty(&self) -> bool {
-        self.q.lock().0.is_empty()
+        let (head, tail) = self.snapshot();
+        head == tail
     }
+
+    /// Every slot claimed by a push and not yet claimed by a pop. A pop in progress has
+    /// freed its slot for this count (while `try_push` may still answer `Full`).
     pub(crate) fn is_full(&self) -> bool {
-        self.q.lock().0.len() == self.cap
+        let (head, tail) = self.snapshot();
+        head.wrapping_add(self.one_lap) == tail
     }
+
+    /// The number of values claimed by pushes and not yet claimed by pops, at one moment.
     pub(crate) fn len(&self) -> usize {
-        self.q.lock().0.len()
+        let (head, tail) = self.snapshot();
+        let (hix, tix) = (self.index(head), self.index(tail));
+        if hix < tix {
+            tix - hix
+        } else if hix > tix {
+            self.capacity() - hix + tix
+        } else if head == tail {
+            0
+        } else {
+            self.capacity()
+        }
+    }
+
+    /// `(head, tail)` as they both were at one moment (that of the head read), the mark
+    /// cleared. The loop only turns again after `tail` changed: a push claimed a slot, or
+    /// the ring was closed.
+    fn snapshot(&self) -> (usize, usize) {
+        let mut tail = self.tail.load(SeqCst);
+        loop {
+            let head = self.head.load(SeqCst);
+            let again = self.tail.load(SeqCst);
+            if again == tail {
+                return (head, tail & !CLOSED);
+            }
+            tail = again;
+        }
+    }
+
+    fn index(&self, pos: usize) -> usize {
+        (pos & (self.one_lap - 1)) >> 1
+    }
+
+    fn slot(&self, pos: usize) -> &Slot<T> {
+        &self.slots[self.index(pos)]
+    }
+
+    /// The position after `pos`: the next index, or index 0 of the next lap.
+    fn advance(&self, pos: usize) -> usize {
+        if self.index(pos) + 1 < self.capacity() {
+            // Stays below the lap bits, so it cannot overflow.
+            pos + 2
+        } else {
+            (pos & !(self.one_lap - 1)).wrapping_add(self.one_lap)
+        }
+    }
+
+    /// Claims the slot at the tail for a push, which must then be completed with
+    /// [`publish`](Self::publish) before the ring is dropped.
+    fn claim_tail(&self) -> Result<usize, NoRoom> {
+        let mut tail = self.tail.load(SeqCst);
+        loop {
+            if tail & CLOSED != 0 {
+                return Err(NoRoom::Closed);
+            }
+            let stamp = self.slot(tail).stamp.load(Acquire);
+            let ahead = stamp.wrapping_sub(tail) as isize;
+            if ahead == 0 {
+                // Free for this position: race the other pushes for it.
+                match self
+                    .tail
+                    .compare_exchange(tail, self.advance(tail), SeqCst, SeqCst)
+                {
+                    Ok(_) => return Ok(tail),
+                    Err(now) => tail = now,
+                }
+            } else if ahead < 0 {
+                // The previous lap still uses the slot. A lap of values between head and
+                // tail means full; if head has moved past the slot, its pop is still
+                // reading, unless our tail is stale.
+                let head = self.head.load(SeqCst);
+                if head.wrapping_add(self.one_lap) == tail {
+                    return Err(NoRoom::Full);
+                }
+                let now = self.tail.load(SeqCst);
+                if now == tail {
+                    return Err(NoRoom::Full);
+                }
+                tail = now;
+            } else {
+                // The stamp is past `tail`: the push of `tail` has claimed the slot
+                // already, and having acquired the stamp, the reload sees that claim.
+                tail = self.tail.load(SeqCst);
+            }
+        }
+    }
+
+    /// Writes the value of a claimed push and hands the slot to its pop.
+    ///
+    /// # Safety
+    ///
+    /// `pos` was returned by [`claim_tail`](Self::claim_tail) and has not been published
+    /// yet: the slot at `pos` is this caller's alone and holds no value.
+    unsafe fn publish(&self, pos: usize, v: T) {
+        let slot = self.slot(pos);
+        // SAFETY: the caller owns position `pos` (its CAS on `tail` was the only one from
+        // `pos`), and the claim followed an Acquire read of the stamp `pos` that the pop
+        // of the previous lap stored after moving its value out, so nobody else reads or
+        // writes the slot until the store below.
+        slot.value
+            .with_mut(|p| unsafe { p.write(MaybeUninit::new(v)) });
+        // Release: the pop that acquires `pos + 1` sees the value written.
+        slot.stamp.store(pos + 1, Release);
+    }
+
+    /// Claims the oldest written value for a pop, which must then be completed with
+    /// [`take`](Self::take) before the ring is dropped.
+    fn claim_head(&self) -> Result<usize, NoValue> {
+        let mut head = self.head.load(SeqCst);
+        loop {
+            let stamp = self.slot(head).stamp.load(Acquire);
+            let ahead = stamp.wrapping_sub(head + 1) as isize;
+            if ahead == 0 {
+                // Written for this position: race the other pops for it.
+                match self
+                    .head
+                    .compare_exchange(head, self.advance(head), SeqCst, SeqCst)
+                {
+                    Ok(_) => return Ok(head),
+                    Err(now) => head = now,
+                }
+            } else if ahead < 0 {
+                // Nothing written at `head` yet. If tail is still there, nothing is
+                // claimed; otherwise a push owns the slot and is writing it, unless our
+                // head is stale.
+                let tail = self.tail.load(SeqCst) & !CLOSED;
+                if tail == head {
+                    return Err(NoValue::Empty);
+                }
+                let now = self.head.load(SeqCst);
+                if now == head {
+                    return Err(NoValue::Busy);
+                }
+                head = now;
+            } else {
+                // The stamp is past `head + 1`: the pop of `head` has claimed the slot
+                // already, and having acquired the stamp, the reload sees that claim.
+                head = self.head.load(SeqCst);
+            }
+        }
+    }
+
+    /// Moves the value of a claimed pop out and frees the slot for the next lap's push.
+    ///
+    /// # Safety
+    ///
+    /// `pos` was returned by [`claim_head`](Self::claim_head) and has not been taken yet:
+    /// the slot at `pos` is this caller's alone and holds the value pushed at `pos`.
+    unsafe fn take(&self, pos: usize) -> T {
+        let slot = self.slot(pos);
+        // SAFETY: the caller owns position `pos` (its CAS on `head` was the only one from
+        // `pos`), and the claim followed an Acquire read of the stamp `pos + 1` that the
+        // push of `pos` stored after writing the value, so the value is initialised,
+        // visible, and nobody else touches the slot until the store below.
+        let v = slot.value.with(|p| unsafe { p.read().assume_init() });
+        // Release: the next lap's push, which acquires this stamp, writes after our read.
+        slot.stamp.store(pos.wrapping_add(self.one_lap), Release);
+        v
+    }
+}
+
+impl<T> Drop for Ring<T> {
+    /// Drops the values left. If one value's `Drop` panics, the values after it are
+    /// leaked, never dropped twice.
+    fn drop(&mut self) {
+        if !std::mem::needs_drop::<T>() {
+            return;
+        }
+        // `&mut self`: no operation is in flight (claims are always completed before
+        // their push or pop returns), so every position in head..tail holds a value.
+        let mut pos = self.head.load(Relaxed);
+        let tail = self.tail.load(Relaxed) & !CLOSED;
+        while pos != tail {
+            let slot = self.slot(pos);
+            debug_assert_eq!(slot.stamp.load(Relaxed), pos + 1);
+            // Step past the value first: if its drop panics, unwinding leaves this loop
+            // and the later values are leaked (the slots are `MaybeUninit`).
+            pos = self.advance(pos);
+            // SAFETY: the slot holds the value pushed at its position, which no pop has
+            // taken; we have exclusive access, and each position is visited once.
+            slot.value.with_mut(|p| unsafe { (*p).assume_init_drop() });
+        }
+    }
+}
+
+impl<T> fmt::Debug for Ring<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ring")
+            .field("capacity", &self.capacity())
+            .field("len", &self.len())
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize};
+    use std::sync::{Arc, Mutex};
+    use std::thread;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    fn pop_value<T>(ring: &Ring<T>) -> T {
+        match ring.try_pop() {
+            Pop::Value(v) => v,
+            Pop::Empty => panic!("expected a value, found Empty"),
+            Pop::Busy => panic!("expected a value, found Busy"),
+        }
+    }
+
+    #[test]
+    fn send_and_sync_for_send_values() {
+        fn shared<X: Send + Sync>() {}
+        // `Cell` is `Send` but not `Sync`: the ring never shares a value.
+        shared::<Ring<std::cell::Cell<u8>>>();
+    }
+
+    #[test]
+    #[should_panic(expected = "at least one")]
+    fn capacity_zero_is_refused() {
+        let _ = Ring::<u8>::new(0);
+    }
+
+    #[test]
+    fn fifo() {
+        let ring = Ring::new(8);
+        assert_eq!(ring.capacity(), 8);
+        for i in 0..8 {
+            ring.try_push(i).unwrap();
+        }
+        for i in 0..8 {
+            assert_eq!(pop_value(&ring), i);
+        }
+        assert_eq!(ring.try_pop(), Pop::Empty);
+    }
+
+    #[test]
+    fn full_and_empty() {
+        for cap in [1, 3, 4] {
+            let ring = Ring::new(cap);
+            assert!(ring.is_empty() && !ring.is_full());
+            assert_eq!(ring.len(), 0);
+            assert_eq!(ring.try_pop(), Pop::Empty);
+            for i in 0..cap {
+                assert!(!ring.is_full());
+                ring.try_push(i).unwrap();
+                assert_eq!(ring.len(), i + 1);
+                assert!(!ring.is_empty());
+            }
+            assert!(ring.is_full());
+            assert_eq!(ring.try_push(99), Err(PushError::Full(99)));
+            assert_eq!(pop_value(&ring), 0);
+            assert!(!ring.is_full());
+            assert_eq!(ring.len(), cap - 1);
+            ring.try_push(99).unwrap();
+            assert!(ring.is_full());
+            for i in 1..cap {
+                assert_eq!(pop_value(&ring), i);
+            }
+            assert_eq!(pop_value(&ring), 99);
+            assert!(ring.is_empty());
+            assert_eq!(ring.try_pop(), Pop::Empty);
+        }
+    }
+
+    #[test]
+    fn wraps_around_over_many_laps() {
+        for cap in [1, 2, 3, 5, 8] {
+            let ring = Ring::new(cap);
+            let (mut next_in, mut next_out) = (0u64, 0u64);
+            // Vary the fill level so the head and tail cross the lap boundary at every
+            // offset from each other.
+            for round in 0..2000usize {
+                let fill = round % cap + 1;
+                while ring.len() < fill {
+                    ring.try_push(next_in).unwrap();
+                    next_in += 1;
+                }
+                assert_eq!(ring.len(), fill);
+                assert_eq!(ring.is_full(), fill == cap);
+                for _ in 0..(round % fill + 1) {
+                    assert_eq!(pop_value(&ring), next_out);
+                    next_out += 1;
+                }
+            }
+            while let Pop::Value(v) = ring.try_pop() {
+                assert_eq!(v, next_out);
+                next_out += 1;
+            }
+            assert_eq!(next_out, next_in);
+            // Each round pops at least one value: at least 2000 values, 250 laps.
+            assert!(next_in / cap as u64 >= 250, "wrapped many laps");
+            assert!(ring.is_empty());
+        }
+    }
+
+    #[test]
+    fn close() {
+        let ring = Ring::new(4);
+        ring.try_push(1).unwrap();
+        ring.try_push(2).unwrap();
+        assert!(!ring.is_closed());
+        assert!(ring.close(), "the first close marks the ring");
+        assert!(!ring.close(), "a second close finds it marked");
+        assert!(ring.is_closed());
+        assert_eq!(ring.try_push(3), Err(PushError::Closed(3)));
+        assert_eq!(ring.len(), 2);
+        assert_eq!(pop_value(&ring), 1);
+        assert_eq!(pop_value(&ring), 2);
+        assert_eq!(ring.try_pop(), Pop::Empty);
+        assert!(ring.is_empty() && ring.is_closed());
+        assert_eq!(ring.try_push(4), Err(PushError::Closed(4)));
+
+        // A full ring that is closed reports Closed, not Full.
+        let ring = Ring::new(1);
+        ring.try_push(1).unwrap();
+        ring.close();
+        assert!(ring.is_full());
+        assert_eq!(ring.try_push(2), Err(PushError::Closed(2)));
+        assert_eq!(pop_value(&ring), 1);
+    }
+
+    #[test]
+    fn operations_in_progress_read_as_busy_or_full() {
+        let ring = Ring::new(1);
+        let pos = ring.claim_tail().ok().unwrap();
+        // Claimed, not yet written: counted, but not there to take.
+        assert_eq!(ring.try_pop(), Pop::Busy);
+        assert!(!ring.is_empty() && ring.is_full());
+        assert_eq!(ring.len(), 1);
+        assert_eq!(ring.try_push(9), Err(PushError::Full(9)));
+        // SAFETY: `pos` is our unpublished claim.
+        unsafe { ring.publish(pos, 5) };
+
+        let pos = ring.claim_head().ok().unwrap();
+        // Claimed by a pop, not yet read out: counted as free, but not usable yet.
+        assert!(ring.is_empty() && !ring.is_full());
+        assert_eq!(ring.len(), 0);
+        assert_eq!(ring.try_push(9), Err(PushError::Full(9)));
+        assert_eq!(ring.try_pop(), Pop::Empty);
+        // SAFETY: `pos` is our untaken claim.
+        assert_eq!(unsafe { ring.take(pos) }, 5);
+        ring.try_push(9).unwrap();
+        assert_eq!(pop_value(&ring), 9);
+    }
+
+    /// Records its id in a shared log when dropped, and panics if told to.
+    #[derive(Debug)]
+    struct Noisy {
+        id: usize,
+        panics: bool,
+        log: Arc<Mutex<Vec<usize>>>,
+    }
+
+    impl Drop for Noisy {
+        fn drop(&mut self) {
+            self.log.lock().unwrap().push(self.id);
+            if self.panics {
+                panic!("drop of value {}", self.id);
+            }
+        }
+    }
+
+    fn noisy(id: usize, panics: bool, log: &Arc<Mutex<Vec<usize>>>) -> Noisy {
+        Noisy {
+            id,
+            panics,
+            log: log.clone(),
+        }
+    }
+
+    #[test]
+    fn drop_drops_what_is_left_exactly_once() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let ring = Ring::new(4);
+        // Move head and tail past the lap boundary first.
+        for id in 100..103 {
+            ring.try_push(noisy(id, false, &log)).unwrap();
+            drop(pop_value(&ring));
+        }
+        for id in 0..4 {
+            ring.try_push(noisy(id, false, &log)).unwrap();
+        }
+        drop(pop_value(&ring));
+        assert_eq!(*log.lock().unwrap(), [100, 101, 102, 0]);
+        drop(ring);
+        assert_eq!(*log.lock().unwrap(), [100, 101, 102, 0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_panicking_drop_leaks_the_rest() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let ring = Ring::new(4);
+        ring.try_push(noisy(0, false, &log)).unwrap();
+        ring.try_push(noisy(1, true, &log)).unwrap();
+        ring.try_push(noisy(2, false, &log)).unwrap();
+        let result = catch_unwind(AssertUnwindSafe(move || drop(ring)));
+        assert!(result.is_err(), "the value's panic reaches the dropper");
+        // 0 dropped, 1 dropped (and panicked), 2 leaked; nothing dropped twice.
+        assert_eq!(*log.lock().unwrap(), [0, 1]);
+    }
+
+    /// Panics instead of hanging if a stress test stops making progress.
+    fn pause(deadline: Instant, what: &str) {
+        assert!(Instant::now() < deadline, "stress test stuck: {what}");
+        thread::yield_now();
+    }
+
+    /// 4 producers and 4 consumers move `per_producer * 4` distinct values through a
+    /// ring of `cap`; every value must arrive exactly once.
+    fn stress(cap: usize, per_producer: usize) {
+        const PRODUCERS: usize = 4;
+        const CONSUMERS: usize = 4;
+        let total = PRODUCERS * per_producer;
+        let ring = Arc::new(Ring::new(cap));
+        let seen: Arc<Vec<AtomicU8>> = Arc::new((0..total).map(|_| AtomicU8::new(0)).collect());
+        let popped = Arc::new(AtomicUsize::new(0));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut threads = Vec::new();
+        for p in 0..PRODUCERS {
+            let ring = ring.clone();
+            threads.push(thread::spawn(move || {
+                for i in 0..per_producer {
+                    let mut v = p * per_producer + i;
+                    loop {
+                        match ring.try_push(v) {
+                            Ok(()) => break,
+                            Err(PushError::Full(back)) => v = back,
+                            Err(PushError::Closed(_)) => unreachable!("never closed"),
+                        }
+                        pause(deadline, "push");
+                    }
+                }
+            }));
+        }
+        for _ in 0..CONSUMERS {
+            let (ring, seen, popped) = (ring.clone(), seen.clone(), popped.clone());
+            threads.push(thread::spawn(move || {
+                while popped.load(Relaxed) < total {
+                    match ring.try_pop() {
+                        Pop::Value(v) => {
+                            seen[v].fetch_add(1, Relaxed);
+                            popped.fetch_add(1, Relaxed);
+                        }
+                        Pop::Empty | Pop::Busy => pause(deadline, "pop"),
+                    }
+                }
+            }));
+        }
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(popped.load(Relaxed), total);
+        let wrong: Vec<_> = (0..total).filter(|&v| seen[v].load(Relaxed) != 1).collect();
+        assert!(wrong.is_empty(), "values not seen exactly once: {wrong:?}");
+        assert!(ring.is_empty());
+        assert_eq!(ring.try_pop(), Pop::Empty);
+    }
+
+    #[test]
+    fn stress_cap_1() {
+        stress(1, 10_000);
+    }
+
+    #[test]
+    fn stress_cap_4() {
+        stress(4, 25_000);
+    }
+
+    #[test]
+    fn stress_cap_64() {
+        stress(64, 50_000);
+    }
+
+    /// Pushes race a close: every push that succeeded is popped exactly once, every one
+    /// that failed got its own value back as `Closed`.
+    #[test]
+    fn close_under_load() {
+        let ring = Arc::new(Ring::new(4));
+        let stop = Arc::new(AtomicBool::new(false));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let claimed = Arc::new(AtomicUsize::new(0));
+        let producers: Vec<_> = (0..2usize)
+            .map(|p| {
+                let (ring, claimed) = (ring.clone(), claimed.clone());
+                thread::spawn(move || {
+                    let (mut pushed, mut refused) = (Vec::new(), 0);
+                    for i in 0..20_000usize {
+                        let v = p * 20_000 + i;
+                        let mut w = v;
+                        loop {
+                            match ring.try_push(w) {
+                                Ok(()) => {
+                                    pushed.push(v);
+                                    claimed.fetch_add(1, Relaxed);
+                                    break;
+                                }
+                                Err(PushError::Full(back)) => w = back,
+                                Err(PushError::Closed(back)) => {
+                                    assert_eq!(back, v);
+                                    refused += 1;
+                                    break;
+                                }
+                            }
+                            pause(deadline, "push");
+                        }
+                    }
+                    (pushed, refused)
+                })
+            })
+            .collect();
+        let consumers: Vec<_> = (0..2)
+            .map(|_| {
+                let (ring, stop) = (ring.clone(), stop.clone());
+                thread::spawn(move || {
+                    let mut got = Vec::new();
+                    loop {
+                        match ring.try_pop() {
+                            Pop::Value(v) => got.push(v),
+                            Pop::Busy => pause(deadline, "busy"),
+                            Pop::Empty if stop.load(SeqCst) => return got,
+                            Pop::Empty => pause(deadline, "pop"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        while claimed.load(Relaxed) < 1000 {
+            pause(deadline, "first values");
+        }
+        ring.close();
+        let mut pushed = Vec::new();
+        let mut refused = 0;
+        for t in producers {
+            let (p, r) = t.join().unwrap();
+            pushed.extend(p);
+            refused += r;
+        }
+        // Every push has returned: no claim is in progress, so Empty now means drained.
+        stop.store(true, SeqCst);
+        let mut got: Vec<usize> = consumers
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        got.sort_unstable();
+        pushed.sort_unstable();
+        assert_eq!(got, pushed);
+        assert_eq!(pushed.len() + refused, 40_000);
+        assert!(refused > 0, "the close came before the producers finished");
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use std::sync::atomic::Ordering::SeqCst;
+
+    use loom::sync::atomic::AtomicBool;
+    use loom::thread;
+
+    use super::*;
+    use crate::base::{fence, Arc};
+
+    /// Pushes `v`, yielding to the other threads while the ring is full.
+    fn push(ring: &Ring<u32>, mut v: u32) {
+        loop {
+            match ring.try_push(v) {
+                Ok(()) => return,
+                Err(PushError::Full(back)) => v = back,
+                Err(PushError::Closed(_)) => panic!("never closed"),
+            }
+            thread::yield_now();
+        }
+    }
+
+    /// Pops one value, yielding to the other threads until there is one.
+    fn pop(ring: &Ring<u32>) -> u32 {
+        loop {
+            match ring.try_pop() {
+                Pop::Value(v) => return v,
+                Pop::Busy => assert!(!ring.is_empty(), "Busy means a claimed push"),
+                Pop::Empty => {}
+            }
+            thread::yield_now();
+        }
+    }
+
+    /// Two producers race for one slot while a consumer drains it. Every thread makes a
+    /// bounded number of attempts (two threads spinning on a third one that is stopped
+    /// mid-operation would ping-pong for ever under loom), then the main thread drains
+    /// what is left: every accepted value arrives exactly once, and every answer agrees
+    /// with the state it claims.
+    #[test]
+    fn loom_two_producers_one_consumer_cap_1() {
+        loom::model(|| {
+            let ring = Arc::new(Ring::new(1));
+            let producers: Vec<_> = [1, 2]
+                .into_iter()
+                .map(|v| {
+                    let ring = ring.clone();
+                    thread::spawn(move || {
+                        for _ in 0..2 {
+                            match ring.try_push(v) {
+                                Ok(()) => return true,
+                                Err(PushError::Full(back)) => {
+                                    assert_eq!(back, v);
+                                    // One slot, not claimed by this push: the other
+                                    // producer has claimed it.
+                                    assert_ne!(ring.tail.load(SeqCst), 0, "Full before any claim");
+                                }
+                                Err(PushError::Closed(_)) => panic!("never closed"),
+                            }
+                            thread::yield_now();
+                        }
+                        false
+                    })
+                })
+                .collect();
+            let mut got = Vec::new();
+            for _ in 0..3 {
+                match ring.try_pop() {
+                    Pop::Value(v) => got.push(v),
+                    Pop::Busy => assert!(!ring.is_empty(), "Busy means a claimed push"),
+                    Pop::Empty => {}
+                }
+                thread::yield_now();
+            }
+            let accepted: Vec<bool> = producers.into_iter().map(|p| p.join().unwrap()).collect();
+            // No push is in flight any more: what is left is all there to take.
+            loop {
+                match ring.try_pop() {
+                    Pop::Value(v) => got.push(v),
+                    Pop::Empty => break,
+                    Pop::Busy => panic!("Busy with no push in flight"),
+                }
+            }
+            got.sort_unstable();
+            let expected: Vec<u32> = [1, 2]
+                .into_iter()
+                .zip(&accepted)
+                .filter_map(|(v, &ok)| ok.then_some(v))
+                .collect();
+            assert_eq!(got, expected, "accepted values, each exactly once");
+            // A push only finds the slot taken once the other push has claimed it.
+            assert!(accepted.contains(&true), "both pushes refused");
+            assert!(ring.is_empty() && !ring.is_full());
+            assert_eq!(ring.len(), 0);
+        });
+    }
+
+    /// Two consumers race for the values of one producer through one slot, so their
+    /// pops contend on `head` across a lap boundary: each value is taken once, and each
+    /// consumer sees the values in order.
+    #[test]
+    fn loom_one_producer_two_consumers_cap_1() {
+        loom::model(|| {
+            let ring = Arc::new(Ring::new(1));
+            let producer = {
+                let ring = ring.clone();
+                thread::spawn(move || {
+                    assert_eq!(ring.try_push(1), Ok(()));
+                    match ring.try_push(2) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            assert_eq!(e, PushError::Full(2));
+                            false
+                        }
+                    }
+                })
+            };
+            let consumer = || {
+                let ring = ring.clone();
+                thread::spawn(move || {
+                    let mut got = Vec::new();
+                    if let Pop::Value(v) = ring.try_pop() {
+                        got.push(v);
+                    }
+                    if let Pop::Value(v) = ring.try_pop() {
+                        got.push(v);
+                    }
+                    got
+                })
+            };
+            let consumers = [consumer(), consumer()];
+            let pushed_2 = producer.join().unwrap();
+            let mut all = Vec::new();
+            for c in consumers {
+                let got = c.join().unwrap();
+                assert!(got.windows(2).all(|w| w[0] < w[1]), "out of order: {got:?}");
+                all.extend(got);
+            }
+            loop {
+                match ring.try_pop() {
+                    Pop::Value(v) => all.push(v),
+                    Pop::Empty => break,
+                    Pop::Busy => panic!("Busy with no push in flight"),
+                }
+            }
+            all.sort_unstable();
+            assert_eq!(all, if pushed_2 { vec![1, 2] } else { vec![1] });
+        });
+    }
+
+    #[test]
+    fn loom_one_producer_one_consumer_wrap_cap_2() {
+        loom::model(|| {
+            let ring = Arc::new(Ring::new(2));
+            let producer = {
+                let ring = ring.clone();
+                thread::spawn(move || {
+                    for v in 0..3 {
+                        push(&ring, v);
+                    }
+                })
+            };
+            let got = [pop(&ring), pop(&ring), pop(&ring)];
+            producer.join().unwrap();
+            assert_eq!(got, [0, 1, 2]);
+            assert_eq!(ring.try_pop(), Pop::Empty);
+        });
+    }
+
+    #[test]
+    fn loom_close_races_push() {
+        loom::model(|| {
+            let ring = Arc::new(Ring::new(2));
+            let pusher = {
+                let ring = ring.clone();
+                thread::spawn(move || ring.try_push(7))
+            };
+            assert!(ring.close());
+            // A push that claimed its slot before the mark may still be writing it.
+            let early = ring.try_pop();
+            let pushed = pusher.join().unwrap();
+            assert!(ring.is_closed());
+            assert_eq!(ring.try_push(8), Err(PushError::Closed(8)));
+            match pushed {
+                // The mark's `fetch_or` read the claim, so the claim happened before the
+                // early pop: it finds the value or the push still writing it.
+                Ok(()) => match early {
+                    Pop::Value(v) => {
+                        assert_eq!(v, 7);
+                        assert_eq!(ring.try_pop(), Pop::Empty);
+                    }
+                    Pop::Busy => assert_eq!(ring.try_pop(), Pop::Value(7)),
+                    Pop::Empty => panic!("a push claimed before the mark was not seen"),
+                },
+                Err(e) => {
+                    assert_eq!(e, PushError::Closed(7));
+                    assert_eq!(early, Pop::Empty);
+                    assert_eq!(ring.try_pop(), Pop::Empty);
+                }
+            }
+            assert!(ring.is_empty());
+        });
+    }
+
+    /// The caller's contract: a producer's `try_push; fence; load flag` against a
+    /// registering receiver's `store flag; fence; is_empty()` (and `try_pop()`): at least
+    /// one of them sees the other.
+    #[test]
+    fn loom_dekker_push_against_waiter() {
+        loom::model(|| {
+            let ring = Arc::new(Ring::new(1));
+            let waiting = Arc::new(AtomicBool::new(false));
+            let producer = {
+                let (ring, waiting) = (ring.clone(), waiting.clone());
+                thread::spawn(move || {
+                    assert_eq!(ring.try_push(1), Ok(()));
+                    fence(SeqCst);
+                    waiting.load(Relaxed)
+                })
+            };
+            waiting.store(true, Relaxed);
+            fence(SeqCst);
+            let empty = ring.is_empty();
+            let popped = ring.try_pop();
+            let saw_waiter = producer.join().unwrap();
+            assert!(saw_waiter || !empty, "lost wakeup: is_empty");
+            assert!(
+                saw_waiter || popped == Pop::Value(1),
+                "lost wakeup: try_pop"
+            );
+        });
+    }
+
+    /// The mirror image: a consumer's `try_pop; fence; load flag` against a registering
+    /// sender's `store flag; fence; is_full()` (and `try_push()`), including the `Full`
+    /// a push meets while the pop is still reading out the slot.
+    #[test]
+    fn loom_dekker_pop_against_waiting_sender() {
+        loom::model(|| {
+            let ring = Arc::new(Ring::new(1));
+            ring.try_push(1).unwrap();
+            let waiting = Arc::new(AtomicBool::new(false));
+            let consumer = {
+                let (ring, waiting) = (ring.clone(), waiting.clone());
+                thread::spawn(move || {
+                    assert_eq!(ring.try_pop(), Pop::Value(1));
+                    fence(SeqCst);
+                    waiting.load(Relaxed)
+                })
+            };
+            waiting.store(true, Relaxed);
+            fence(SeqCst);
+            let full = ring.is_full();
+            let pushed = ring.try_push(2);
+            let saw_sender = consumer.join().unwrap();
+            assert!(saw_sender || !full, "lost wakeup: is_full");
+            assert!(saw_sender || pushed.is_ok(), "lost wakeup: try_push");
+        });
     }
 }
