@@ -416,7 +416,6 @@ unsafe impl<T: Send> Send for List<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Sync for List<T> {}
 
-#[allow(dead_code)] // Until `unbounded()` channels use it.
 impl<T> List<T> {
     /// An empty list; the first push allocates the first block.
     pub(crate) fn new() -> List<T> {
@@ -610,6 +609,7 @@ impl<T> List<T> {
         self.tail.index.fetch_or(MARK, SeqCst) & MARK == 0
     }
 
+    #[cfg(test)]
     pub(crate) fn is_closed(&self) -> bool {
         self.tail.index.load(SeqCst) & MARK != 0
     }

@@ -131,7 +131,6 @@ const CLOSED: usize = 1;
 const MAX_CAP: usize = 1 << (usize::BITS - 3);
 
 /// Why [`Ring::try_push`] gave the value back.
-#[allow(dead_code)] // Until bounded channels use the ring.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum PushError<T> {
     /// No slot is free: the ring holds `capacity` values, or a pop has claimed the slot
@@ -142,7 +141,6 @@ pub(crate) enum PushError<T> {
 }
 
 /// What [`Ring::try_pop`] found.
-#[allow(dead_code)] // Until bounded channels use the ring.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Pop<T> {
     Value(T),
@@ -191,7 +189,6 @@ unsafe impl<T: Send> Send for Ring<T> {}
 // so `T: Sync` is not needed.
 unsafe impl<T: Send> Sync for Ring<T> {}
 
-#[allow(dead_code)] // Until bounded channels use the ring.
 impl<T> Ring<T> {
     /// A ring for `cap` values. Its slots are allocated here, once.
     pub(crate) fn new(cap: usize) -> Ring<T> {
