@@ -982,9 +982,12 @@ impl CounterLock for may::sync::Mutex<u64> {
 /// How the actors of a mutex case run: each of `k` runs `job` to the end.
 trait Actors {
     fn run(k: usize, job: Arc<dyn Fn() + Send + Sync>);
-    /// Lets the others run while an actor waits at the start line (a fiber
-    /// or coroutine must yield to its scheduler, not to the OS).
-    fn pause();
+    /// Whether the actors wait at a start line until all have started
+    /// (threads: spawning one takes long enough that the first would run
+    /// alone). Fibers and coroutines start in microseconds and do not:
+    /// may coroutines spinning there on `yield_now` starved the ones not yet
+    /// started (a hang).
+    const GATE: bool;
 }
 
 struct Threads;
@@ -1000,9 +1003,7 @@ impl Actors for Threads {
             h.join().expect("thread panicked");
         }
     }
-    fn pause() {
-        std::thread::yield_now();
-    }
+    const GATE: bool = true;
 }
 
 struct WeftFibers;
@@ -1018,9 +1019,7 @@ impl Actors for WeftFibers {
             h.join().expect("weft fiber failed");
         }
     }
-    fn pause() {
-        weft::fiber::yield_now();
-    }
+    const GATE: bool = false;
 }
 
 struct MayCoroutines;
@@ -1038,9 +1037,7 @@ impl Actors for MayCoroutines {
             h.join().expect("may coroutine failed");
         }
     }
-    fn pause() {
-        may::coroutine::yield_now();
-    }
+    const GATE: bool = false;
 }
 
 /// `k` actors run by `A` increment one counter under `L`, `n / k` times
@@ -1050,17 +1047,19 @@ fn mutex_case<L: CounterLock, A: Actors>(k: usize, n: usize) -> Duration {
     let run = |n: usize| -> Duration {
         let per = n / k;
         let lock = Arc::new(L::new());
-        // All start together: the last to arrive releases the others.
+        // Threads start together: the last to arrive releases the others.
         let arrived = Arc::new(AtomicUsize::new(0));
         let go = Arc::new(AtomicBool::new(false));
         let job: Arc<dyn Fn() + Send + Sync> = {
             let (lock, arrived, go) = (lock.clone(), arrived.clone(), go.clone());
             Arc::new(move || {
-                if arrived.fetch_add(1, Ordering::AcqRel) + 1 == k {
-                    go.store(true, Ordering::Release);
-                }
-                while !go.load(Ordering::Acquire) {
-                    A::pause();
+                if A::GATE {
+                    if arrived.fetch_add(1, Ordering::AcqRel) + 1 == k {
+                        go.store(true, Ordering::Release);
+                    }
+                    while !go.load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                    }
                 }
                 for _ in 0..per {
                     lock.incr();
