@@ -10,7 +10,8 @@
 //! `pools` (cross-pool latency), `timers` (sleeps, timeouts, accuracy),
 //! `forkjoin` (join, parallel iterators and sorts against rayon and chili),
 //! `fiber` (fibers against may's coroutines), `chan` (channels against
-//! crossbeam-channel, flume, kanal, std, tokio, async-channel and may).
+//! crossbeam-channel, flume, kanal, std, tokio, async-channel and may), `sync`
+//! (issue 16's primitives against tokio, may, parking_lot and std).
 //! Each subcommand is a [`harness::Suite`]; add one by adding an entry to
 //! [`COMMANDS`].
 
@@ -20,6 +21,7 @@ mod cases_chan;
 mod cases_fiber;
 mod cases_forkjoin;
 mod cases_pools;
+mod cases_sync;
 mod cases_timers;
 mod cases_wake;
 mod chan_peers;
@@ -117,6 +119,12 @@ const COMMANDS: &[Command] = &[
         about: "channels: weft vs crossbeam, flume, kanal, std (threads), tokio, async-channel (tasks), may (fibers)",
         help: cases_chan::HELP,
         suite: cases_chan::suite,
+    },
+    Command {
+        name: "sync",
+        about: "sync primitives: weft vs tokio (tasks), may (fibers), parking_lot and std (threads)",
+        help: cases_sync::HELP,
+        suite: cases_sync::suite,
     },
 ];
 
@@ -274,6 +282,9 @@ fn main() -> ExitCode {
     }
     if args.first().map(String::as_str) == Some(cases_chan::CHILD_ARG) {
         return cases_chan::child_main(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some(cases_sync::CHILD_ARG) {
+        return cases_sync::child_main(&args[1..]);
     }
     match parse(&args) {
         Err(msg) => usage_error(&msg),
