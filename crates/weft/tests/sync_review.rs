@@ -7,6 +7,8 @@
 //!
 //! Tests marked `#[ignore = "BUG: ..."]` assert the correct behaviour and fail today.
 
+#![allow(clippy::async_yields_async)] // fibers are spawned inside `block_on` to land on that runtime
+
 mod common;
 
 use std::future::Future;

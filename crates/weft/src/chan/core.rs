@@ -352,13 +352,18 @@ impl<T> Chan<T> {
             None => Ok(None),
             Some(v) => {
                 if self.met_waiter() {
-                    // Given back if a wake panics.
+                    // Given back if a wake panics, and counted meanwhile so that no
+                    // receiver sees a closed channel drained while it is out.
+                    self.handed();
                     let mut hold = GiveBackOnUnwind {
                         chan: self,
                         value: Some(v),
+                        counted: true,
                     };
                     self.settle();
-                    return Ok(hold.value.take());
+                    let v = hold.value.take();
+                    self.taken();
+                    return Ok(v);
                 }
                 Ok(Some(v))
             }
@@ -405,10 +410,24 @@ impl<T> Chan<T> {
         Ok(())
     }
 
-    /// A value received outside the lock is now held by a select's node (see
-    /// `in_flight`).
-    pub(crate) fn hold(&self) {
+    /// [`Chan::recv_fast_probe`] for a select's quick pass, whose node keeps the value
+    /// (and may give it back): the value is counted in `in_flight` before it leaves the
+    /// buffer, so no receiver sees a closed channel drained while it is on its way.
+    pub(crate) fn recv_fast_held(&self) -> Result<Option<T>, ()> {
+        if self.slow.load(Acquire) {
+            return Err(());
+        }
+        if self.buffer.is_empty() {
+            return Ok(None);
+        }
         self.handed();
+        match self.recv_fast_probe() {
+            Ok(Some(v)) => Ok(Some(v)),
+            r => {
+                self.taken();
+                r
+            }
+        }
     }
 
     /// A fast operation met a waiter (or the lock's state in use): restore the
@@ -471,16 +490,6 @@ impl<T> Chan<T> {
         }
     }
 
-    /// Appends `v` (room was checked): behind the values over capacity if any, else
-    /// into the buffer, else (a fast send took the room) over capacity.
-    fn push_locked(&self, st: &mut State<T>, v: T) {
-        if !st.over.is_empty() {
-            st.over.push_back(v);
-        } else if let Err(v) = self.buffer.push(v) {
-            st.over.push_back(v);
-        }
-    }
-
     fn buf_len(&self, st: &State<T>) -> usize {
         st.front.len() + self.buffer.len() + st.over.len()
     }
@@ -536,7 +545,9 @@ impl<T> Chan<T> {
 
     /// Closed, and no value is on its way to a receiver.
     fn is_drained(&self, st: &State<T>) -> bool {
-        st.closed && self.in_flight.load(Acquire) == 0 && !self.has_values(st)
+        // The buffer before the count: a select's quick pass counts a value before it
+        // pops it, so a value seen gone from the buffer is seen counted.
+        st.closed && !self.has_values(st) && self.in_flight.load(Acquire) == 0
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -706,7 +717,19 @@ impl<T> Chan<T> {
                 if s.kind() == Kind::Op {
                     // SAFETY: as above.
                     let v = unsafe { s.take_slot() }.expect("a waiting send holds its value");
-                    self.push_locked(st, v);
+                    if !st.over.is_empty() {
+                        st.over.push_back(v);
+                    } else if let Err(v) = self.buffer.push(v) {
+                        // A fast send that read `slow` before this sender waited took
+                        // the room: the sender keeps waiting, at the head (admitting it
+                        // beyond the capacity would let a full channel take a send).
+                        // SAFETY: as above; the node is back as it was.
+                        unsafe {
+                            s.put_slot(v);
+                            st.senders.push_front(s);
+                        }
+                        return false;
+                    }
                 } else {
                     st.reserved += 1;
                     // SAFETY: as above.
@@ -793,6 +816,7 @@ impl<T> Chan<T> {
         let mut hold = GiveBackOnUnwind {
             chan: self,
             value: None,
+            counted: false,
         };
         let r = {
             let mut wakes = WakeBatch::new();
@@ -861,6 +885,7 @@ impl<T> Chan<T> {
                     let mut hold = GiveBackOnUnwind {
                         chan: self,
                         value: Some(v),
+                        counted: false,
                     };
                     drop(st);
                     drop(wakes);
@@ -1368,6 +1393,8 @@ impl<T> Chan<T> {
 struct GiveBackOnUnwind<'a, T> {
     chan: &'a Chan<T>,
     value: Option<T>,
+    /// The value is counted in `in_flight` (taken when it is given back).
+    counted: bool,
 }
 
 impl<T> Drop for GiveBackOnUnwind<'_, T> {
@@ -1376,6 +1403,9 @@ impl<T> Drop for GiveBackOnUnwind<'_, T> {
             let mut wakes = WakeBatch::new();
             let mut st = self.chan.lock();
             let dropped = self.chan.give_back_locked(&mut st, v, &mut wakes);
+            if self.counted {
+                self.chan.taken_locked(&mut st, &mut wakes);
+            }
             drop(st);
             drop(dropped);
         }

@@ -67,6 +67,7 @@ use std::time::{Duration, Instant};
 use self::core::{release_end, Chan, Fail};
 use self::timer::Timer;
 use crate::base::Arc;
+use crate::fiber::wait::spin_try;
 use crate::waitlist::WakeBatch;
 
 pub use error::{
@@ -222,69 +223,6 @@ impl<T> RefUnwindSafe for Sender<T> {}
 impl<T> UnwindSafe for Receiver<T> {}
 impl<T> RefUnwindSafe for Receiver<T> {}
 
-/// How long a blocking operation keeps its core before it sleeps: a partner on
-/// another core often completes it within a microsecond, far less than a futex park
-/// and wake (about 40 us here). A plain thread spins, then yields its core a few times
-/// (the partner may be waiting for it, with more threads than cores). A worker with
-/// nothing else ready spins about 20 us (a started fiber is woken on its own worker,
-/// through a futex when that worker sleeps); one with other work ready suspends at
-/// once.
-struct Backoff {
-    step: u32,
-    limit: u32,
-    /// Spin instead of yielding past the first rounds (a worker never yields its
-    /// thread).
-    on_worker: bool,
-}
-
-impl Backoff {
-    const SPINS: u32 = 7;
-    /// Extra rounds of the longest spin for an idle worker (about 20 us in all).
-    const IDLE_SPINS: u32 = 24;
-    /// Rounds of `yield_now` for a plain thread.
-    const YIELDS: u32 = 4;
-
-    fn new() -> Backoff {
-        let (on_worker, limit) = crate::scheduler::worker::with_current(|core| match core {
-            None => (false, Self::SPINS + Self::YIELDS),
-            Some(c) if c.has_ready_work() => (true, 0),
-            Some(_) => (true, Self::SPINS + Self::IDLE_SPINS),
-        });
-        Backoff {
-            step: 0,
-            limit,
-            on_worker,
-        }
-    }
-
-    /// Waits a little; `false` once it is time to sleep instead.
-    fn snooze(&mut self) -> bool {
-        if self.step >= self.limit {
-            return false;
-        }
-        if self.step < Self::SPINS || self.on_worker {
-            for _ in 0..(1u32 << self.step.min(Self::SPINS)) {
-                std::hint::spin_loop();
-            }
-        } else {
-            std::thread::yield_now();
-        }
-        self.step += 1;
-        true
-    }
-}
-
-/// Retries `attempt` while backing off.
-fn spin_try<R>(mut attempt: impl FnMut() -> Option<R>) -> Option<R> {
-    let mut b = Backoff::new();
-    while b.snooze() {
-        if let Some(r) = attempt() {
-            return Some(r);
-        }
-    }
-    None
-}
-
 /// A wait whose node, once on the list, is watched for a while before the waiter
 /// sleeps: the partner that arrives meanwhile completes it straight away, and the
 /// waiter sees that without a futex wake.
@@ -304,7 +242,7 @@ impl<F: Future> Future for SpinThenWait<F> {
         if let Poll::Ready(v) = fut.as_mut().poll(cx) {
             return Poll::Ready(v);
         }
-        let mut b = Backoff::new();
+        let mut b = crate::fiber::wait::Backoff::new();
         while b.snooze() {
             if (this.notified)(&fut) {
                 return fut.poll(cx);
@@ -353,7 +291,7 @@ impl<T> Sender<T> {
                 None
             }
         };
-        if let Some(r) = attempt().or_else(|| spin_try(&mut attempt)) {
+        if let Some(r) = spin_try(&mut attempt) {
             return r;
         }
         let value = value.expect("not sent yet");
@@ -579,7 +517,7 @@ impl<T> Receiver<T> {
             Err(TryRecvError::Empty) => None,
         };
         match &self.flavor {
-            Flavor::Chan(_) => match attempt().or_else(|| spin_try(attempt)) {
+            Flavor::Chan(_) => match spin_try(attempt) {
                 Some(r) => r,
                 None => wait_spinning(self.recv(), RecvFuture::is_notified),
             },

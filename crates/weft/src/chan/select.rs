@@ -125,9 +125,8 @@ impl<T: Send> Handle for Receiver<T> {
                 Fast::NotReady
             };
         };
-        match chan.recv_fast_probe() {
+        match chan.recv_fast_held() {
             Ok(Some(v)) => {
-                chan.hold();
                 let n = RecvNode {
                     chan,
                     node: Node::with(Kind::Select, std::ptr::null(), index),
@@ -479,11 +478,14 @@ impl<'a> Select<'a> {
     /// while the pass finds every operation not ready it backs off and tries again
     /// (as a blocking receive does) before the machine registers anything.
     fn quick_or_machine(&self, spin: bool) -> Result<SelectedOperation<'a>, Machine<'a>> {
-        let mut backoff = spin.then(super::Backoff::new);
+        let mut backoff = spin.then(crate::fiber::wait::Backoff::new);
         let order = loop {
             match self.quick() {
                 Ok(op) => return Ok(op),
-                Err((_, true)) if backoff.as_mut().is_some_and(super::Backoff::snooze) => {}
+                Err((_, true))
+                    if backoff
+                        .as_mut()
+                        .is_some_and(crate::fiber::wait::Backoff::snooze) => {}
                 Err((order, _)) => break order,
             }
         };

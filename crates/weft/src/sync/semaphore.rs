@@ -395,31 +395,7 @@ impl Drop for AcquireRaw<'_> {
     }
 }
 
-/// Retries `attempt` a little (spinning, then yielding on a plain thread) before the
-/// caller sleeps: a holder on the other core often releases within a microsecond, far
-/// less than a futex park and wake.
-pub(crate) fn spin_try<R>(mut attempt: impl FnMut() -> Option<R>) -> Option<R> {
-    const SPINS: u32 = 7;
-    const YIELDS: u32 = 3;
-    let (on_worker, limit) = crate::scheduler::worker::with_current(|core| match core {
-        None => (false, SPINS + YIELDS),
-        Some(c) if c.has_ready_work() => (true, 0),
-        Some(_) => (true, SPINS + 6),
-    });
-    for step in 0..limit {
-        if step < SPINS || on_worker {
-            for _ in 0..(1u32 << step.min(SPINS)) {
-                std::hint::spin_loop();
-            }
-        } else {
-            std::thread::yield_now();
-        }
-        if let Some(r) = attempt() {
-            return Some(r);
-        }
-    }
-    None
-}
+pub(crate) use crate::fiber::wait::spin_try;
 
 // ---- the public semaphore ----
 
@@ -748,7 +724,7 @@ impl Semaphore {
             Err(TryAcquireError::Closed) => Some(Err(AcquireError(()))),
             Err(TryAcquireError::NoPermits) => None,
         };
-        if let Some(r) = attempt().or_else(|| spin_try(attempt)) {
+        if let Some(r) = spin_try(attempt) {
             return r;
         }
         match wait_acquire(&self.sem, n as usize) {

@@ -377,6 +377,31 @@ impl<T> WaitList<T> {
         self.tail = p;
     }
 
+    /// Puts `node` back at the head (a waiter taken off that turned out unable to
+    /// proceed keeps its place).
+    ///
+    /// # Safety
+    /// As for [`WaitList::push_back`].
+    pub(crate) unsafe fn push_front(&mut self, node: &Node<T>) {
+        let p: *const Node<T> = node;
+        let head = self.head;
+        node.links.with_mut(|l| {
+            // SAFETY: under the lock (the contract).
+            let l = unsafe { &mut *l };
+            debug_assert!(!l.linked);
+            l.prev = ptr::null();
+            l.next = head;
+            l.linked = true;
+        });
+        if head.is_null() {
+            self.tail = p;
+        } else {
+            // SAFETY: `head` is on this list, so alive; under the lock.
+            unsafe { (*head).links.with_mut(|l| (*l).prev = p) };
+        }
+        self.head = p;
+    }
+
     /// Takes `node` off the list; `false` if it was not on it.
     ///
     /// # Safety
