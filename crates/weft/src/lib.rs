@@ -15,6 +15,8 @@
 //!
 //! [`wait`] is the one blocking call for every context: a fiber suspends, an async task
 //! on a worker sets its stack aside while the worker goes on, any other thread sleeps.
+//! The channels of [`chan`] and the locks, semaphores and notifications of [`sync`]
+//! are built on it: one implementation serves a thread, a fiber and a task at once.
 //!
 //! ```
 //! let rt = weft::Runtime::new().unwrap();

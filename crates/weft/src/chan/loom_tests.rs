@@ -39,13 +39,13 @@ impl Wake for Signal {
 }
 
 /// One hand-polled task on a model thread.
-struct Task {
+pub(crate) struct Task {
     signal: Arc<Signal>,
     waker: Waker,
 }
 
 impl Task {
-    fn new() -> Task {
+    pub(crate) fn new() -> Task {
         let signal = Arc::new(Signal {
             wakes: AtomicUsize::new(0),
             notify: Notify::new(),
@@ -54,13 +54,13 @@ impl Task {
         Task { signal, waker }
     }
 
-    fn poll<F: Future>(&self, f: Pin<&mut F>) -> Poll<F::Output> {
+    pub(crate) fn poll<F: Future>(&self, f: Pin<&mut F>) -> Poll<F::Output> {
         f.poll(&mut Context::from_waker(&self.waker))
     }
 
     /// Polls `f` until it is ready, parking between polls until the waker fires. A
     /// wake that never comes parks the thread for ever: loom reports a deadlock.
-    fn block_on<F: Future>(&self, f: F) -> F::Output {
+    pub(crate) fn block_on<F: Future>(&self, f: F) -> F::Output {
         let mut f = pin!(f);
         loop {
             if let Poll::Ready(v) = self.poll(f.as_mut()) {
@@ -71,7 +71,7 @@ impl Task {
     }
 }
 
-pub(super) fn block_on<F: Future>(f: F) -> F::Output {
+pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
     Task::new().block_on(f)
 }
 

@@ -48,7 +48,7 @@ mod error;
 mod flavors;
 mod iter;
 #[cfg(all(test, loom))]
-mod loom_tests;
+pub(crate) mod loom_tests;
 #[macro_use]
 mod macros;
 mod ops;

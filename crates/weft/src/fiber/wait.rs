@@ -322,6 +322,14 @@ impl Backoff {
         if self.step >= self.limit {
             return false;
         }
+        // Work that became ready on this worker meanwhile (the fiber that holds what
+        // we wait for, woken here) cannot run while we spin: suspend instead.
+        if self.on_worker
+            && self.step > 0
+            && crate::scheduler::worker::with_current(|c| c.is_some_and(|c| c.has_ready_work()))
+        {
+            return false;
+        }
         if self.step < Self::SPINS || self.on_worker {
             for _ in 0..(1u32 << self.step.min(Self::SPINS)) {
                 std::hint::spin_loop();

@@ -8,69 +8,14 @@
 //! waker that signals a loom `Notify` the thread parks on between polls, so a lost
 //! wake-up leaves a thread parked for ever and loom reports a deadlock.
 
-use std::future::Future;
-use std::pin::{pin, Pin};
-use std::sync::atomic::Ordering::SeqCst;
-use std::task::{Context, Poll, Wake, Waker};
+use std::pin::pin;
+use std::task::Poll;
 
-use loom::sync::atomic::AtomicUsize;
-use loom::sync::Notify as LoomNotify;
 use loom::thread;
 
 use super::{oneshot, watch, Mutex, Notify, Semaphore};
 use crate::base::Arc;
-
-/// A waker for a model thread: counts wakes and unparks the thread.
-struct Signal {
-    wakes: AtomicUsize,
-    notify: LoomNotify,
-}
-
-impl Wake for Signal {
-    fn wake(self: std::sync::Arc<Self>) {
-        self.wake_by_ref();
-    }
-    fn wake_by_ref(self: &std::sync::Arc<Self>) {
-        self.wakes.fetch_add(1, SeqCst);
-        self.notify.notify();
-    }
-}
-
-/// One hand-polled task on a model thread.
-struct Task {
-    signal: Arc<Signal>,
-    waker: Waker,
-}
-
-impl Task {
-    fn new() -> Task {
-        let signal = Arc::new(Signal {
-            wakes: AtomicUsize::new(0),
-            notify: LoomNotify::new(),
-        });
-        let waker = Waker::from(signal.clone());
-        Task { signal, waker }
-    }
-
-    fn poll<F: Future>(&self, f: Pin<&mut F>) -> Poll<F::Output> {
-        f.poll(&mut Context::from_waker(&self.waker))
-    }
-
-    /// Polls `f` until it is ready, parking between polls until the waker fires.
-    fn block_on<F: Future>(&self, f: F) -> F::Output {
-        let mut f = pin!(f);
-        loop {
-            if let Poll::Ready(v) = self.poll(f.as_mut()) {
-                return v;
-            }
-            self.signal.notify.wait();
-        }
-    }
-}
-
-fn block_on<F: Future>(f: F) -> F::Output {
-    Task::new().block_on(f)
-}
+use crate::chan::loom_tests::{block_on, Task};
 
 /// The holder unlocks while one waiter is dropped (maybe after it was handed the
 /// lock) and another waits: the lock must reach the second waiter.
