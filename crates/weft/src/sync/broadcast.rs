@@ -414,11 +414,8 @@ impl<T: Clone> Future for Recv<'_, T> {
 
 impl<T> Drop for Recv<'_, T> {
     fn drop(&mut self) {
-        if self.waiter.is_registered() {
-            let mut st = self.rx.shared.state.lock();
-            self.waiter.cancel(&mut st, |s| &mut s.waiters);
-            drop(st);
-        }
+        self.waiter
+            .withdraw(&self.rx.shared.state, |s| &mut s.waiters);
     }
 }
 

@@ -166,11 +166,7 @@ impl Future for Wait<'_> {
 
 impl Drop for Wait<'_> {
     fn drop(&mut self) {
-        if self.waiter.is_registered() {
-            let mut st = self.group.inner.lock();
-            self.waiter.cancel(&mut st, |s| &mut s.waiters);
-            drop(st);
-        }
+        self.waiter.withdraw(&self.group.inner, |s| &mut s.waiters);
     }
 }
 

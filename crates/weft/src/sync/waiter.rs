@@ -101,6 +101,21 @@ impl Waiter {
     }
 }
 
+impl Waiter {
+    /// A future that is dropped takes its node off `list` under `lock`, if it is on
+    /// one (the future's `Drop`).
+    pub(crate) fn withdraw<S>(
+        &mut self,
+        lock: &Lock<S>,
+        list: impl FnOnce(&mut S) -> &mut WaitList<()>,
+    ) {
+        if self.is_registered() {
+            let mut st = lock.lock();
+            self.cancel(&mut st, list);
+        }
+    }
+}
+
 /// Completes every waiter on `list` with `reason`.
 ///
 /// # Safety
