@@ -26,6 +26,10 @@
 //! - `p + one_lap`: that pop has read it out, and the slot is free for the push one lap
 //!   later (the first value of the cycle for position `p + one_lap`).
 //!
+//! The word stores the stamp less `2 * index`, the part every position of that slot
+//! shares, so a fresh ring is all zeroes: it is allocated zeroed and costs no writes
+//! up front however large it is.
+//!
 //! A push reads `tail = p` and the stamp; only if the stamp is `p` does it CAS `tail`
 //! from `p` to the next position, write the value and store `p + 1`. A pop reads
 //! `head = p` and the stamp; only if it is `p + 1` does it CAS `head` on, read the
@@ -194,10 +198,18 @@ impl<T> Ring<T> {
     pub(crate) fn new(cap: usize) -> Ring<T> {
         assert!(cap >= 1, "a ring holds at least one value");
         assert!(cap <= MAX_CAP, "ring capacity {cap} is too large");
+        // Lap 0: every slot is free for the push of its first position, which its stamp
+        // says by holding 0 (stamps are kept less their slot's index part: see
+        // `stamp`), so the slots come from zeroed memory and a large ring costs no
+        // writes up front: its pages are touched as values arrive.
+        #[cfg(not(loom))]
+        // SAFETY: a zeroed `Slot<T>` is valid: an `AtomicUsize` holding 0 and an
+        // uninitialised `MaybeUninit<T>` (any bytes are).
+        let slots = unsafe { Box::<[Slot<T>]>::new_zeroed_slice(cap).assume_init() };
+        #[cfg(loom)]
         let slots = (0..cap)
-            .map(|index| Slot {
-                // Lap 0: every slot is free for the push of its first position.
-                stamp: AtomicUsize::new(index << 1),
+            .map(|_| Slot {
+                stamp: AtomicUsize::new(0),
                 value: UnsafeCell::new(MaybeUninit::uninit()),
             })
             .collect();
@@ -297,6 +309,20 @@ impl<T> Ring<T> {
         &self.slots[self.index(pos)]
     }
 
+    /// The stamp of the slot of `pos`. A slot keeps its stamp less its index part
+    /// (`2 * index`, the same in every position the slot ever has), so that every slot
+    /// of a fresh ring holds 0.
+    fn stamp(&self, pos: usize) -> usize {
+        let base = pos & (self.one_lap - 1) & !CLOSED;
+        self.slot(pos).stamp.load(Acquire).wrapping_add(base)
+    }
+
+    /// Stores `stamp` (a position of the slot of `pos`, or one past it) with Release.
+    fn set_stamp(&self, pos: usize, stamp: usize) {
+        let base = pos & (self.one_lap - 1) & !CLOSED;
+        self.slot(pos).stamp.store(stamp.wrapping_sub(base), Release);
+    }
+
     /// The position after `pos`: the next index, or index 0 of the next lap.
     fn advance(&self, pos: usize) -> usize {
         if self.index(pos) + 1 < self.capacity() {
@@ -315,7 +341,7 @@ impl<T> Ring<T> {
             if tail & CLOSED != 0 {
                 return Err(NoRoom::Closed);
             }
-            let stamp = self.slot(tail).stamp.load(Acquire);
+            let stamp = self.stamp(tail);
             let ahead = stamp.wrapping_sub(tail) as isize;
             if ahead == 0 {
                 // Free for this position: race the other pushes for it.
@@ -362,7 +388,7 @@ impl<T> Ring<T> {
         slot.value
             .with_mut(|p| unsafe { p.write(MaybeUninit::new(v)) });
         // Release: the pop that acquires `pos + 1` sees the value written.
-        slot.stamp.store(pos + 1, Release);
+        self.set_stamp(pos, pos + 1);
     }
 
     /// Claims the oldest written value for a pop, which must then be completed with
@@ -370,7 +396,7 @@ impl<T> Ring<T> {
     fn claim_head(&self) -> Result<usize, NoValue> {
         let mut head = self.head.load(SeqCst);
         loop {
-            let stamp = self.slot(head).stamp.load(Acquire);
+            let stamp = self.stamp(head);
             let ahead = stamp.wrapping_sub(head + 1) as isize;
             if ahead == 0 {
                 // Written for this position: race the other pops for it.
@@ -416,7 +442,7 @@ impl<T> Ring<T> {
         // visible, and nobody else touches the slot until the store below.
         let v = slot.value.with(|p| unsafe { p.read().assume_init() });
         // Release: the next lap's push, which acquires this stamp, writes after our read.
-        slot.stamp.store(pos.wrapping_add(self.one_lap), Release);
+        self.set_stamp(pos, pos.wrapping_add(self.one_lap));
         v
     }
 }
@@ -434,7 +460,7 @@ impl<T> Drop for Ring<T> {
         let tail = self.tail.load(Relaxed) & !CLOSED;
         while pos != tail {
             let slot = self.slot(pos);
-            debug_assert_eq!(slot.stamp.load(Relaxed), pos + 1);
+            debug_assert_eq!(self.stamp(pos), pos + 1);
             // Step past the value first: if its drop panics, unwinding leaves this loop
             // and the later values are leaked (the slots are `MaybeUninit`).
             pos = self.advance(pos);
