@@ -320,7 +320,9 @@ impl<T> Ring<T> {
     /// Stores `stamp` (a position of the slot of `pos`, or one past it) with Release.
     fn set_stamp(&self, pos: usize, stamp: usize) {
         let base = pos & (self.one_lap - 1) & !CLOSED;
-        self.slot(pos).stamp.store(stamp.wrapping_sub(base), Release);
+        self.slot(pos)
+            .stamp
+            .store(stamp.wrapping_sub(base), Release);
     }
 
     /// The position after `pos`: the next index, or index 0 of the next lap.
