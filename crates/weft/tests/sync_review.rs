@@ -72,19 +72,27 @@ fn evil(panic_clone: bool, panic_wake: bool) -> (Arc<Evil>, Waker) {
         wakes: AtomicUsize::new(0),
     });
     static VT: RawWakerVTable = RawWakerVTable::new(e_clone, e_wake, e_wake_by_ref, e_drop);
+    // Each vtable function's contract: `p` came from `Arc::into_raw` of an `Arc<Evil>`
+    // and still owns one strong count (the `RawWaker` contract for this vtable).
     unsafe fn e_clone(p: *const ()) -> RawWaker {
+        // SAFETY: `p` is a live `Arc<Evil>` pointer (the contract above).
         let e = unsafe { &*(p as *const Evil) };
         if e.panic_clone.load(SeqCst) {
             panic!("evil waker clone");
         }
+        // SAFETY: as above; the new `RawWaker` owns the count added here.
         unsafe { Arc::increment_strong_count(p as *const Evil) };
         RawWaker::new(p, &VT)
     }
     unsafe fn e_wake(p: *const ()) {
+        // SAFETY: `p` is a live `Arc<Evil>` pointer; `wake` consumes its count, which
+        // `e_drop` gives up after the wake.
         unsafe { e_wake_by_ref(p) };
+        // SAFETY: as above.
         unsafe { e_drop(p) };
     }
     unsafe fn e_wake_by_ref(p: *const ()) {
+        // SAFETY: `p` is a live `Arc<Evil>` pointer (the contract above).
         let e = unsafe { &*(p as *const Evil) };
         e.wakes.fetch_add(1, SeqCst);
         if e.panic_wake.load(SeqCst) {
@@ -92,6 +100,7 @@ fn evil(panic_clone: bool, panic_wake: bool) -> (Arc<Evil>, Waker) {
         }
     }
     unsafe fn e_drop(p: *const ()) {
+        // SAFETY: `p` owns one strong count of a live `Arc<Evil>`, given up here once.
         unsafe { Arc::decrement_strong_count(p as *const Evil) };
     }
     let raw = RawWaker::new(Arc::into_raw(e.clone()) as *const (), &VT);

@@ -387,8 +387,10 @@ impl<T> Ring<T> {
         // `pos`), and the claim followed an Acquire read of the stamp `pos` that the pop
         // of the previous lap stored after moving its value out, so nobody else reads or
         // writes the slot until the store below.
-        slot.value
-            .with_mut(|p| unsafe { p.write(MaybeUninit::new(v)) });
+        slot.value.with_mut(|p| {
+            // SAFETY: as above: the slot is ours alone and holds no value.
+            unsafe { p.write(MaybeUninit::new(v)) }
+        });
         // Release: the pop that acquires `pos + 1` sees the value written.
         self.set_stamp(pos, pos + 1);
     }
@@ -442,7 +444,10 @@ impl<T> Ring<T> {
         // `pos`), and the claim followed an Acquire read of the stamp `pos + 1` that the
         // push of `pos` stored after writing the value, so the value is initialised,
         // visible, and nobody else touches the slot until the store below.
-        let v = slot.value.with(|p| unsafe { p.read().assume_init() });
+        let v = slot.value.with(|p| {
+            // SAFETY: as above: the slot is ours alone and holds the value pushed at `pos`.
+            unsafe { p.read().assume_init() }
+        });
         // Release: the next lap's push, which acquires this stamp, writes after our read.
         self.set_stamp(pos, pos.wrapping_add(self.one_lap));
         v
