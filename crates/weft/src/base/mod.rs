@@ -23,7 +23,6 @@ pub(crate) use std::sync::atomic::{
 };
 
 pub(crate) use plain_mutex::Mutex;
-#[cfg(loom)]
 pub(crate) use plain_mutex::MutexGuard;
 
 /// A mutex without poisoning: a panic while a weft lock is held is a weft bug, and every

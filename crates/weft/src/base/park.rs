@@ -3,6 +3,10 @@
 //! `unpark` leaves a token (NOTIFIED) that the next `park` consumes, so an unpark that
 //! races ahead of the park is never lost. The futex system call is made only when the
 //! other side is really asleep: an unpark of a running worker is one atomic swap.
+//!
+//! A fourth state, PARKED_EXT, is for a thread that sleeps somewhere else than on the
+//! futex (the I/O driver's holder in `epoll_wait`): an `unpark` that finds it calls
+//! the parker's external waker (which interrupts that wait) instead of `futex_wake`.
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
@@ -13,6 +17,7 @@ use super::AtomicU64;
 const EMPTY: u32 = 0;
 const PARKED: u32 = 1;
 const NOTIFIED: u32 = 2;
+const PARKED_EXT: u32 = 3;
 
 /// `spin_loop` hints between two looks at the clock while spinning.
 const SPIN_BATCH: u32 = 16;
@@ -21,6 +26,8 @@ pub(crate) struct Parker {
     futex: Futex,
     /// `futex` wake calls made on this parker, for the wake-economy statistics.
     wake_calls: AtomicU64,
+    /// Interrupts an external sleep (PARKED_EXT); none if this parker never has one.
+    external: Option<std::task::Waker>,
 }
 
 impl Parker {
@@ -28,7 +35,41 @@ impl Parker {
         Parker {
             futex: Futex::new(EMPTY),
             wake_calls: AtomicU64::new(0),
+            external: None,
         }
+    }
+
+    /// A parker that may also sleep in an external wait that `external` interrupts
+    /// (see [`park_external`](Self::park_external)).
+    pub(crate) fn with_external(external: Option<std::task::Waker>) -> Self {
+        Parker {
+            external,
+            ..Parker::new()
+        }
+    }
+
+    /// Sleeps in `sleep` (which must return once `external` is woken) instead of on
+    /// the futex, unless a token is waiting. Returns `None` if a token was taken
+    /// instead, else `sleep`'s result. A token left during `sleep` is consumed on the
+    /// way out, so the caller re-checks its condition as after any park.
+    pub(crate) fn park_external<R>(&self, sleep: impl FnOnce() -> R) -> Option<R> {
+        debug_assert!(self.external.is_some());
+        if self.take_token() {
+            return None;
+        }
+        let word = self.futex.word();
+        if word
+            .compare_exchange(EMPTY, PARKED_EXT, Acquire, Relaxed)
+            .is_err()
+        {
+            word.swap(EMPTY, Acquire);
+            return None;
+        }
+        let r = sleep();
+        // An unpark between `sleep`'s return and this swap interrupts the next
+        // external sleep at once: a spurious wake-up, never a lost one.
+        word.swap(EMPTY, Acquire);
+        Some(r)
     }
 
     /// Sleeps until `unpark` (or returns at once if a token is waiting). May return
@@ -50,6 +91,16 @@ impl Parker {
         timeout: Option<std::time::Duration>,
     ) -> bool {
         let mut timeout = timeout;
+        if self.spin(spin_ns, &mut timeout) {
+            return false;
+        }
+        self.park_timeout(timeout);
+        true
+    }
+
+    /// Watches for a token for up to `spin_ns` (never past `timeout`, from which the
+    /// spin is taken off); true if one came and was taken.
+    pub(crate) fn spin(&self, spin_ns: u64, timeout: &mut Option<std::time::Duration>) -> bool {
         // Never spin past the timeout (a timer holder's next deadline).
         let spin_ns = timeout.map_or(spin_ns, |t| {
             spin_ns.min(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
@@ -63,20 +114,19 @@ impl Parker {
                     // A plain load first: spinning on a read keeps the line shared with
                     // the unparker instead of taking it on every try.
                     if self.futex.word().load(Relaxed) == NOTIFIED && self.take_token() {
-                        return false;
+                        return true;
                     }
                     std::hint::spin_loop();
                 }
                 let spun = clock::since(clock::now_ns(), start);
                 if spun.as_nanos() as u64 >= spin_ns {
                     // The spin counts against the timeout (a timer holder's deadline).
-                    timeout = timeout.map(|t| t.saturating_sub(spun));
+                    *timeout = timeout.map(|t| t.saturating_sub(spun));
                     break 'spin;
                 }
             }
         }
-        self.park_timeout(timeout);
-        true
+        false
     }
 
     /// Consumes a waiting `unpark` token without sleeping; false if there is none.
@@ -122,9 +172,18 @@ impl Parker {
 
     /// Wakes the parked thread, or leaves a token for its next `park`.
     pub(crate) fn unpark(&self) {
-        if self.futex.word().swap(NOTIFIED, Release) == PARKED {
-            self.wake_calls.fetch_add(1, Relaxed);
-            self.futex.wake_one();
+        match self.futex.word().swap(NOTIFIED, Release) {
+            PARKED => {
+                self.wake_calls.fetch_add(1, Relaxed);
+                self.futex.wake_one();
+            }
+            PARKED_EXT => {
+                self.wake_calls.fetch_add(1, Relaxed);
+                if let Some(w) = &self.external {
+                    w.wake_by_ref();
+                }
+            }
+            _ => {}
         }
     }
 

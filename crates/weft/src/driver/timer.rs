@@ -34,11 +34,24 @@ pub(crate) struct Driver {
     /// The deadline the holder sleeps until (`NONE`: no timeout).
     holder_until: AtomicU64,
     fired: AtomicU64,
+    /// The I/O driver, whose `epoll_wait` the holder sleeps in (none under loom).
+    #[cfg(not(loom))]
+    io: Option<super::io::IoDriver>,
 }
 
 impl Driver {
+    #[cfg(not(loom))]
+    pub(crate) fn with_io(io: Option<super::io::IoDriver>) -> Driver {
+        Driver {
+            io,
+            ..Driver::new()
+        }
+    }
+
     pub(crate) fn new() -> Driver {
         Driver {
+            #[cfg(not(loom))]
+            io: None,
             start: Instant::now(),
             wheel: Mutex::new(Wheel::new()),
             next_deadline: AtomicU64::new(NONE),
@@ -179,6 +192,77 @@ impl Driver {
         self.holder_until.store(NONE, Release);
         *self.holder.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.holder_taken.store(0, Release);
+    }
+
+    /// The I/O driver, if this runtime has one.
+    #[cfg(not(loom))]
+    pub(crate) fn io(&self) -> Option<&super::io::IoDriver> {
+        self.io.as_ref()
+    }
+
+    /// What a worker's parker calls to interrupt the holder's `epoll_wait`.
+    pub(crate) fn unparker(&self) -> Option<Waker> {
+        #[cfg(not(loom))]
+        if let Some(io) = &self.io {
+            return Some(io.unparker());
+        }
+        None
+    }
+
+    /// The holder's sleep: in `epoll_wait` when there is an I/O driver (dispatching
+    /// what it read once its parker is back from the external park, so the wakes it
+    /// makes find the parker awake and cost no system call), else on the futex.
+    /// Returns whether it slept (as `Parker::park_spin_timeout`).
+    pub(crate) fn holder_park(
+        &self,
+        parker: &Parker,
+        spin_ns: u64,
+        timeout: Option<Duration>,
+    ) -> bool {
+        #[cfg(not(loom))]
+        if let Some(io) = &self.io {
+            let mut timeout = timeout;
+            if parker.spin(spin_ns, &mut timeout) {
+                return false;
+            }
+            return match parker.park_external(|| io.wait(timeout)) {
+                Some(st) => {
+                    io.dispatch(st);
+                    true
+                }
+                None => false,
+            };
+        }
+        parker.park_spin_timeout(spin_ns, timeout)
+    }
+
+    /// A busy worker's look at the I/O driver (zero timeout), at its fairness points.
+    #[inline]
+    pub(crate) fn poll_io(&self) {
+        #[cfg(not(loom))]
+        if let Some(io) = &self.io {
+            io.poll_now();
+        }
+    }
+
+    /// Whether the holder's driver has to be handed on when it wakes: a timer is
+    /// pending or a source is registered, so somebody must keep sleeping in the
+    /// driver.
+    pub(crate) fn needs_holder(&self) -> bool {
+        #[cfg(not(loom))]
+        if self.io.as_ref().is_some_and(|io| io.has_sources()) {
+            return true;
+        }
+        self.has_pending()
+    }
+
+    /// Ends every wait on a socket of this runtime with an error (the runtime shuts
+    /// down).
+    pub(crate) fn shutdown_io(&self) {
+        #[cfg(not(loom))]
+        if let Some(io) = &self.io {
+            io.shutdown();
+        }
     }
 
     /// Whether any timer is pending (lock-free).

@@ -139,8 +139,9 @@ impl Runtime {
         let max_blocking_threads = b.resolved_max_blocking_threads()?;
         let stall = b.resolved_stall_report();
         let mut locals = Vec::new();
+        let io = crate::driver::io::IoDriver::new()?;
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
-            let time = Arc::new(Driver::new());
+            let time = Arc::new(Driver::with_io(Some(io)));
             let mut pools = Vec::new();
             for (pool, n) in [(Pool::Default, workers), (Pool::Interactive, interactive)] {
                 if n > 0 {
@@ -326,6 +327,9 @@ impl Runtime {
         for p in &inner.pools {
             p.begin_shutdown();
         }
+        // Tasks, fibers and threads blocked on this runtime's sockets wake with an
+        // error.
+        inner.time.shutdown_io();
         // Dropped from inside one of its own tasks: that worker cannot be waited for;
         // it leaves its loop when the current poll returns.
         let on_own_worker = worker::with_current(|c| {

@@ -155,6 +155,7 @@ impl Shared {
         time: Arc<Driver>,
     ) -> (Arc<Shared>, Vec<WorkerParts>) {
         let mut locals = Vec::with_capacity(workers);
+        let unparker = time.unparker();
         let remotes = (0..workers)
             .map(|_| {
                 let (local, steal) = queue::local();
@@ -163,7 +164,7 @@ impl Shared {
                 CachePadded::new(Remote {
                     steal,
                     jobs: job_stealer,
-                    parker: Arc::new(Parker::new()),
+                    parker: Arc::new(Parker::with_external(unparker.clone())),
                     counters: WorkerCounters::default(),
                     claimed_at: AtomicU64::new(0),
                     inbox: Inject::new(),

@@ -556,8 +556,9 @@ impl Core {
             self.shared.time.process();
         }
         if tick.is_multiple_of(self.global_interval.get()) {
-            // About once per millisecond of task time: the global queue and this
-            // worker's fibers (fairness).
+            // About once per millisecond of task time: I/O readiness, the global
+            // queue and this worker's fibers (fairness).
+            self.shared.time.poll_io();
             if let Some(t) = self.next_global().or_else(|| self.next_pinned()) {
                 return Some(t);
             }

@@ -26,6 +26,7 @@ mod timeout;
 use crate::driver::timer as driver;
 
 pub use interval::{interval, interval_at, Interval, MissedTickBehavior};
+pub(crate) use sleep::{far_future, sleep_on};
 pub use sleep::{sleep, sleep_until, Sleep};
 pub use std::time::Instant;
 pub use timeout::{timeout, timeout_at, Elapsed, Timeout};

@@ -50,6 +50,17 @@ pub fn sleep_until(deadline: Instant) -> Sleep {
     }
 }
 
+/// A sleep on `driver`'s wheel (for a socket's read timeout: the socket's runtime,
+/// whatever is current where it is used).
+pub(crate) fn sleep_on(driver: Arc<Driver>, deadline: Instant) -> Sleep {
+    Sleep {
+        driver: Some(driver),
+        deadline,
+        key: None,
+        done: false,
+    }
+}
+
 /// About 30 years: "never" for practical purposes, without overflowing `Instant`.
 pub(crate) fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86_400 * 365 * 30)

@@ -43,7 +43,11 @@ impl Core {
                 } else {
                     None
                 };
-                let slept = parker.park_spin_timeout(spin_ns, timeout);
+                let slept = if holds_driver {
+                    time.holder_park(parker, spin_ns, timeout)
+                } else {
+                    parker.park_spin_timeout(spin_ns, timeout)
+                };
                 // One spin per park: a wake-up that finds no work sleeps at once.
                 spin_ns = 0;
                 if !slept {
@@ -74,7 +78,7 @@ impl Core {
                 time.release();
                 // Timers that came due while we slept are fired before running tasks.
                 time.process();
-                if time.has_pending() {
+                if time.needs_holder() {
                     // Hand the driver on: nudge a sleeping peer (without claiming it),
                     // which takes the driver and sleeps until the next deadline.
                     if let Some(peer) = idle.any_parked_except(self.index) {
@@ -124,7 +128,11 @@ impl Core {
                 Some(BLOCKED_DRIVER_RECHECK)
             };
             if !done() {
-                self.parker.park_timeout(timeout);
+                if holds_driver {
+                    time.holder_park(&self.parker, 0, timeout);
+                } else {
+                    self.parker.park_timeout(timeout);
+                }
             }
             if holds_driver {
                 time.release();

@@ -1,0 +1,342 @@
+//! A registered source: a mio socket, its readiness and the runtime it belongs to,
+//! and the three ways to wait on it (a task's poll, a readiness future, a blocking
+//! wait that suspends a fiber, helps on a worker or blocks a thread).
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use mio::event::Source;
+
+use crate::driver::io::IoDriver;
+use crate::driver::readiness::{Direction, ReadyEvent, ScheduledIo};
+use crate::driver::timer::Driver;
+use crate::time::Sleep;
+use crate::Handle;
+
+/// The runtime a new socket registers with: the current one, else the most recently
+/// started live one (the rule of `weft::fiber::spawn`).
+pub(crate) fn runtime_driver() -> io::Result<Arc<Driver>> {
+    let handle = Handle::try_current()
+        .ok()
+        .or_else(crate::runtime::latest)
+        .ok_or_else(|| {
+            io::Error::other("no weft runtime is running: a socket needs one to register with")
+        })?;
+    if handle.inner.pools[0].is_shutdown() {
+        return Err(crate::driver::readiness::shutdown_error());
+    }
+    Ok(handle.inner.time.clone())
+}
+
+/// A mio source registered with a runtime's I/O driver. Deregistered when dropped.
+pub(crate) struct Evented<E: Source> {
+    io: Option<E>,
+    sched: Arc<ScheduledIo>,
+    token: mio::Token,
+    driver: Arc<Driver>,
+}
+
+impl<E: Source> Evented<E> {
+    /// Registers `io` for reads and writes with the current runtime.
+    pub(crate) fn new(io: E) -> io::Result<Self> {
+        Self::with_interest(io, mio::Interest::READABLE | mio::Interest::WRITABLE)
+    }
+
+    pub(crate) fn with_interest(io: E, interest: mio::Interest) -> io::Result<Self> {
+        Self::on(runtime_driver()?, io, interest)
+    }
+
+    /// Registers `io` with `driver`'s runtime (an accepted stream goes where its
+    /// listener is).
+    pub(crate) fn on(driver: Arc<Driver>, mut io: E, interest: mio::Interest) -> io::Result<Self> {
+        let (sched, token) = io_of(&driver).register(&mut io, interest)?;
+        Ok(Evented {
+            io: Some(io),
+            sched,
+            token,
+            driver,
+        })
+    }
+
+    /// The socket.
+    pub(crate) fn get(&self) -> &E {
+        self.io
+            .as_ref()
+            .expect("a registered source is present until dropped")
+    }
+
+    /// Deregisters and returns the socket.
+    pub(crate) fn into_inner(mut self) -> E {
+        let mut io = self.io.take().expect("present until dropped");
+        io_of(&self.driver).deregister(&mut io, self.token);
+        io
+    }
+
+    pub(crate) fn poll_ready(
+        &self,
+        cx: &mut Context<'_>,
+        dir: Direction,
+    ) -> Poll<io::Result<ReadyEvent>> {
+        self.sched.poll_ready(cx, dir)
+    }
+
+    pub(crate) fn clear_readiness(&self, ev: ReadyEvent) {
+        self.sched.clear_readiness(ev);
+    }
+
+    /// Tries `f` when the source is ready for `dir`, until it does not say
+    /// `WouldBlock` (the slot-waker form, for `poll_read`, `poll_write`, `poll_accept`).
+    pub(crate) fn poll_io<R>(
+        &self,
+        cx: &mut Context<'_>,
+        dir: Direction,
+        mut f: impl FnMut(&E) -> io::Result<R>,
+    ) -> Poll<io::Result<R>> {
+        loop {
+            let ev = match self.sched.poll_ready(cx, dir) {
+                Poll::Ready(Ok(ev)) => ev,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            };
+            match f(self.get()) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.sched.clear_readiness(ev),
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+
+    /// One try of `f`, whatever the readiness word says; a `WouldBlock` clears it.
+    pub(crate) fn try_io<R>(
+        &self,
+        dir: Direction,
+        f: impl FnOnce(&E) -> io::Result<R>,
+    ) -> io::Result<R> {
+        let ev = self.sched.snapshot(dir)?;
+        match f(self.get()) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.sched.clear_readiness(ev);
+                Err(e)
+            }
+            r => r,
+        }
+    }
+
+    /// A future that is ready when the source is ready for `dir` (or fails: the
+    /// runtime shut down), or at `deadline` with a `WouldBlock` error. Any number of
+    /// them may wait at once.
+    pub(crate) fn ready(&self, dir: Direction, deadline: Option<Instant>) -> Ready<'_> {
+        Ready {
+            sched: &self.sched,
+            dir,
+            id: 0,
+            sleep: deadline.map(|d| Box::pin(crate::time::sleep_on(self.driver.clone(), d))),
+        }
+    }
+
+    /// Reads into `buf` for a task (the direction's waker slot); a read shorter than
+    /// `buf` drained the socket, so it clears the readiness it ran under and the next
+    /// read waits for an event instead of making a futile system call.
+    pub(crate) fn poll_read_with(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+        mut read: impl FnMut(&E, &mut [u8]) -> io::Result<usize>,
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            let ev = match self.sched.poll_ready(cx, Direction::Read) {
+                Poll::Ready(Ok(ev)) => ev,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            };
+            match read(self.get(), buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.sched.clear_readiness(ev),
+                Ok(n) => {
+                    if n > 0 && n < buf.len() {
+                        self.sched.clear_readiness(ev);
+                    }
+                    return Poll::Ready(Ok(n));
+                }
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+
+    /// Writes `buf` for a task; a short write filled the socket's buffer, so it clears
+    /// the readiness it ran under (as [`poll_read_with`](Self::poll_read_with)).
+    pub(crate) fn poll_write_with(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+        mut write: impl FnMut(&E, &[u8]) -> io::Result<usize>,
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            let ev = match self.sched.poll_ready(cx, Direction::Write) {
+                Poll::Ready(Ok(ev)) => ev,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            };
+            match write(self.get(), buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.sched.clear_readiness(ev),
+                Ok(n) => {
+                    if n > 0 && n < buf.len() {
+                        self.sched.clear_readiness(ev);
+                    }
+                    return Poll::Ready(Ok(n));
+                }
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+
+    /// The blocking read: [`blocking_io`](Self::blocking_io), clearing after a short
+    /// read.
+    pub(crate) fn read_blocking_with(
+        &self,
+        buf: &mut [u8],
+        timeout: Option<Duration>,
+        mut read: impl FnMut(&E, &mut [u8]) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        let len = buf.len();
+        self.blocking_io(Direction::Read, timeout, |io, ev| {
+            let n = read(io, buf)?;
+            if n > 0 && n < len {
+                self.sched.clear_readiness(ev);
+            }
+            Ok(n)
+        })
+    }
+
+    /// The blocking write, clearing after a short write.
+    pub(crate) fn write_blocking_with(
+        &self,
+        buf: &[u8],
+        timeout: Option<Duration>,
+        mut write: impl FnMut(&E, &[u8]) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        self.blocking_io(Direction::Write, timeout, |io, ev| {
+            let n = write(io, buf)?;
+            if n > 0 && n < buf.len() {
+                self.sched.clear_readiness(ev);
+            }
+            Ok(n)
+        })
+    }
+
+    /// The runtime's driver this source is registered with.
+    pub(crate) fn driver(&self) -> &Arc<Driver> {
+        &self.driver
+    }
+
+    /// `f` until it does not say `WouldBlock`, waiting for readiness between tries:
+    /// the async form, any number of callers at once.
+    pub(crate) async fn async_io<R>(
+        &self,
+        dir: Direction,
+        mut f: impl FnMut(&E) -> io::Result<R>,
+    ) -> io::Result<R> {
+        loop {
+            let ev = self.ready(dir, None).await?;
+            match f(self.get()) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.sched.clear_readiness(ev),
+                r => return r,
+            }
+        }
+    }
+
+    /// `f` until it does not say `WouldBlock`, waiting in between with `weft::wait`
+    /// (a fiber suspends, a worker helps, a thread blocks); after `timeout`, the
+    /// `WouldBlock` error std gives for a timed-out socket read. `f` gets the
+    /// readiness snapshot it runs under, to clear it after a short read.
+    ///
+    /// When the word says the source is not ready, no system call is tried: the
+    /// registration's edge (epoll reports a source that is ready when it is added)
+    /// or a later event will say when it is.
+    pub(crate) fn blocking_io<R>(
+        &self,
+        dir: Direction,
+        timeout: Option<Duration>,
+        mut f: impl FnMut(&E, ReadyEvent) -> io::Result<R>,
+    ) -> io::Result<R> {
+        let mut deadline = None;
+        loop {
+            // The snapshot comes first: an event during `f` moves the tick on, so the
+            // clear below leaves it and the wait ends at once.
+            let ev = self.sched.snapshot(dir)?;
+            if ev.ready != 0 {
+                match f(self.get(), ev) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.sched.clear_readiness(ev)
+                    }
+                    r => return r,
+                }
+            }
+            if deadline.is_none() {
+                deadline = timeout.map(|t| {
+                    Some(
+                        Instant::now()
+                            .checked_add(t)
+                            .unwrap_or_else(crate::time::far_future),
+                    )
+                });
+            }
+            crate::wait(self.ready(dir, deadline.flatten()))?;
+        }
+    }
+}
+
+fn io_of(driver: &Driver) -> &IoDriver {
+    driver.io().expect("every runtime has an I/O driver")
+}
+
+impl<E: Source> Drop for Evented<E> {
+    fn drop(&mut self) {
+        if let Some(mut io) = self.io.take() {
+            io_of(&self.driver).deregister(&mut io, self.token);
+        }
+    }
+}
+
+impl<E: Source + std::fmt::Debug> std::fmt::Debug for Evented<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.io.fmt(f)
+    }
+}
+
+/// See [`Evented::ready`].
+pub(crate) struct Ready<'a> {
+    sched: &'a ScheduledIo,
+    dir: Direction,
+    id: u64,
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl Future for Ready<'_> {
+    type Output = io::Result<ReadyEvent>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        if let Poll::Ready(r) = this.sched.poll_ready_listed(cx, this.dir, &mut this.id) {
+            return Poll::Ready(r);
+        }
+        if let Some(s) = &mut this.sleep {
+            if s.as_mut().poll(cx).is_ready() {
+                this.sched.forget(&mut this.id);
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "the socket's timeout elapsed",
+                )));
+            }
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Ready<'_> {
+    fn drop(&mut self) {
+        self.sched.forget(&mut self.id);
+    }
+}

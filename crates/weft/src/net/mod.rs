@@ -1,0 +1,42 @@
+//! Sockets on the runtime's workers: TCP (and, with them, UDP and Unix sockets), for
+//! async tasks and for blocking code alike.
+//!
+//! Each socket is registered with one runtime's I/O driver (the current runtime where
+//! it is made, else the most recently started live one) and read through one
+//! readiness word (see the driver). A task `.await`s it through `futures_io`'s
+//! `AsyncRead`/`AsyncWrite` ([`weft::io`](crate::io) gives tokio's method names); a
+//! fiber, a worker or a plain thread uses `std::io::Read`/`Write` and the `_blocking`
+//! forms, which wait as [`weft::wait`](crate::wait) does: the fiber suspends, the
+//! worker helps, the thread blocks. When the runtime shuts down, everyone waiting on
+//! one of its sockets wakes with an error.
+//!
+//! Files have no driver here: use `weft::spawn_blocking` for them.
+
+mod evented;
+mod tcp;
+mod timeouts;
+
+pub use tcp::{
+    OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, TcpListener, TcpStream, WriteHalf,
+};
+
+/// Resolves `host` (for example `"localhost:80"`) on the blocking pool, so the lookup
+/// never stalls a worker.
+///
+/// ```
+/// let rt = weft::Runtime::new().unwrap();
+/// rt.block_on(async {
+///     let mut addrs = weft::net::lookup_host("127.0.0.1:80").await.unwrap();
+///     assert_eq!(addrs.next().unwrap().port(), 80);
+/// });
+/// ```
+pub async fn lookup_host<T>(host: T) -> std::io::Result<impl Iterator<Item = std::net::SocketAddr>>
+where
+    T: std::net::ToSocketAddrs + Send + 'static,
+{
+    let addrs =
+        crate::spawn_blocking(move || host.to_socket_addrs().map(|a| a.collect::<Vec<_>>()))
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))??;
+    Ok(addrs.into_iter())
+}
