@@ -23,6 +23,10 @@ const ORDER: &[&str] = &[
     "fiber",
     "chan",
     "sync",
+    "io",
+    "net",
+    "signal",
+    "hyper",
 ];
 
 fn src_dir() -> PathBuf {
