@@ -164,6 +164,10 @@ impl IoDriver {
         self.live.load(Relaxed) != 0
     }
 
+    pub(crate) fn sources(&self) -> usize {
+        self.live.load(Relaxed)
+    }
+
     pub(crate) fn events(&self) -> u64 {
         self.events.load(Relaxed)
     }
@@ -267,10 +271,6 @@ impl IoDriver {
         for io in all {
             io.shutdown();
         }
-    }
-
-    pub(crate) fn is_shutdown(&self) -> bool {
-        self.shutdown.load(Acquire)
     }
 }
 

@@ -256,6 +256,15 @@ impl Driver {
         self.has_pending()
     }
 
+    /// Sockets registered and readiness events dispatched.
+    pub(crate) fn io_stats(&self) -> (usize, u64) {
+        #[cfg(not(loom))]
+        if let Some(io) = &self.io {
+            return (io.sources(), io.events());
+        }
+        (0, 0)
+    }
+
     /// Ends every wait on a socket of this runtime with an error (the runtime shuts
     /// down).
     pub(crate) fn shutdown_io(&self) {

@@ -76,18 +76,6 @@ impl<E: Source> Evented<E> {
         io
     }
 
-    pub(crate) fn poll_ready(
-        &self,
-        cx: &mut Context<'_>,
-        dir: Direction,
-    ) -> Poll<io::Result<ReadyEvent>> {
-        self.sched.poll_ready(cx, dir)
-    }
-
-    pub(crate) fn clear_readiness(&self, ev: ReadyEvent) {
-        self.sched.clear_readiness(ev);
-    }
-
     /// Tries `f` when the source is ready for `dir`, until it does not say
     /// `WouldBlock` (the slot-waker form, for `poll_read`, `poll_write`, `poll_accept`).
     pub(crate) fn poll_io<R>(

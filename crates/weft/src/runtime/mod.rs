@@ -67,6 +67,7 @@ impl Inner {
             self.pools.iter().map(|p| p.stats()).collect(),
             self.blocking.stats(),
             (self.time.pending(), self.time.fired()),
+            self.time.io_stats(),
             self.sysmon
                 .as_ref()
                 .map_or(0, |m| m.reported.load(std::sync::atomic::Ordering::Relaxed)),

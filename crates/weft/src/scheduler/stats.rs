@@ -81,6 +81,10 @@ pub struct Stats {
     pub timers_pending: usize,
     /// Timers fired since the runtime started.
     pub timers_fired: u64,
+    /// Sockets registered with the runtime's I/O driver now.
+    pub io_sources: usize,
+    /// Readiness events the I/O driver has dispatched since the runtime started.
+    pub io_events: u64,
     /// Fibers and their stacks (process-wide figures).
     pub fibers: crate::stack::FiberStats,
     /// Tasks and fibers the stall reporter named (see
@@ -144,6 +148,7 @@ impl Stats {
         pools: Vec<PoolStats>,
         blocking: crate::scheduler::blocking::BlockingStats,
         timers: (usize, u64),
+        io: (usize, u64),
         stalls_reported: u64,
     ) -> Self {
         let d = &pools[0];
@@ -160,6 +165,8 @@ impl Stats {
             blocking,
             timers_pending: timers.0,
             timers_fired: timers.1,
+            io_sources: io.0,
+            io_events: io.1,
             fibers: crate::stack::fiber_stats(),
             stalls_reported,
         }
@@ -237,6 +244,11 @@ impl fmt::Display for Stats {
             f,
             "weft timers: {} pending, {} fired",
             self.timers_pending, self.timers_fired
+        )?;
+        writeln!(
+            f,
+            "weft I/O: {} sockets registered, {} readiness events",
+            self.io_sources, self.io_events
         )?;
         let fb = &self.fibers;
         writeln!(
