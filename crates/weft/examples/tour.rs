@@ -1,7 +1,7 @@
 //! A short tour of weft: spawn many tasks, join them, abort one, survive a panic,
 //! shield a critical section, use timers, the interactive and blocking pools, fork-join,
-//! fibers, channels between a thread, a fiber and a task, and print the scheduler's
-//! statistics.
+//! fibers, channels between a thread, a fiber and a task, a TCP echo server of fibers
+//! talking to a client of async tasks, and print the scheduler's statistics.
 //!
 //! Run with `cargo run --release --example tour`.
 
@@ -355,6 +355,62 @@ fn main() -> std::io::Result<()> {
          sum {sum}, {} partial sums seen by select!",
         start.elapsed(),
         partials.len(),
+    );
+
+    // 14. Networking: an echo server on a loopback port served by fibers in plain
+    //     blocking style (one fiber per connection, `std::io::Read`/`Write`), and a
+    //     client of async tasks that talks to it through `weft::io`'s extension traits.
+    let listener = rt.block_on(weft::net::TcpListener::bind("127.0.0.1:0"))?;
+    let addr = listener.local_addr()?;
+    const CONNECTIONS: usize = 8;
+    const ROUND_TRIPS: usize = 2_000;
+    let server = weft::fiber::spawn(move || {
+        use std::io::{Read, Write};
+        let mut conns = Vec::new();
+        for _ in 0..CONNECTIONS {
+            let (mut stream, _) = listener.accept_blocking().expect("accept");
+            conns.push(weft::fiber::spawn(move || {
+                let mut buf = [0u8; 64];
+                loop {
+                    match stream.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => stream.write_all(&buf[..n]).expect("echo"),
+                    }
+                }
+            }));
+        }
+        for c in conns {
+            c.join().unwrap();
+        }
+    });
+    let start = Instant::now();
+    let clients: Vec<_> = (0..CONNECTIONS)
+        .map(|i| {
+            rt.spawn(async move {
+                use weft::io::{AsyncReadExt, AsyncWriteExt};
+                let mut stream = weft::net::TcpStream::connect(addr).await?;
+                stream.set_nodelay(true)?;
+                let msg = [i as u8; 64];
+                let mut back = [0u8; 64];
+                for _ in 0..ROUND_TRIPS {
+                    stream.write_all(&msg).await?;
+                    stream.read_exact(&mut back).await?;
+                    assert_eq!(back, msg);
+                }
+                Ok::<_, std::io::Error>(())
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap()?;
+    }
+    let elapsed = start.elapsed();
+    server.join().unwrap();
+    println!(
+        "TCP echo: {CONNECTIONS} async-task clients against a fiber server made {} round \
+         trips of 64 bytes in {elapsed:?} ({:.0} round trips/s)",
+        CONNECTIONS * ROUND_TRIPS,
+        (CONNECTIONS * ROUND_TRIPS) as f64 / elapsed.as_secs_f64(),
     );
 
     println!("\n{}", rt.stats());
