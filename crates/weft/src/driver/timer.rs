@@ -222,6 +222,10 @@ impl Driver {
         #[cfg(not(loom))]
         if let Some(io) = &self.io {
             let mut timeout = timeout;
+            // A spin watches only the parker's token: readiness that comes meanwhile
+            // would wait for the spin's end. With sockets registered, the holder goes
+            // straight into `epoll_wait`, where both reach it at once.
+            let spin_ns = if io.has_sources() { 0 } else { spin_ns };
             if parker.spin(spin_ns, &mut timeout) {
                 return false;
             }
