@@ -76,6 +76,15 @@ pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
 }
 
 /// (waiting receivers, waiting senders, buffered values, reserved slots).
+/// `loom::model` with at most two preemptions, for the models whose state space at
+/// CI's bound of 3 takes minutes (three threads racing over the lock-free buffer and
+/// the wait lists); a lower `LOOM_MAX_PREEMPTIONS` still applies.
+fn model_bound2(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(b.preemption_bound.map_or(2, |n| n.min(2)));
+    b.check(f);
+}
+
 fn census<T>(rx: &Receiver<T>) -> (usize, usize, usize, usize) {
     rx.flavor_chan().expect("a channel receiver").census()
 }
@@ -130,7 +139,7 @@ fn loom_chan_bounded_full() {
 /// receiver frees the slot.
 #[test]
 fn loom_chan_bounded_full_two_senders() {
-    loom::model(|| {
+    model_bound2(|| {
         let (tx, rx) = bounded::<u32>(1);
         tx.try_send(1).unwrap();
         let senders: Vec<_> = [2, 3]
@@ -212,7 +221,7 @@ fn loom_chan_rendezvous() {
 /// received exactly once and nobody is left parked.
 #[test]
 fn loom_chan_rendezvous_mpmc() {
-    loom::model(|| {
+    model_bound2(|| {
         let (tx, rx) = bounded::<u32>(0);
         let senders: Vec<_> = [1, 2]
             .into_iter()
@@ -736,7 +745,7 @@ fn loom_chan_ready_observes_send() {
 /// and the buffer plus the held slots never exceed the capacity.
 #[test]
 fn loom_chan_select_slot_vs_sender() {
-    loom::model(|| {
+    model_bound2(|| {
         let (tx, rx) = bounded::<u32>(1);
         let tx2 = tx.clone();
         let p = thread::spawn(move || block_on(tx2.send(1)).unwrap());

@@ -1,7 +1,6 @@
 //! The drivers a parking worker runs: the timer wheel and its hand-off (and, next to
 //! it, the I/O driver of a later layer, sharing the same park path).
 
-#[cfg(not(loom))]
 pub(crate) mod io;
 pub(crate) mod readiness;
 pub(crate) mod timer;

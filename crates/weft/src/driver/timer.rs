@@ -34,13 +34,12 @@ pub(crate) struct Driver {
     /// The deadline the holder sleeps until (`NONE`: no timeout).
     holder_until: AtomicU64,
     fired: AtomicU64,
-    /// The I/O driver, whose `epoll_wait` the holder sleeps in (none under loom).
-    #[cfg(not(loom))]
+    /// The I/O driver, whose `epoll_wait` the holder sleeps in (none under loom: a
+    /// model's threads cannot sleep in a real `epoll_wait`).
     io: Option<super::io::IoDriver>,
 }
 
 impl Driver {
-    #[cfg(not(loom))]
     pub(crate) fn with_io(io: Option<super::io::IoDriver>) -> Driver {
         Driver {
             io,
@@ -50,7 +49,6 @@ impl Driver {
 
     pub(crate) fn new() -> Driver {
         Driver {
-            #[cfg(not(loom))]
             io: None,
             start: Instant::now(),
             wheel: Mutex::new(Wheel::new()),
@@ -195,14 +193,12 @@ impl Driver {
     }
 
     /// The I/O driver, if this runtime has one.
-    #[cfg(not(loom))]
     pub(crate) fn io(&self) -> Option<&super::io::IoDriver> {
         self.io.as_ref()
     }
 
     /// What a worker's parker calls to interrupt the holder's `epoll_wait`.
     pub(crate) fn unparker(&self) -> Option<Waker> {
-        #[cfg(not(loom))]
         if let Some(io) = &self.io {
             return Some(io.unparker());
         }
@@ -219,7 +215,6 @@ impl Driver {
         spin_ns: u64,
         timeout: Option<Duration>,
     ) -> bool {
-        #[cfg(not(loom))]
         if let Some(io) = &self.io {
             let mut timeout = timeout;
             // A spin watches only the parker's token: readiness that comes meanwhile
@@ -243,7 +238,6 @@ impl Driver {
     /// A busy worker's look at the I/O driver (zero timeout), at its fairness points.
     #[inline]
     pub(crate) fn poll_io(&self) {
-        #[cfg(not(loom))]
         if let Some(io) = &self.io {
             io.poll_now();
         }
@@ -253,7 +247,6 @@ impl Driver {
     /// pending or a source is registered, so somebody must keep sleeping in the
     /// driver.
     pub(crate) fn needs_holder(&self) -> bool {
-        #[cfg(not(loom))]
         if self.io.as_ref().is_some_and(|io| io.has_sources()) {
             return true;
         }
@@ -262,7 +255,6 @@ impl Driver {
 
     /// Sockets registered and readiness events dispatched.
     pub(crate) fn io_stats(&self) -> (usize, u64) {
-        #[cfg(not(loom))]
         if let Some(io) = &self.io {
             return (io.sources(), io.events());
         }
@@ -272,7 +264,6 @@ impl Driver {
     /// Ends every wait on a socket of this runtime with an error (the runtime shuts
     /// down).
     pub(crate) fn shutdown_io(&self) {
-        #[cfg(not(loom))]
         if let Some(io) = &self.io {
             io.shutdown();
         }

@@ -53,7 +53,10 @@ impl<E: Source> Evented<E> {
     /// Registers `io` with `driver`'s runtime (an accepted stream goes where its
     /// listener is).
     pub(crate) fn on(driver: Arc<Driver>, mut io: E, interest: mio::Interest) -> io::Result<Self> {
-        let (sched, token) = io_of(&driver).register(&mut io, interest)?;
+        let Some(driver_io) = driver.io() else {
+            return Err(io::Error::other("this weft runtime has no I/O driver"));
+        };
+        let (sched, token) = driver_io.register(&mut io, interest)?;
         Ok(Evented {
             io: Some(io),
             sched,
@@ -277,7 +280,9 @@ impl<E: Source> Evented<E> {
 }
 
 fn io_of(driver: &Driver) -> &IoDriver {
-    driver.io().expect("every runtime has an I/O driver")
+    driver
+        .io()
+        .expect("a source was registered, so its runtime has an I/O driver")
 }
 
 impl<E: Source> Drop for Evented<E> {

@@ -140,9 +140,14 @@ impl Runtime {
         let max_blocking_threads = b.resolved_max_blocking_threads()?;
         let stall = b.resolved_stall_report();
         let mut locals = Vec::new();
-        let io = crate::driver::io::IoDriver::new()?;
+        // No I/O driver under loom: a model's threads cannot sleep in `epoll_wait`.
+        let io = if cfg!(loom) {
+            None
+        } else {
+            Some(crate::driver::io::IoDriver::new()?)
+        };
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
-            let time = Arc::new(Driver::with_io(Some(io)));
+            let time = Arc::new(Driver::with_io(io));
             let mut pools = Vec::new();
             for (pool, n) in [(Pool::Default, workers), (Pool::Interactive, interactive)] {
                 if n > 0 {
