@@ -243,16 +243,6 @@ impl Driver {
         }
     }
 
-    /// Whether the holder's driver has to be handed on when it wakes: a timer is
-    /// pending or a source is registered, so somebody must keep sleeping in the
-    /// driver.
-    pub(crate) fn needs_holder(&self) -> bool {
-        if self.io.as_ref().is_some_and(|io| io.has_sources()) {
-            return true;
-        }
-        self.has_pending()
-    }
-
     /// Sockets registered and readiness events dispatched.
     pub(crate) fn io_stats(&self) -> (usize, u64) {
         if let Some(io) = &self.io {

@@ -78,7 +78,10 @@ impl Core {
                 time.release();
                 // Timers that came due while we slept are fired before running tasks.
                 time.process();
-                if time.needs_holder() {
+                // Not for sockets alone: a futex wake each time the holder wakes would
+                // cost every I/O wake-up a second one. Busy workers poll I/O at their
+                // fairness point, and the next worker to park takes the driver.
+                if time.has_pending() {
                     // Hand the driver on: nudge a sleeping peer (without claiming it),
                     // which takes the driver and sleeps until the next deadline.
                     if let Some(peer) = idle.any_parked_except(self.index) {
