@@ -2,6 +2,8 @@
 //! it, the I/O driver of a later layer, sharing the same park path).
 
 pub(crate) mod io;
+#[cfg(all(test, loom))]
+mod loom_tests;
 pub(crate) mod readiness;
 pub(crate) mod timer;
 pub(crate) mod wheel;

@@ -218,6 +218,14 @@ impl ScheduledIo {
         }
     }
 
+    /// (waker in the read slot, waker in the write slot, listed waiters), for the
+    /// models.
+    #[cfg(all(test, loom))]
+    pub(crate) fn census(&self) -> (bool, bool, usize) {
+        let w = self.lock();
+        (w.reader.is_some(), w.writer.is_some(), w.list.len())
+    }
+
     /// Removes the list entry `id` (if any is still there).
     pub(crate) fn forget(&self, id: &mut u64) {
         if *id != 0 {
