@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use futures_io::{AsyncRead, AsyncWrite};
 
-use super::evented::Evented;
+use super::evented::{runtime_driver, Evented};
 use super::timeouts::Timeouts;
 use crate::driver::readiness::Direction;
+use crate::driver::timer::Driver;
 
 /// Every address `addr` names, or the error std gives for none.
 pub(crate) fn addrs(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddr>> {
@@ -81,9 +82,11 @@ impl TcpListener {
     }
 
     fn bind_now(addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
+        // The runtime first: without one, no port is bound, not even for a moment.
+        let driver = runtime_driver()?;
         let l = each_addr(addrs(addr)?, mio::net::TcpListener::bind)?;
         Ok(TcpListener {
-            io: Evented::with_interest(l, mio::Interest::READABLE)?,
+            io: Evented::on(driver, l, mio::Interest::READABLE)?,
         })
     }
 
@@ -200,12 +203,13 @@ pub struct TcpStream {
 
 impl TcpStream {
     fn on_driver(listener: &TcpListener, s: mio::net::TcpStream) -> io::Result<TcpStream> {
+        TcpStream::on(listener.io.driver().clone(), s)
+    }
+
+    /// Registers `s` with `driver`'s runtime.
+    fn on(driver: Arc<Driver>, s: mio::net::TcpStream) -> io::Result<TcpStream> {
         Ok(TcpStream {
-            io: Evented::on(
-                listener.io.driver().clone(),
-                s,
-                mio::Interest::READABLE | mio::Interest::WRITABLE,
-            )?,
+            io: Evented::on(driver, s, mio::Interest::READABLE | mio::Interest::WRITABLE)?,
             timeouts: Timeouts::default(),
         })
     }
@@ -219,9 +223,13 @@ impl TcpStream {
 
     /// Connects to `addr` (each of its addresses in turn until one connects).
     pub async fn connect(addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
+        // The runtime first: without one, no connection is attempted (a SYN sent
+        // before the registration failed would reach the peer, which could accept a
+        // connection that is closed at once).
+        let driver = runtime_driver()?;
         let mut last = None;
         for a in addrs(addr)? {
-            match Self::connect_one(a).await {
+            match Self::connect_one(driver.clone(), a).await {
                 Ok(s) => return Ok(s),
                 Err(e) => last = Some(e),
             }
@@ -229,8 +237,8 @@ impl TcpStream {
         Err(last.expect("addrs is never empty"))
     }
 
-    async fn connect_one(addr: SocketAddr) -> io::Result<TcpStream> {
-        let s = TcpStream::new(mio::net::TcpStream::connect(addr)?)?;
+    async fn connect_one(driver: Arc<Driver>, addr: SocketAddr) -> io::Result<TcpStream> {
+        let s = TcpStream::on(driver, mio::net::TcpStream::connect(addr)?)?;
         s.io.ready(Direction::Write, None).await?;
         s.connected()?;
         Ok(s)
@@ -238,8 +246,10 @@ impl TcpStream {
 
     /// Connects to `addr`, blocking as `weft::wait` does.
     pub fn connect_blocking(addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
+        // The runtime first, as in `connect`.
+        let driver = runtime_driver()?;
         each_addr(addrs(addr)?, |a| {
-            let s = TcpStream::new(mio::net::TcpStream::connect(a)?)?;
+            let s = TcpStream::on(driver.clone(), mio::net::TcpStream::connect(a)?)?;
             crate::wait(s.io.ready(Direction::Write, None))?;
             s.connected()?;
             Ok(s)
