@@ -1,5 +1,5 @@
 //! The `timers` suite: weft's timer wheel against tokio's (tokio built with
-//! `enable_all`, so with its time driver). Both runtimes have exactly
+//! `enable_time`: its time driver, no I/O driver). Both runtimes have exactly
 //! `--workers` threads (weft without its interactive pool: an idle extra
 //! thread would be the one waiting for the next deadline).
 //!
@@ -83,7 +83,7 @@ pub fn suite() -> Suite {
             ),
         ],
         notes: vec![
-            "weft without its interactive pool; tokio with enable_all (time driver); \
+            "weft without its interactive pool; tokio with enable_time (time driver); \
              sleeps_100k: 100,000 tasks sleeping uniform 0..100 ms; late = mean lateness per sleep"
                 .to_string(),
             format!(

@@ -11,7 +11,8 @@
 //! `forkjoin` (join, parallel iterators and sorts against rayon and chili),
 //! `fiber` (fibers against may's coroutines), `chan` (channels against
 //! crossbeam-channel, flume, kanal, std, tokio, async-channel and may), `sync`
-//! (issue 16's primitives against tokio, may, parking_lot and std).
+//! (issue 16's primitives against tokio, may, parking_lot and std), `net` (a TCP
+//! echo against tokio and may).
 //! Each subcommand is a [`harness::Suite`]; add one by adding an entry to
 //! [`COMMANDS`].
 
@@ -20,6 +21,7 @@ mod cases_async;
 mod cases_chan;
 mod cases_fiber;
 mod cases_forkjoin;
+mod cases_net;
 mod cases_pools;
 mod cases_sync;
 mod cases_timers;
@@ -119,6 +121,12 @@ const COMMANDS: &[Command] = &[
         about: "channels: weft vs crossbeam, flume, kanal, std (threads), tokio, async-channel (tasks), may (fibers)",
         help: cases_chan::HELP,
         suite: cases_chan::suite,
+    },
+    Command {
+        name: "net",
+        about: "TCP echo over loopback: weft vs tokio (tasks), may (fibers)",
+        help: cases_net::HELP,
+        suite: cases_net::suite,
     },
     Command {
         name: "sync",
@@ -285,6 +293,9 @@ fn main() -> ExitCode {
     }
     if args.first().map(String::as_str) == Some(cases_sync::CHILD_ARG) {
         return cases_sync::child_main(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some(cases_net::CHILD_ARG) {
+        return cases_net::child_main(&args[1..]);
     }
     match parse(&args) {
         Err(msg) => usage_error(&msg),

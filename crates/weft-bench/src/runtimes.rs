@@ -288,10 +288,10 @@ impl TimeRt for Weft {
 // --------------------------------------------------------------- tokio ----
 
 /// tokio's multi-thread runtime, built as in tokio's own
-/// `benches/rt_multi_threaded.rs` (`new_multi_thread().enable_all()`). With
-/// the tokio features this crate enables (`time` but no `net`), `enable_all`
-/// adds the timer driver and no I/O driver — like weft, which always has a
-/// timer driver and has no I/O driver. Idle workers park on a condvar, one
+/// `benches/rt_multi_threaded.rs` (`new_multi_thread()`), with the timer
+/// driver and no I/O driver (`enable_time()`: what `enable_all()` gave before
+/// this crate enabled tokio's `net` feature for the `net` suite, which builds
+/// its own runtime with the I/O driver). Idle workers park on a condvar, one
 /// of them inside the timer driver.
 pub struct Tokio(tokio::runtime::Runtime);
 
@@ -319,7 +319,7 @@ impl Rt for Tokio {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(workers)
             .thread_name("tokio-bench-worker")
-            .enable_all()
+            .enable_time()
             .build()
             .map(Tokio)
     }
