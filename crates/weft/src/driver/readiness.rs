@@ -115,14 +115,14 @@ impl ScheduledIo {
         if ready & Direction::Write.mask() != 0 {
             wake.extend(w.writer.take());
         }
-        w.list.retain(|(_, dir, waker)| {
-            if ready & dir.mask() != 0 {
-                wake.push(waker.clone());
-                false
+        let mut i = 0;
+        while i < w.list.len() {
+            if ready & w.list[i].1.mask() != 0 {
+                wake.push(w.list.swap_remove(i).2);
             } else {
-                true
+                i += 1;
             }
-        });
+        }
     }
 
     /// Ends every wait with the shutdown error.
