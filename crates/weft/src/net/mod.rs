@@ -1,4 +1,4 @@
-//! Sockets on the runtime's workers: TCP and UDP sockets, for async tasks
+//! Sockets on the runtime's workers: TCP, UDP and Unix domain sockets, for async tasks
 //! and for blocking code alike.
 //!
 //! Each socket is registered with one runtime's I/O driver (the current runtime where
@@ -11,7 +11,8 @@
 //! one of its sockets wakes with an error.
 //!
 //! The halves of a split stream ([`ReadHalf`], [`OwnedReadHalf`], ...) are generic
-//! over the stream, [`TcpStream`] by default.
+//! over the stream, [`TcpStream`] by default: a [`UnixStream`]'s are
+//! `OwnedReadHalf<UnixStream>` and so on.
 //!
 //! Files have no driver here: use `weft::spawn_blocking` for them.
 
@@ -21,10 +22,12 @@ mod stream;
 mod tcp;
 mod timeouts;
 mod udp;
+mod unix;
 
 pub use stream::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, WriteHalf};
 pub use tcp::{TcpListener, TcpStream};
 pub use udp::UdpSocket;
+pub use unix::{UnixDatagram, UnixListener, UnixStream};
 
 /// Resolves `host` (for example `"localhost:80"`) on the blocking pool, so the lookup
 /// never stalls a worker.
