@@ -8,7 +8,7 @@
 //! How: the handler does only what a signal handler may (async-signal-safe things):
 //! it bumps a process-wide counter and writes a byte to a pipe. One small thread of
 //! weft's, `weft-signal`, sleeps reading that pipe; for each byte it publishes the
-//! counter on a [`watch`](crate::sync::watch) channel, whose receivers are the
+//! counter on a [`watch`] channel, whose receivers are the
 //! waiters. A waiter notes the counter when it is first polled and completes once the
 //! published value has moved past it. This needs no runtime: a plain thread can wait
 //! too.
