@@ -573,3 +573,38 @@ fn unix_datagram_round_trips() {
         );
     });
 }
+
+#[test]
+fn udp_error_event_does_not_spin_a_later_receive() {
+    // A connected UDP socket learns of an ICMP "port unreachable" as a socket error,
+    // which epoll reports as EPOLLERR: the receive that takes the error fails, and a
+    // later one must wait (and time out) instead of seeing "ready" for ever.
+    let rt = rt();
+    on(&rt, || {
+        let closed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = closed.local_addr().unwrap();
+        drop(closed);
+        let s = weft::wait(UdpSocket::bind("127.0.0.1:0")).unwrap();
+        weft::wait(s.connect(to)).unwrap();
+        s.send_blocking(b"anyone?").unwrap();
+        let e = s.recv_blocking(&mut [0; 8]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
+        s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s = Arc::new(s);
+        let s2 = s.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(s2.recv_blocking(&mut [0; 8]).map_err(|e| e.kind()));
+        });
+        let r = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the receive after the error never returned (spinning on the error bit)");
+        assert_eq!(r, Err(ErrorKind::WouldBlock));
+        // The async form too.
+        let r = weft::wait(weft::time::timeout(
+            Duration::from_millis(50),
+            s.recv(&mut [0; 8]),
+        ));
+        assert!(r.is_err(), "the async receive completed: {r:?}");
+    });
+}
