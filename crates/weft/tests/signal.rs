@@ -28,6 +28,11 @@ fn rt() -> weft::Runtime {
     weft::Builder::new().worker_threads(2).build().unwrap()
 }
 
+/// Runs `f` with `rt` as the current runtime (a fiber it spawns is `rt`'s).
+fn on<T>(rt: &weft::Runtime, f: impl FnOnce() -> T) -> T {
+    rt.block_on(async { f() })
+}
+
 /// `ctrl_c()` in a task that says when the future was first polled.
 fn spawn_ctrl_c(rt: &weft::Runtime) -> (weft::JoinHandle<std::io::Result<()>>, Arc<AtomicBool>) {
     let polled = Arc::new(AtomicBool::new(false));
@@ -125,9 +130,9 @@ fn ctrl_c_blocking_from_a_fiber() {
     // Install the handler first.
     let (h, polled) = spawn_ctrl_c(&rt);
     wait_until(&polled);
-    let fiber = rt.block_on(async { weft::fiber::spawn(weft::signal::ctrl_c_blocking) });
+    let fiber = on(&rt, || weft::fiber::spawn(weft::signal::ctrl_c_blocking));
     raise_until(|| fiber.is_finished());
-    rt.block_on(async { fiber.join() }).unwrap().unwrap();
+    fiber.join().unwrap().unwrap();
     finish(&rt, h).unwrap().unwrap();
 }
 

@@ -258,32 +258,22 @@ macro_rules! socket_io {
     };
 }
 
-/// The accepting methods of a listener whose streams are `$stream` and peers' addresses
-/// `$addr`, and its `local_addr` and `Debug`.
+/// The accepting methods of a listener whose streams are `$stream` (over
+/// `$mio_stream`) and peers' addresses `$addr`, and its `local_addr` and `Debug`.
 macro_rules! listener_api {
-    ($ty:ident, $stream:ident, $addr:ty) => {
+    ($ty:ident, $stream:ident, $mio_stream:ty, $addr:ty) => {
         impl $ty {
             /// Accepts a connection.
             pub async fn accept(&self) -> ::std::io::Result<($stream, $addr)> {
-                let (s, a) = self.io.read(|l| l.accept()).await?;
-                Ok((
-                    $stream {
-                        io: self.io.accepted(s)?,
-                    },
-                    a,
-                ))
+                let accepted = self.io.read(|l| l.accept()).await;
+                self.register_accepted(accepted)
             }
 
             /// Accepts a connection, blocking as `weft::wait` does: a fiber suspends, a
             /// worker helps, a plain thread blocks.
             pub fn accept_blocking(&self) -> ::std::io::Result<($stream, $addr)> {
-                let (s, a) = self.io.read_blocking(|l| l.accept())?;
-                Ok((
-                    $stream {
-                        io: self.io.accepted(s)?,
-                    },
-                    a,
-                ))
+                let accepted = self.io.read_blocking(|l| l.accept());
+                self.register_accepted(accepted)
             }
 
             /// Polls for a connection (the task form of [`accept`](Self::accept)).
@@ -291,15 +281,19 @@ macro_rules! listener_api {
                 &self,
                 cx: &mut ::std::task::Context<'_>,
             ) -> ::std::task::Poll<::std::io::Result<($stream, $addr)>> {
-                self.io.poll_read(cx, |l| l.accept()).map(|r| {
-                    let (s, a) = r?;
-                    Ok((
-                        $stream {
-                            io: self.io.accepted(s)?,
-                        },
-                        a,
-                    ))
-                })
+                self.io
+                    .poll_read(cx, |l| l.accept())
+                    .map(|accepted| self.register_accepted(accepted))
+            }
+
+            /// Registers an accepted stream with the listener's runtime.
+            fn register_accepted(
+                &self,
+                accepted: ::std::io::Result<($mio_stream, $addr)>,
+            ) -> ::std::io::Result<($stream, $addr)> {
+                let (s, a) = accepted?;
+                let io = self.io.accepted(s)?;
+                Ok(($stream { io }, a))
             }
 
             /// The address this listener is bound to.
@@ -376,4 +370,19 @@ macro_rules! datagram_api {
     };
 }
 
-pub(crate) use {datagram_api, listener_api, socket_common, socket_io};
+/// `set_ttl` and `ttl` (`IP_TTL`), for the IP sockets.
+macro_rules! ip_ttl {
+    () => {
+        /// Sets `IP_TTL`.
+        pub fn set_ttl(&self, ttl: u32) -> ::std::io::Result<()> {
+            self.io.get().set_ttl(ttl)
+        }
+
+        /// Gets `IP_TTL`.
+        pub fn ttl(&self) -> ::std::io::Result<u32> {
+            self.io.get().ttl()
+        }
+    };
+}
+
+pub(crate) use {datagram_api, ip_ttl, listener_api, socket_common, socket_io};

@@ -4,7 +4,7 @@
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 
-use super::socket::{addrs, each_addr, listener_api, socket_common, socket_io, Socket};
+use super::socket::{addrs, each_addr, ip_ttl, listener_api, socket_common, socket_io, Socket};
 use super::stream::{stream_api, OwnedReadHalf};
 
 /// A TCP socket server, listening for connections.
@@ -40,7 +40,7 @@ pub struct TcpListener {
     io: Socket<mio::net::TcpListener>,
 }
 
-listener_api!(TcpListener, TcpStream, SocketAddr);
+listener_api!(TcpListener, TcpStream, mio::net::TcpStream, SocketAddr);
 socket_common!(
     TcpListener,
     mio::net::TcpListener,
@@ -57,15 +57,7 @@ impl TcpListener {
         })
     }
 
-    /// Sets `IP_TTL`.
-    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
-        self.io.get().set_ttl(ttl)
-    }
-
-    /// Gets `IP_TTL`.
-    pub fn ttl(&self) -> io::Result<u32> {
-        self.io.get().ttl()
-    }
+    ip_ttl!();
 }
 
 /// A TCP connection.
@@ -140,15 +132,7 @@ impl TcpStream {
         self.io.get().nodelay()
     }
 
-    /// Sets `IP_TTL`.
-    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
-        self.io.get().set_ttl(ttl)
-    }
-
-    /// Gets `IP_TTL`.
-    pub fn ttl(&self) -> io::Result<u32> {
-        self.io.get().ttl()
-    }
+    ip_ttl!();
 
     /// Reads without taking the data out of the socket's queue.
     pub async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {

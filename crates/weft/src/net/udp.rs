@@ -3,7 +3,7 @@
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 
-use super::socket::{addrs, datagram_api, each_addr, socket_common, socket_io, Socket};
+use super::socket::{addrs, datagram_api, each_addr, ip_ttl, socket_common, socket_io, Socket};
 
 /// A UDP socket.
 ///
@@ -116,15 +116,7 @@ impl UdpSocket {
         self.io.get().broadcast()
     }
 
-    /// Sets `IP_TTL`.
-    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
-        self.io.get().set_ttl(ttl)
-    }
-
-    /// Gets `IP_TTL`.
-    pub fn ttl(&self) -> io::Result<u32> {
-        self.io.get().ttl()
-    }
+    ip_ttl!();
 
     /// Takes the pending error (`SO_ERROR`), if any.
     pub fn take_error(&self) -> io::Result<Option<io::Error>> {

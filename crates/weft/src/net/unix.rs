@@ -41,7 +41,7 @@ pub struct UnixListener {
     io: Socket<mio::net::UnixListener>,
 }
 
-listener_api!(UnixListener, UnixStream, SocketAddr);
+listener_api!(UnixListener, UnixStream, mio::net::UnixStream, SocketAddr);
 socket_common!(
     UnixListener,
     mio::net::UnixListener,
