@@ -61,6 +61,7 @@ pub mod net;
 pub mod par;
 mod runtime;
 mod scheduler;
+pub mod signal;
 mod stack;
 pub mod sync;
 pub mod task;

@@ -136,9 +136,13 @@ impl ScheduledIo {
     }
 
     /// Clears what `ev` saw, unless an event came since (the tick moved on). Closed
-    /// and error bits stay: a closed direction stays closed.
+    /// bits stay: a closed direction stays closed. The error bit goes with the
+    /// readiness: an operation that says `WouldBlock` found no pending error (the
+    /// error event's error was taken, as a connected UDP socket's ICMP error is by the
+    /// receive that fails with it), and a sticky error bit would make every later
+    /// wait end at once, a busy loop that no timeout ends.
     pub(crate) fn clear_readiness(&self, ev: ReadyEvent) {
-        let clear = ev.ready & (READABLE | WRITABLE);
+        let clear = ev.ready & (READABLE | WRITABLE | ERROR);
         let mut cur = self.word.load(Relaxed);
         loop {
             if cur & TICK_MASK != ev.tick {
