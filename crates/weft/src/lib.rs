@@ -61,6 +61,7 @@ pub mod net;
 pub mod par;
 mod runtime;
 mod scheduler;
+pub mod signal;
 mod stack;
 pub mod sync;
 pub mod task;
@@ -74,7 +75,9 @@ pub use fiber::wait::wait;
 pub use forkjoin::{join, scope, Scope};
 /// The traits for parallel iterators and sorts: `use weft::prelude::*;`.
 pub use par::prelude;
-pub use runtime::{spawn, spawn_blocking, spawn_on, Builder, Handle, Runtime, TryCurrentError};
+pub use runtime::{
+    spawn, spawn_blocking, spawn_on, Builder, EnterGuard, Handle, Runtime, TryCurrentError,
+};
 pub use scheduler::blocking::BlockingStats;
 pub use scheduler::stats::{PoolStats, Stats, WorkerStats};
 pub use scheduler::Pool;

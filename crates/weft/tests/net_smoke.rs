@@ -41,29 +41,31 @@ fn echo_fiber_server_thread_client() {
     let rt = weft::Builder::new().worker_threads(2).build().unwrap();
     let l = rt.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
     let addr = l.local_addr().unwrap();
-    let server = rt.handle().clone();
-    let _g = server;
-    let h = weft::fiber::spawn(move || {
-        let (mut s, _) = l.accept_blocking().unwrap();
-        let mut buf = [0u8; 4096];
-        loop {
-            let n = s.read(&mut buf).unwrap();
-            if n == 0 {
-                break;
+    // Inside `block_on`, so that the fiber and the client's socket are this runtime's,
+    // not those of whichever runtime another test started last (and may drop).
+    rt.block_on(async {
+        let h = weft::fiber::spawn(move || {
+            let (mut s, _) = l.accept_blocking().unwrap();
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = s.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                s.write_all(&buf[..n]).unwrap();
             }
-            s.write_all(&buf[..n]).unwrap();
+        });
+        let mut c = TcpStream::connect_blocking(addr).unwrap();
+        for i in 0..200u32 {
+            let msg = i.to_le_bytes();
+            c.write_all(&msg).unwrap();
+            let mut back = [0; 4];
+            c.read_exact(&mut back).unwrap();
+            assert_eq!(back, msg);
         }
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+        h.join().unwrap();
     });
-    let mut c = TcpStream::connect_blocking(addr).unwrap();
-    for i in 0..200u32 {
-        let msg = i.to_le_bytes();
-        c.write_all(&msg).unwrap();
-        let mut back = [0; 4];
-        c.read_exact(&mut back).unwrap();
-        assert_eq!(back, msg);
-    }
-    c.shutdown(std::net::Shutdown::Write).unwrap();
-    h.join().unwrap();
     drop(rt);
 }
 
@@ -72,7 +74,10 @@ fn read_timeout_is_would_block() {
     use std::io::Read;
     let rt = weft::Runtime::new().unwrap();
     let l = rt.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
-    let mut c = TcpStream::connect_blocking(l.local_addr().unwrap()).unwrap();
+    // Inside `block_on`: the client's socket is this runtime's (see above).
+    let mut c = rt
+        .block_on(async { TcpStream::connect_blocking(l.local_addr().unwrap()) })
+        .unwrap();
     let (_s, _) = l.accept_blocking().unwrap();
     assert!(c.set_read_timeout(Some(Duration::ZERO)).is_err());
     c.set_read_timeout(Some(Duration::from_millis(50))).unwrap();

@@ -104,7 +104,8 @@ impl<T: Send + 'static> OrderedSender<T> {
     where
         F: FnOnce() -> T + Send + 'static,
     {
-        let _enter = crate::runtime::enter(&handle());
+        let handle = handle();
+        let _enter = crate::runtime::enter(&handle);
         self.queue(crate::fiber::spawn(f))
     }
 

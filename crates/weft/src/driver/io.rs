@@ -59,6 +59,8 @@ struct Slab {
 pub(crate) struct PollState {
     poll: mio::Poll,
     events: mio::Events,
+    /// The wakers a dispatch collects (kept to reuse its allocation).
+    wake: Vec<Waker>,
 }
 
 /// The runtime's I/O driver.
@@ -82,6 +84,7 @@ impl IoDriver {
             state: Mutex::new(PollState {
                 poll,
                 events: mio::Events::with_capacity(EVENTS),
+                wake: Vec::new(),
             }),
             registry,
             waker,
@@ -177,7 +180,7 @@ impl IoDriver {
     /// after the caller's parker left its external park.
     pub(crate) fn wait(&self, timeout: Option<Duration>) -> MutexGuard<'_, PollState> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let PollState { poll, events } = &mut *st;
+        let PollState { poll, events, .. } = &mut *st;
         if let Err(e) = poll.poll(events, timeout) {
             if e.kind() != io::ErrorKind::Interrupted {
                 // Nothing a worker can do about a failing epoll but say so once per
@@ -198,7 +201,7 @@ impl IoDriver {
         let Ok(mut st) = self.state.try_lock() else {
             return 0;
         };
-        let PollState { poll, events } = &mut *st;
+        let PollState { poll, events, .. } = &mut *st;
         if poll.poll(events, Some(Duration::ZERO)).is_err() {
             events.clear();
         }
@@ -207,15 +210,15 @@ impl IoDriver {
 
     /// Sets the readiness of every source in the batch and wakes its waiters.
     /// Returns how many wakers it woke.
-    pub(crate) fn dispatch(&self, st: MutexGuard<'_, PollState>) -> usize {
-        if st.events.is_empty() {
+    pub(crate) fn dispatch(&self, mut st: MutexGuard<'_, PollState>) -> usize {
+        let PollState { events, wake, .. } = &mut *st;
+        if events.is_empty() {
             return 0;
         }
-        let mut wake = Vec::new();
         {
             let slab = self.slab();
             let mut n = 0u64;
-            for ev in st.events.iter() {
+            for ev in events.iter() {
                 let token = ev.token().0;
                 if token == WAKER_TOKEN {
                     continue;
@@ -223,13 +226,16 @@ impl IoDriver {
                 n += 1;
                 let index = token & 0xffff_ffff;
                 let generation = (token >> 32) as u32;
-                let Some(entry) = slab.entries.get(index) else {
+                let Some(Entry {
+                    generation: g,
+                    io: Some(io),
+                }) = slab.entries.get(index)
+                else {
                     continue;
                 };
-                if entry.generation != generation {
+                if *g != generation {
                     continue;
                 }
-                let Some(io) = &entry.io else { continue };
                 let mut ready = 0;
                 if ev.is_readable() {
                     ready |= READABLE;
@@ -246,13 +252,15 @@ impl IoDriver {
                 if ev.is_error() {
                     ready |= ERROR;
                 }
-                io.set_readiness(ready, &mut wake);
+                io.set_readiness(ready, wake);
             }
             self.events.fetch_add(n, Relaxed);
         }
-        drop(st);
+        // Woken with the slab free (a waker may run code that registers a socket) but
+        // the poll state still held, to reuse the vector: no waker reaches the poll
+        // (busy workers only `try_lock` it).
         let n = wake.len();
-        for w in wake {
+        for w in wake.drain(..) {
             w.wake();
         }
         n

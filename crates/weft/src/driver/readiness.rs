@@ -115,14 +115,14 @@ impl ScheduledIo {
         if ready & Direction::Write.mask() != 0 {
             wake.extend(w.writer.take());
         }
-        w.list.retain(|(_, dir, waker)| {
-            if ready & dir.mask() != 0 {
-                wake.push(waker.clone());
-                false
+        let mut i = 0;
+        while i < w.list.len() {
+            if ready & w.list[i].1.mask() != 0 {
+                wake.push(w.list.swap_remove(i).2);
             } else {
-                true
+                i += 1;
             }
-        });
+        }
     }
 
     /// Ends every wait with the shutdown error.
@@ -136,9 +136,13 @@ impl ScheduledIo {
     }
 
     /// Clears what `ev` saw, unless an event came since (the tick moved on). Closed
-    /// and error bits stay: a closed direction stays closed.
+    /// bits stay: a closed direction stays closed. The error bit goes with the
+    /// readiness: an operation that says `WouldBlock` found no pending error (the
+    /// error event's error was taken, as a connected UDP socket's ICMP error is by the
+    /// receive that fails with it), and a sticky error bit would make every later
+    /// wait end at once, a busy loop that no timeout ends.
     pub(crate) fn clear_readiness(&self, ev: ReadyEvent) {
-        let clear = ev.ready & (READABLE | WRITABLE);
+        let clear = ev.ready & (READABLE | WRITABLE | ERROR);
         let mut cur = self.word.load(Relaxed);
         loop {
             if cur & TICK_MASK != ev.tick {

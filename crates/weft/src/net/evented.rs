@@ -128,25 +128,27 @@ impl<E: Source> Evented<E> {
         }
     }
 
-    /// Reads into `buf` for a task (the direction's waker slot); a read shorter than
-    /// `buf` drained the socket, so it clears the readiness it ran under and the next
-    /// read waits for an event instead of making a futile system call.
-    pub(crate) fn poll_read_with(
+    /// A read or write of `len` bytes for a task (the direction's waker slot): one
+    /// shorter than `len` drained the socket (or filled its buffer), so it clears the
+    /// readiness it ran under and the next call waits for an event instead of making
+    /// a futile system call.
+    fn poll_transfer(
         &self,
         cx: &mut Context<'_>,
-        buf: &mut [u8],
-        mut read: impl FnMut(&E, &mut [u8]) -> io::Result<usize>,
+        dir: Direction,
+        len: usize,
+        mut f: impl FnMut(&E) -> io::Result<usize>,
     ) -> Poll<io::Result<usize>> {
         loop {
-            let ev = match self.sched.poll_ready(cx, Direction::Read) {
+            let ev = match self.sched.poll_ready(cx, dir) {
                 Poll::Ready(Ok(ev)) => ev,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
             };
-            match read(self.get(), buf) {
+            match f(self.get()) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.sched.clear_readiness(ev),
                 Ok(n) => {
-                    if n > 0 && n < buf.len() {
+                    if n > 0 && n < len {
                         self.sched.clear_readiness(ev);
                     }
                     return Poll::Ready(Ok(n));
@@ -156,31 +158,25 @@ impl<E: Source> Evented<E> {
         }
     }
 
-    /// Writes `buf` for a task; a short write filled the socket's buffer, so it clears
-    /// the readiness it ran under (as [`poll_read_with`](Self::poll_read_with)).
+    /// Reads into `buf` for a task (see [`poll_transfer`](Self::poll_transfer)).
+    pub(crate) fn poll_read_with(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+        mut read: impl FnMut(&E, &mut [u8]) -> io::Result<usize>,
+    ) -> Poll<io::Result<usize>> {
+        let len = buf.len();
+        self.poll_transfer(cx, Direction::Read, len, |io| read(io, buf))
+    }
+
+    /// Writes `buf` for a task (see [`poll_transfer`](Self::poll_transfer)).
     pub(crate) fn poll_write_with(
         &self,
         cx: &mut Context<'_>,
         buf: &[u8],
         mut write: impl FnMut(&E, &[u8]) -> io::Result<usize>,
     ) -> Poll<io::Result<usize>> {
-        loop {
-            let ev = match self.sched.poll_ready(cx, Direction::Write) {
-                Poll::Ready(Ok(ev)) => ev,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            };
-            match write(self.get(), buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.sched.clear_readiness(ev),
-                Ok(n) => {
-                    if n > 0 && n < buf.len() {
-                        self.sched.clear_readiness(ev);
-                    }
-                    return Poll::Ready(Ok(n));
-                }
-                r => return Poll::Ready(r),
-            }
-        }
+        self.poll_transfer(cx, Direction::Write, buf.len(), |io| write(io, buf))
     }
 
     /// The blocking read: [`blocking_io`](Self::blocking_io), clearing after a short

@@ -1,5 +1,5 @@
-//! Sockets on the runtime's workers: TCP (and, with them, UDP and Unix sockets), for
-//! async tasks and for blocking code alike.
+//! Sockets on the runtime's workers: TCP, UDP and Unix domain sockets, for async tasks
+//! and for blocking code alike.
 //!
 //! Each socket is registered with one runtime's I/O driver (the current runtime where
 //! it is made, else the most recently started live one) and read through one
@@ -10,15 +10,24 @@
 //! worker helps, the thread blocks. When the runtime shuts down, everyone waiting on
 //! one of its sockets wakes with an error.
 //!
+//! The halves of a split stream ([`ReadHalf`], [`OwnedReadHalf`], ...) are generic
+//! over the stream, [`TcpStream`] by default: a [`UnixStream`]'s are
+//! `OwnedReadHalf<UnixStream>` and so on.
+//!
 //! Files have no driver here: use `weft::spawn_blocking` for them.
 
 mod evented;
+mod socket;
+mod stream;
 mod tcp;
 mod timeouts;
+mod udp;
+mod unix;
 
-pub use tcp::{
-    OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, TcpListener, TcpStream, WriteHalf,
-};
+pub use stream::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, WriteHalf};
+pub use tcp::{TcpListener, TcpStream};
+pub use udp::UdpSocket;
+pub use unix::{UnixDatagram, UnixListener, UnixStream};
 
 /// Resolves `host` (for example `"localhost:80"`) on the blocking pool, so the lookup
 /// never stalls a worker.

@@ -48,12 +48,37 @@ thread_local! {
     static ENTERED: RefCell<Vec<Handle>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Makes `handle` the current runtime of this thread until dropped.
-pub(crate) struct EnterGuard(());
+/// Makes a runtime the current one of this thread until dropped (from
+/// [`Handle::enter`] or [`Runtime::enter`](crate::Runtime::enter)).
+///
+/// Guards nest; drop them in the reverse order of their making (dropping an outer
+/// guard ends the inner ones too). A guard stays on the thread that made it: it is
+/// neither `Send` nor `Sync`.
+#[must_use = "the runtime is current only while the guard lives"]
+pub struct EnterGuard<'a> {
+    /// How many entries the thread's stack held with this one pushed.
+    depth: usize,
+    _handle: std::marker::PhantomData<&'a Handle>,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
 
-pub(crate) fn enter(handle: &Handle) -> EnterGuard {
-    ENTERED.with(|e| e.borrow_mut().push(handle.clone()));
-    EnterGuard(())
+impl fmt::Debug for EnterGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EnterGuard").finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn enter(handle: &Handle) -> EnterGuard<'_> {
+    let depth = ENTERED.with(|e| {
+        let mut e = e.borrow_mut();
+        e.push(handle.clone());
+        e.len()
+    });
+    EnterGuard {
+        depth,
+        _handle: std::marker::PhantomData,
+        _not_send: std::marker::PhantomData,
+    }
 }
 
 /// Makes `handle` the current runtime of this thread for the rest of its life (blocking
@@ -62,14 +87,34 @@ pub(crate) fn enter_for_thread(handle: Handle) {
     ENTERED.with(|e| e.borrow_mut().push(handle));
 }
 
-impl Drop for EnterGuard {
+impl Drop for EnterGuard<'_> {
     fn drop(&mut self) {
-        let h = ENTERED.with(|e| e.borrow_mut().pop());
-        drop(h);
+        let left = ENTERED.with(|e| {
+            let mut e = e.borrow_mut();
+            let n = e.len().min(self.depth - 1);
+            e.split_off(n)
+        });
+        // Handles are dropped outside the borrow: a last handle's drop may run code
+        // that enters a runtime.
+        drop(left);
     }
 }
 
 impl Handle {
+    /// Makes this runtime the current one of this thread until the guard is dropped:
+    /// `spawn`, sockets, timers and `Handle::current` made on a plain thread then
+    /// belong to it instead of the most recently started runtime.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let _guard = rt.handle().enter();
+    /// let h = weft::spawn(async { 1 + 1 });
+    /// assert_eq!(h.join().unwrap(), 2);
+    /// ```
+    pub fn enter(&self) -> EnterGuard<'_> {
+        enter(self)
+    }
+
     /// The runtime this thread is running in: a worker's runtime, or the one whose
     /// `block_on` is on the stack.
     ///

@@ -8,7 +8,7 @@ pub(crate) mod sysmon;
 pub use crate::scheduler::Pool;
 pub use builder::Builder;
 pub(crate) use handle::enter;
-pub use handle::{spawn, spawn_blocking, spawn_on, Handle, TryCurrentError};
+pub use handle::{spawn, spawn_blocking, spawn_on, EnterGuard, Handle, TryCurrentError};
 
 use std::future::Future;
 use std::io;
@@ -248,6 +248,18 @@ impl Runtime {
         F::Output: Send + 'static,
     {
         self.handle.spawn(future)
+    }
+
+    /// Makes this runtime the current one of this thread until the guard is dropped
+    /// (see [`Handle::enter`]).
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let _guard = rt.enter();
+    /// assert!(weft::Handle::try_current().is_ok());
+    /// ```
+    pub fn enter(&self) -> EnterGuard<'_> {
+        self.handle.enter()
     }
 
     /// A handle for spawning from other threads.

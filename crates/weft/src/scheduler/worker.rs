@@ -165,6 +165,11 @@ pub(crate) struct Core {
     /// Set while parking: wakes on this thread then go to the injection queue, not to
     /// a LIFO slot the worker is about to stop looking at.
     transitioning_to_park: Cell<bool>,
+    /// Set while this worker, holding the drivers, sleeps in `epoll_wait` and
+    /// dispatches what it read: wakes on this thread then go to its own queues after
+    /// all (it is awake and runs them next), instead of claiming another worker with a
+    /// futex wake for each I/O event.
+    dispatching_io: Cell<bool>,
     /// The loop stacks that blocked waits set aside, and spare ones (see
     /// [`super::stacks`]).
     stacks: Stacks,
@@ -287,6 +292,7 @@ impl Core {
             searching: Cell::new(false),
             woken: Cell::new(false),
             transitioning_to_park: Cell::new(false),
+            dispatching_io: Cell::new(false),
             stacks: Stacks::new(),
         }
     }
@@ -404,6 +410,14 @@ impl Core {
     /// Whether this worker has work ready to run (its LIFO slot, its ring, its pinned
     /// fibers, its inbox, the pool's injection queue): a wait on it then suspends at
     /// once instead of spinning for its partner.
+    /// Whether the LIFO slot or the local queue holds a task.
+    fn has_local_work(&self) -> bool {
+        let lifo = self.lifo.take();
+        let in_lifo = lifo.is_some();
+        self.lifo.set(lifo);
+        in_lifo || !self.local.is_empty()
+    }
+
     pub(crate) fn has_ready_work(&self) -> bool {
         let lifo = self.lifo.take();
         let in_lifo = lifo.is_some();
@@ -683,7 +697,7 @@ impl Core {
     /// Returns the task if it must go to the injection queue instead.
     #[inline]
     pub(crate) fn schedule_local(&self, task: Notified, is_yield: bool) -> Option<Notified> {
-        if self.transitioning_to_park.get() {
+        if self.transitioning_to_park.get() && !self.dispatching_io.get() {
             return Some(task);
         }
         if self.shared.is_shutdown() {

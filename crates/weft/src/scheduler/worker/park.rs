@@ -44,7 +44,10 @@ impl Core {
                     None
                 };
                 let slept = if holds_driver {
-                    time.holder_park(parker, spin_ns, timeout)
+                    self.dispatching_io.set(true);
+                    let slept = time.holder_park(parker, spin_ns, timeout);
+                    self.dispatching_io.set(false);
+                    slept
                 } else {
                     parker.park_spin_timeout(spin_ns, timeout)
                 };
@@ -65,6 +68,13 @@ impl Core {
                 }
                 if !self.inbox().is_empty() {
                     // A fiber tied to this worker was woken (see `Shared::push_inbox`).
+                    self.unpublish();
+                    break;
+                }
+                if holds_driver && self.has_local_work() {
+                    // The I/O dispatch woke tasks onto this worker's own queues (see
+                    // `dispatching_io`): run them; a second one already nudged a peer
+                    // as any queued task does.
                     self.unpublish();
                     break;
                 }
