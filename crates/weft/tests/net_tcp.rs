@@ -1141,6 +1141,13 @@ fn child_sockets_on_a_plain_thread() {
         "a failed connect reached the peer"
     );
     std_l.set_nonblocking(false).unwrap();
+    // ... and no socket file left behind by a Unix bind that failed for want of one
+    // (it would make the next bind to the path fail).
+    let path = std::env::temp_dir().join(format!("weft-net-tcp-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    assert!(weft::net::UnixListener::bind(&path).is_err());
+    assert!(weft::net::UnixDatagram::bind(&path).is_err());
+    assert!(!path.exists(), "a failed bind left {path:?} behind");
     let std_c = std::net::TcpStream::connect(addr).unwrap();
     let std_c2 = std_c.try_clone().unwrap();
     assert!(TcpStream::from_std(std_c).is_err());

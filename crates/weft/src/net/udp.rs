@@ -61,9 +61,9 @@ impl UdpSocket {
     /// Binds to `addr` (the first of its addresses that binds), in the current runtime
     /// (or the most recently started live one).
     pub async fn bind(addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
-        let s = each_addr(addrs(addr)?, mio::net::UdpSocket::bind)?;
+        let addrs = addrs(addr)?;
         Ok(UdpSocket {
-            io: Socket::new(s)?,
+            io: Socket::make(|| each_addr(addrs, mio::net::UdpSocket::bind))?,
         })
     }
 

@@ -54,7 +54,7 @@ impl UnixListener {
     /// started live one). Fails if the path exists.
     pub fn bind(path: impl AsRef<Path>) -> io::Result<UnixListener> {
         Ok(UnixListener {
-            io: Socket::listener(mio::net::UnixListener::bind(path)?)?,
+            io: Socket::make_listener(|| mio::net::UnixListener::bind(path))?,
         })
     }
 }
@@ -97,14 +97,14 @@ stream_api!(UnixStream, mio::net::UnixStream);
 impl UnixStream {
     /// Connects to the socket at `path`.
     pub async fn connect(path: impl AsRef<Path>) -> io::Result<UnixStream> {
-        let io = Socket::new(mio::net::UnixStream::connect(path)?)?;
+        let io = Socket::make(|| mio::net::UnixStream::connect(path))?;
         io.finish_connect().await?;
         Ok(UnixStream { io })
     }
 
     /// Connects to the socket at `path`, blocking as `weft::wait` does.
     pub fn connect_blocking(path: impl AsRef<Path>) -> io::Result<UnixStream> {
-        let io = Socket::new(mio::net::UnixStream::connect(path)?)?;
+        let io = Socket::make(|| mio::net::UnixStream::connect(path))?;
         io.finish_connect_blocking()?;
         Ok(UnixStream { io })
     }
@@ -160,7 +160,9 @@ impl UnixDatagram {
     /// Binds to `path`, in the current runtime (or the most recently started live
     /// one). Fails if the path exists.
     pub fn bind(path: impl AsRef<Path>) -> io::Result<UnixDatagram> {
-        Self::of(mio::net::UnixDatagram::bind(path)?)
+        Ok(UnixDatagram {
+            io: Socket::make(|| mio::net::UnixDatagram::bind(path))?,
+        })
     }
 
     /// A socket bound to no address (it can send, and receive replies only if its
