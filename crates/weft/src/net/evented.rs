@@ -147,7 +147,7 @@ impl<E: Source> Evented<E> {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.sched.clear_readiness(ev),
                 Ok(n) => {
                     if n > 0 && n < buf.len() {
-                        self.sched.clear_readiness(ev);
+                        self.sched.clear_drained(ev);
                     }
                     return Poll::Ready(Ok(n));
                 }
@@ -174,7 +174,7 @@ impl<E: Source> Evented<E> {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.sched.clear_readiness(ev),
                 Ok(n) => {
                     if n > 0 && n < buf.len() {
-                        self.sched.clear_readiness(ev);
+                        self.sched.clear_drained(ev);
                     }
                     return Poll::Ready(Ok(n));
                 }
@@ -195,7 +195,7 @@ impl<E: Source> Evented<E> {
         self.blocking_io(Direction::Read, timeout, |io, ev| {
             let n = read(io, buf)?;
             if n > 0 && n < len {
-                self.sched.clear_readiness(ev);
+                self.sched.clear_drained(ev);
             }
             Ok(n)
         })
@@ -211,7 +211,7 @@ impl<E: Source> Evented<E> {
         self.blocking_io(Direction::Write, timeout, |io, ev| {
             let n = write(io, buf)?;
             if n > 0 && n < buf.len() {
-                self.sched.clear_readiness(ev);
+                self.sched.clear_drained(ev);
             }
             Ok(n)
         })

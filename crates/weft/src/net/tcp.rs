@@ -103,6 +103,11 @@ impl TcpListener {
     }
 
     /// Polls for a connection (the task form of [`accept`](Self::accept)).
+    ///
+    /// Only the waker of the most recent call is woken when a connection comes (as
+    /// with tokio's `poll_accept`): two tasks polling one listener this way leave the
+    /// first asleep. To accept from several tasks or fibers at once, use
+    /// [`accept`](Self::accept) or [`accept_blocking`](Self::accept_blocking).
     pub fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<(TcpStream, SocketAddr)>> {
         match self.io.poll_io(cx, Direction::Read, |l| l.accept()) {
             Poll::Ready(Ok((s, a))) => Poll::Ready(TcpStream::on_driver(self, s).map(|s| (s, a))),
