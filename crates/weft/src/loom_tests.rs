@@ -897,3 +897,97 @@ fn loom_wait_signal_wake_vs_set_aside() {
 fn loom_wait_signal_two_ready_stacks_resumed_one_at_a_time() {
     model_set_aside_vs_wakes(2);
 }
+
+/// A waker that records that it was woken (loom-tracked).
+struct FlagWaker(loom::sync::atomic::AtomicBool);
+
+impl std::task::Wake for FlagWaker {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.store(true, SeqCst);
+    }
+}
+
+/// A source's readiness word against a read that clears it (`driver/readiness.rs`):
+/// the "kernel" makes data available and then the driver's event sets `READABLE` and
+/// wakes; the reader polls its readiness future, makes the "system call" when the word
+/// says ready, and clears what it saw on `WouldBlock`. The word starts with `initial`
+/// set by an earlier event with no data left behind it (stale). Whatever the
+/// interleaving, the reader gets the data or is left waiting with its waker woken (and
+/// a poll then finds the word ready): an event during the call moved the tick on, so
+/// the clear leaves it.
+fn model_readiness_event_vs_clear(initial: u64) {
+    use crate::driver::readiness::{Direction, ScheduledIo};
+    loom::model(move || {
+        let sched = Arc::new(ScheduledIo::new());
+        // The kernel's side, outside the model (loom runs one thread at a time, so a
+        // std atomic is always current; loom's own mishandles a swap racing a store,
+        // tokio-rs/loom#254).
+        let data = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut stale = Vec::new();
+        sched.set_readiness(initial, &mut stale);
+        let (s2, d2) = (sched.clone(), data.clone());
+        let event = thread::spawn(move || {
+            d2.store(true, SeqCst);
+            let mut wake = Vec::new();
+            s2.set_readiness(crate::driver::readiness::READABLE, &mut wake);
+            for w in wake {
+                w.wake();
+            }
+        });
+        let flag = std::sync::Arc::new(FlagWaker(loom::sync::atomic::AtomicBool::new(false)));
+        let waker = std::task::Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut id = 0;
+        let mut got = false;
+        for _ in 0..3 {
+            match sched.poll_ready_listed(&mut cx, Direction::Read, &mut id) {
+                Poll::Ready(Ok(ev)) => {
+                    if data.swap(false, SeqCst) {
+                        got = true;
+                        break;
+                    }
+                    // `WouldBlock`.
+                    sched.clear_readiness(ev);
+                }
+                Poll::Ready(Err(_)) => unreachable!("no shutdown in this model"),
+                Poll::Pending => break,
+            }
+        }
+        event.join().unwrap();
+        if !got {
+            assert!(
+                flag.0.load(SeqCst),
+                "the reader waits with the data there and its waker not woken"
+            );
+            let noop = std::task::Waker::noop();
+            let r =
+                sched.poll_ready_listed(&mut Context::from_waker(noop), Direction::Read, &mut id);
+            assert!(
+                matches!(r, Poll::Ready(Ok(_))),
+                "woken, but the word is not ready"
+            );
+            assert!(data.load(SeqCst));
+        }
+        sched.forget(&mut id);
+    });
+}
+
+/// The model the I/O driver's module doc names: a stale `READABLE`.
+#[test]
+fn loom_io_readiness_event_vs_clear() {
+    model_readiness_event_vs_clear(crate::driver::readiness::READABLE);
+}
+
+/// The same with a stale `ERROR` bit, which the clear after `WouldBlock` now takes
+/// too (found in review: kept, it made a reader spin).
+#[test]
+fn loom_io_readiness_stale_error_vs_clear() {
+    use crate::driver::readiness::{ERROR, READABLE};
+    model_readiness_event_vs_clear(READABLE | ERROR);
+}
+
+/// No stale bits: the reader registers its waker first or sees the event's bits.
+#[test]
+fn loom_io_readiness_event_vs_first_poll() {
+    model_readiness_event_vs_clear(0);
+}

@@ -52,6 +52,11 @@ impl Parker {
     /// the futex, unless a token is waiting. Returns `None` if a token was taken
     /// instead, else `sleep`'s result. A token left during `sleep` is consumed on the
     /// way out, so the caller re-checks its condition as after any park.
+    ///
+    /// If the external wake-up can be consumed by someone else before `sleep` starts
+    /// waiting for it (an eventfd edge another thread's `epoll_wait` takes), `sleep`
+    /// must look at [`is_notified`](Self::is_notified) once it is the only one who can
+    /// consume it, and not sleep if it is set.
     pub(crate) fn park_external<R>(&self, sleep: impl FnOnce() -> R) -> Option<R> {
         debug_assert!(self.external.is_some());
         if self.take_token() {
@@ -127,6 +132,12 @@ impl Parker {
             }
         }
         false
+    }
+
+    /// Whether an `unpark` token is waiting (not consumed). For an external sleep that
+    /// must not start after its wake-up was lost elsewhere (see `IoDriver::wait`).
+    pub(crate) fn is_notified(&self) -> bool {
+        self.futex.word().load(Acquire) == NOTIFIED
     }
 
     /// Consumes a waiting `unpark` token without sleeping; false if there is none.

@@ -178,8 +178,26 @@ impl IoDriver {
     /// Waits in `epoll_wait` for at most `timeout` (none: until an event or an
     /// unpark). Returns the state with the events read, for [`dispatch`](Self::dispatch)
     /// after the caller's parker left its external park.
-    pub(crate) fn wait(&self, timeout: Option<Duration>) -> MutexGuard<'_, PollState> {
+    ///
+    /// `woken` says whether the caller's parker was unparked already: looked at once
+    /// the poll is locked, and then the wait does not sleep. The unpark's eventfd edge
+    /// may be gone: between the caller's `PARKED_EXT` and this lock, a busy worker's
+    /// [`poll_now`](Self::poll_now) may hold the poll, and its `epoll_wait` takes the
+    /// edge (and ignores it). Sleeping then would lose the wake-up for good (the token
+    /// stays NOTIFIED, so later unparks make no wake either): found in review as a
+    /// runtime whose drop waited for ever for its holder. An unpark after the look
+    /// writes the eventfd while this thread holds the poll, so `epoll_wait` sees it.
+    pub(crate) fn wait(
+        &self,
+        timeout: Option<Duration>,
+        woken: impl FnOnce() -> bool,
+    ) -> MutexGuard<'_, PollState> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let timeout = if woken() {
+            Some(Duration::ZERO)
+        } else {
+            timeout
+        };
         let PollState { poll, events, .. } = &mut *st;
         if let Err(e) = poll.poll(events, timeout) {
             if e.kind() != io::ErrorKind::Interrupted {
@@ -261,7 +279,7 @@ impl IoDriver {
         // (busy workers only `try_lock` it).
         let n = wake.len();
         for w in wake.drain(..) {
-            w.wake();
+            super::wake_guarded(w);
         }
         n
     }

@@ -131,18 +131,30 @@ impl ScheduledIo {
         let mut wake = Vec::new();
         self.take_wakers(READY_MASK, &mut wake);
         for w in wake {
-            w.wake();
+            super::wake_guarded(w);
         }
     }
 
-    /// Clears what `ev` saw, unless an event came since (the tick moved on). Closed
-    /// bits stay: a closed direction stays closed. The error bit goes with the
-    /// readiness: an operation that says `WouldBlock` found no pending error (the
-    /// error event's error was taken, as a connected UDP socket's ICMP error is by the
-    /// receive that fails with it), and a sticky error bit would make every later
-    /// wait end at once, a busy loop that no timeout ends.
+    /// After a system call said `WouldBlock`: clears everything `ev` saw, closed and
+    /// error bits included, unless an event came since (the tick moved on). A closed
+    /// or failed direction never says `WouldBlock` (it returns 0 or the error), so the
+    /// call proves those bits stale; kept, they would make every later wait ready at
+    /// once and a `WouldBlock` retry loop spin for ever. (They are stale, for example,
+    /// after `EPOLLERR` for an entry on the socket's error queue, such as a transmit
+    /// timestamp: mio reports `EPOLLOUT | EPOLLERR` as write-closed too.)
     pub(crate) fn clear_readiness(&self, ev: ReadyEvent) {
-        let clear = ev.ready & (READABLE | WRITABLE | ERROR);
+        self.clear_bits(ev, ev.ready);
+    }
+
+    /// After a read or write shorter than its buffer (the socket's queue drained or
+    /// filled): clears the `READABLE`/`WRITABLE` bit `ev` saw, unless an event came
+    /// since. Closed and error bits stay: an end of stream that came with the last
+    /// data must still end the next read.
+    pub(crate) fn clear_drained(&self, ev: ReadyEvent) {
+        self.clear_bits(ev, ev.ready & (READABLE | WRITABLE));
+    }
+
+    fn clear_bits(&self, ev: ReadyEvent, clear: u64) {
         let mut cur = self.word.load(Relaxed);
         loop {
             if cur & TICK_MASK != ev.tick {

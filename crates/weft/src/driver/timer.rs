@@ -158,7 +158,7 @@ impl Driver {
         self.fired.fetch_add(fired.len() as u64, Relaxed);
         let n = fired.len();
         for w in fired {
-            w.wake();
+            super::wake_guarded(w);
         }
         n
     }
@@ -224,7 +224,7 @@ impl Driver {
             if parker.spin(spin_ns, &mut timeout) {
                 return false;
             }
-            return match parker.park_external(|| io.wait(timeout)) {
+            return match parker.park_external(|| io.wait(timeout, || parker.is_notified())) {
                 Some(st) => {
                     io.dispatch(st);
                     true

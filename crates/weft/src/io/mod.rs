@@ -60,6 +60,7 @@ pub trait AsyncReadExt: AsyncRead {
             r: self,
             buf,
             start,
+            len: start,
         }
     }
 
@@ -73,6 +74,7 @@ pub trait AsyncReadExt: AsyncRead {
             r: self,
             buf,
             bytes: Vec::new(),
+            len: 0,
         }
     }
 }
@@ -176,35 +178,40 @@ impl<R: AsyncRead + Unpin + ?Sized> Future for ReadExact<'_, R> {
     }
 }
 
-/// Reads until end of stream into `buf`, growing it; counts from `start`.
+/// Reads until end of stream into `buf`, growing it. `len` is how much of `buf` holds
+/// data; past it, up to `buf.len()`, are bytes already initialized (zeroed once, when
+/// the vector grew, then whatever the reader left there), so each byte of new
+/// capacity is zeroed once, not before every read (found in review: zeroing the whole
+/// spare capacity before each read made a read in small pieces quadratic). The owner
+/// truncates `buf` to `len` when it is done or dropped.
 fn poll_to_end<R: AsyncRead + Unpin + ?Sized>(
     r: &mut R,
     cx: &mut Context<'_>,
     buf: &mut Vec<u8>,
-    start: usize,
-) -> Poll<io::Result<usize>> {
+    len: &mut usize,
+) -> Poll<io::Result<()>> {
     loop {
-        if buf.capacity() - buf.len() < 32 {
-            buf.reserve(buf.capacity().max(64));
-        }
-        let len = buf.len();
-        buf.resize(buf.capacity(), 0);
-        let r = Pin::new(&mut *r).poll_read(cx, &mut buf[len..]);
-        match r {
-            Poll::Ready(Ok(0)) => {
-                buf.truncate(len);
-                return Poll::Ready(Ok(len - start));
+        if *len == buf.len() {
+            if buf.capacity() - buf.len() < 32 {
+                buf.reserve(buf.capacity().max(64));
             }
-            Poll::Ready(Ok(n)) => buf.truncate(len + n),
-            Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => buf.truncate(len),
+            buf.resize(buf.capacity(), 0);
+        }
+        let spare = &mut buf[*len..];
+        let room = spare.len();
+        match Pin::new(&mut *r).poll_read(cx, spare) {
+            Poll::Ready(Ok(0)) => {
+                buf.truncate(*len);
+                return Poll::Ready(Ok(()));
+            }
+            // (A reader that claims more than it was given is wrong; it gets no more.)
+            Poll::Ready(Ok(n)) => *len += n.min(room),
+            Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
             Poll::Ready(Err(e)) => {
-                buf.truncate(len);
+                buf.truncate(*len);
                 return Poll::Ready(Err(e));
             }
-            Poll::Pending => {
-                buf.truncate(len);
-                return Poll::Pending;
-            }
+            Poll::Pending => return Poll::Pending,
         }
     }
 }
@@ -216,6 +223,8 @@ pub struct ReadToEnd<'a, R: ?Sized> {
     r: &'a mut R,
     buf: &'a mut Vec<u8>,
     start: usize,
+    /// How much of `buf` holds data (see `poll_to_end`).
+    len: usize,
 }
 
 impl<R: AsyncRead + Unpin + ?Sized> Future for ReadToEnd<'_, R> {
@@ -223,7 +232,18 @@ impl<R: AsyncRead + Unpin + ?Sized> Future for ReadToEnd<'_, R> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        poll_to_end(this.r, cx, this.buf, this.start)
+        match poll_to_end(this.r, cx, this.buf, &mut this.len) {
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(this.len - this.start)),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<R: ?Sized> Drop for ReadToEnd<'_, R> {
+    /// Dropped while pending: the vector keeps the bytes read so far, and only them.
+    fn drop(&mut self) {
+        self.buf.truncate(self.len);
     }
 }
 
@@ -234,6 +254,8 @@ pub struct ReadToString<'a, R: ?Sized> {
     r: &'a mut R,
     buf: &'a mut String,
     bytes: Vec<u8>,
+    /// How much of `bytes` holds data (see `poll_to_end`).
+    len: usize,
 }
 
 impl<R: AsyncRead + Unpin + ?Sized> Future for ReadToString<'_, R> {
@@ -241,9 +263,11 @@ impl<R: AsyncRead + Unpin + ?Sized> Future for ReadToString<'_, R> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        match poll_to_end(this.r, cx, &mut this.bytes, 0) {
-            Poll::Ready(Ok(n)) => {
+        match poll_to_end(this.r, cx, &mut this.bytes, &mut this.len) {
+            Poll::Ready(Ok(())) => {
+                let n = this.len;
                 let bytes = std::mem::take(&mut this.bytes);
+                this.len = 0;
                 match String::from_utf8(bytes) {
                     Ok(s) => {
                         this.buf.push_str(&s);
@@ -255,7 +279,8 @@ impl<R: AsyncRead + Unpin + ?Sized> Future for ReadToString<'_, R> {
                     ))),
                 }
             }
-            other => other,
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
         }
     }
 }

@@ -149,7 +149,7 @@ impl<E: Source> Evented<E> {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.sched.clear_readiness(ev),
                 Ok(n) => {
                     if n > 0 && n < len {
-                        self.sched.clear_readiness(ev);
+                        self.sched.clear_drained(ev);
                     }
                     return Poll::Ready(Ok(n));
                 }
@@ -191,7 +191,7 @@ impl<E: Source> Evented<E> {
         self.blocking_io(Direction::Read, timeout, |io, ev| {
             let n = read(io, buf)?;
             if n > 0 && n < len {
-                self.sched.clear_readiness(ev);
+                self.sched.clear_drained(ev);
             }
             Ok(n)
         })
@@ -207,7 +207,7 @@ impl<E: Source> Evented<E> {
         self.blocking_io(Direction::Write, timeout, |io, ev| {
             let n = write(io, buf)?;
             if n > 0 && n < buf.len() {
-                self.sched.clear_readiness(ev);
+                self.sched.clear_drained(ev);
             }
             Ok(n)
         })

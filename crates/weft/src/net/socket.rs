@@ -298,6 +298,11 @@ macro_rules! listener_api {
             }
 
             /// Polls for a connection (the task form of [`accept`](Self::accept)).
+            ///
+            /// Only the waker of the most recent call is woken when a connection comes
+            /// (as with tokio's `poll_accept`): two tasks polling one listener this way
+            /// leave the first asleep. To accept from several tasks or fibers at once,
+            /// use [`accept`](Self::accept) or [`accept_blocking`](Self::accept_blocking).
             pub fn poll_accept(
                 &self,
                 cx: &mut ::std::task::Context<'_>,
