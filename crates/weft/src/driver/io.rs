@@ -164,6 +164,7 @@ impl IoDriver {
         self.live.load(Relaxed) != 0
     }
 
+    #[allow(dead_code)] // unused on this branch until the UDP/Unix sockets land (udpunix)
     pub(crate) fn events(&self) -> u64 {
         self.events.load(Relaxed)
     }
@@ -269,6 +270,7 @@ impl IoDriver {
         }
     }
 
+    #[allow(dead_code)] // unused on this branch until the UDP/Unix sockets land (udpunix)
     pub(crate) fn is_shutdown(&self) -> bool {
         self.shutdown.load(Acquire)
     }

@@ -76,6 +76,7 @@ impl<E: Source> Evented<E> {
         io
     }
 
+    #[allow(dead_code)] // unused on this branch until the UDP/Unix sockets land (udpunix)
     pub(crate) fn poll_ready(
         &self,
         cx: &mut Context<'_>,
@@ -84,6 +85,7 @@ impl<E: Source> Evented<E> {
         self.sched.poll_ready(cx, dir)
     }
 
+    #[allow(dead_code)] // unused on this branch until the UDP/Unix sockets land (udpunix)
     pub(crate) fn clear_readiness(&self, ev: ReadyEvent) {
         self.sched.clear_readiness(ev);
     }
