@@ -24,7 +24,15 @@
 //! to round. Figures: requests per second, the p50 and p99 latencies of
 //! wrk's `--latency` distribution, server CPU time per request (the clock
 //! ticks of `/proc/PID/stat`, 10 ms each at the usual 100 Hz, over about 5 s
-//! of CPU), and socket errors plus non-2xx responses (should be 0).
+//! of CPU), socket errors plus non-2xx responses (should be 0), and the
+//! busy time of the machine's cores that neither the server nor wrk spent
+//! (`/proc/stat` less both processes' CPU time, in % of all cores): other
+//! people's jobs and unattributed kernel work, the measurement's noise
+//! floor. Before each run the suite waits for the machine to be less than
+//! 10 % busy over a second; a run that others disturbed by more than 5 % of
+//! the cores' time is repeated (3 runs at most, all within half of
+//! `--timeout`; give it `--timeout 600` on a shared machine), and the least
+//! disturbed run is the measurement.
 //!
 //! The weft examples must be built first, with the same profile:
 //! `cargo build --release -p weft --features hyper --examples`. `wrk` and
@@ -58,6 +66,12 @@ const DURATION_S: u64 = 5;
 const WARM_UP_S: u64 = 1;
 /// Rounds (fixed: one round takes about 30 s).
 const ROUNDS: usize = 3;
+/// Runs per measurement at most, and how much of the cores' time other
+/// processes may take (in %) before a run is repeated.
+const ATTEMPTS: usize = 3;
+const MAX_OTHER_CPU: f64 = 5.0;
+/// The index of the `other cpu` metric.
+const OTHER_CPU: usize = 5;
 /// How long a server may take to print its address.
 const START_LIMIT: Duration = Duration::from_secs(30);
 
@@ -74,7 +88,10 @@ hello_c50: an HTTP/1.1 \"Hello, World!\" server, each in its own process with 1 
   connection, blocking std::io, httparse); may_minihttp: its hello world on 1 may worker
   (`weft-bench serve may-minihttp ADDR`).
   Rows: requests per second; p50 and p99 latency (wrk); server CPU time (utime + stime from
-  /proc/PID/stat) per request; socket errors + non-2xx responses (should be 0).
+  /proc/PID/stat) per request; socket errors + non-2xx responses (should be 0); other cpu: busy
+  time of the cores (/proc/stat) spent by neither the server nor wrk, in % of all cores (noise).
+  Each run first waits for the machine to be < 10 % busy; a run with other cpu > 5 % is repeated
+  (at most 3 runs, within half of --timeout: use --timeout 600), the least disturbed one counts.
   Build the weft examples first: cargo build --release -p weft --features hyper --examples.
   Needs wrk and taskset. Every round and the medians are printed again as a markdown table.";
 
@@ -93,11 +110,14 @@ pub fn suite(_opts: &Options) -> Suite {
         Metric::new("p99", "request", Unit::Ns),
         Metric::new("cpu", "request", Unit::Ns),
         Metric::new("errors", "run", Unit::Count),
+        Metric::new("other cpu", "run", Unit::Percent),
     ];
     Suite {
         command: "http",
         contenders: CONTENDERS,
-        cases: vec![Case::new("hello_c50", metrics, |who, _| measure(who)).rounds(ROUNDS)],
+        cases: vec![
+            Case::new("hello_c50", metrics, |who, opts| measure(who, opts.timeout)).rounds(ROUNDS),
+        ],
         notes: vec![
             format!(
                 "each server: own process, 1 worker, taskset core {}; wrk -t1 -c{CONNECTIONS} \
@@ -106,6 +126,10 @@ pub fn suite(_opts: &Options) -> Suite {
                 cpus().1
             ),
             "cpu: server utime + stime (/proc/PID/stat, 10 ms ticks) over the wrk run / requests"
+                .into(),
+            "other cpu: busy time of all cores (/proc/stat) not spent by the server or wrk, \
+             in % of all cores over the run (other processes, softirqs); each run first waits \
+             for the machine to be < 10 % busy, runs with other cpu > 5 % are repeated (3 at most)"
                 .into(),
         ],
         baseline: None,
@@ -206,10 +230,7 @@ impl Server {
         // onwards; utime and stime are fields 14 and 15.
         let rest = &stat[stat.rfind(')').expect("malformed stat") + 1..];
         let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-        // SAFETY: `sysconf` has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-        Duration::from_nanos(ticks * 1_000_000_000 / hz)
+        ticks(fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap())
     }
 }
 
@@ -310,30 +331,134 @@ fn parse_wrk(text: &str) -> Option<WrkReport> {
     complete.then_some(r)
 }
 
-/// One measurement of contender `who`.
-fn measure(who: usize) -> Vec<f64> {
+/// One measurement of contender `who`: up to [`ATTEMPTS`] runs, until one that
+/// other processes disturbed by at most [`MAX_OTHER_CPU`] (while about half of
+/// `limit`, the harness's limit on one measurement, is left); the least disturbed
+/// run counts.
+fn measure(who: usize, limit: Duration) -> Vec<f64> {
+    let deadline = Instant::now() + limit / 2;
+    let mut best: Option<Vec<f64>> = None;
+    for attempt in 1..=ATTEMPTS {
+        let values = measure_once(who, deadline);
+        let other = values[OTHER_CPU];
+        if best.as_ref().is_none_or(|b| other < b[OTHER_CPU]) {
+            best = Some(values);
+        }
+        if other <= MAX_OTHER_CPU || attempt == ATTEMPTS || Instant::now() >= deadline {
+            break;
+        }
+        eprintln!(
+            "  {} disturbed ({other:.0} % other CPU): again",
+            CONTENDERS[who]
+        );
+    }
+    let values = best.expect("at least one attempt");
+    lock(&RECORDS).push(Record {
+        who,
+        values: values.clone(),
+    });
+    values
+}
+
+/// One run: the server started, warmed up, loaded, stopped.
+fn measure_once(who: usize, quiet_by: Instant) -> Vec<f64> {
     let (server_cpu, wrk_cpu) = cpus();
+    wait_for_quiet(quiet_by);
     let server = Server::start(who, server_cpu);
     check_response(server.addr, CONTENDERS[who]);
     run_wrk(server.addr, wrk_cpu, WARM_UP_S);
     let cpu_before = server.cpu_time();
+    let children_before = children_cpu();
+    let busy_before = machine_busy();
+    let started = Instant::now();
     let text = run_wrk(server.addr, wrk_cpu, DURATION_S);
+    let wall = started.elapsed();
+    let busy = machine_busy().saturating_sub(busy_before);
+    let wrk = children_cpu().saturating_sub(children_before);
     let cpu = server.cpu_time().saturating_sub(cpu_before);
     drop(server);
     let r = parse_wrk(&text).unwrap_or_else(|| panic!("cannot read wrk's report: {text}"));
     assert!(r.requests > 0, "no requests completed: {text}");
+    let other = busy.saturating_sub(cpu + wrk).as_secs_f64()
+        / (wall.as_secs_f64() * crate::harness::cores() as f64);
     let values = vec![
         r.per_second,
         r.p50_ns,
         r.p99_ns,
         cpu.as_nanos() as f64 / r.requests as f64,
         r.errors as f64,
+        100.0 * other,
     ];
-    lock(&RECORDS).push(Record {
-        who,
-        values: values.clone(),
-    });
     values
+}
+
+/// Clock ticks per second of `/proc` (`USER_HZ`).
+fn ticks_per_second() -> u64 {
+    // SAFETY: `sysconf` has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as u64
+}
+
+fn ticks(n: u64) -> Duration {
+    Duration::from_nanos(n * 1_000_000_000 / ticks_per_second())
+}
+
+/// Busy time of all cores so far: the first line of `/proc/stat` less idle and
+/// iowait (guest time is already in user time).
+fn machine_busy() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").expect("cannot read /proc/stat");
+    let line = stat.lines().next().unwrap_or_default();
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal ...
+    ticks(
+        f.iter().take(8).sum::<u64>()
+            - f.get(3).copied().unwrap_or(0)
+            - f.get(4).copied().unwrap_or(0),
+    )
+}
+
+/// User + system time of this process's waited-for children so far.
+fn children_cpu() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `usage` is valid for writes of one `rusage`, all that `getrusage`
+    // writes.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, usage.as_mut_ptr()) };
+    assert_eq!(rc, 0, "getrusage: {}", io::Error::last_os_error());
+    // SAFETY: it returned 0, so it filled `usage` in (and it was zeroed).
+    let u = unsafe { usage.assume_init() };
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// Waits (at most until `give_up`) until the machine is less than 10 % busy over a
+/// second, so that other people's jobs do not share the measured cores.
+fn wait_for_quiet(give_up: Instant) {
+    loop {
+        let before = machine_busy();
+        std::thread::sleep(Duration::from_secs(1));
+        let share =
+            machine_busy().saturating_sub(before).as_secs_f64() / crate::harness::cores() as f64;
+        if share < 0.10 {
+            return;
+        }
+        if Instant::now() > give_up {
+            eprintln!(
+                "  the machine is still {:.0} % busy; measuring anyway",
+                100.0 * share
+            );
+            return;
+        }
+        eprintln!(
+            "  waiting for a quiet machine ({:.0} % busy)",
+            100.0 * share
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
 }
 
 /// One request by hand before the load: the server answers `Hello, World!`.
@@ -357,16 +482,17 @@ pub fn print_markdown() {
     if records.is_empty() {
         return;
     }
-    println!("\n| server | round | req/s | p50 | p99 | CPU µs/request | errors |");
-    println!("|---|---|---:|---:|---:|---:|---:|");
+    println!("\n| server | round | req/s | p50 | p99 | CPU µs/request | errors | other CPU |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
     let row = |name: &str, round: &str, v: &[f64]| {
         println!(
-            "| {name} | {round} | {:.0} | {:.0} µs | {:.0} µs | {:.2} | {:.0} |",
+            "| {name} | {round} | {:.0} | {:.0} µs | {:.0} µs | {:.2} | {:.0} | {:.1} % |",
             v[0],
             v[1] / 1e3,
             v[2] / 1e3,
             v[3] / 1e3,
-            v[4]
+            v[4],
+            v[5]
         );
     };
     for (who, name) in CONTENDERS.iter().enumerate() {
@@ -551,6 +677,6 @@ Transfer/sec:     10.00MB
         assert_eq!(s.contenders[0], "weft-hyper");
         assert_eq!(s.cases.len(), 1);
         assert_eq!(s.cases[0].rounds, Some(ROUNDS));
-        assert_eq!(s.cases[0].metrics.len(), 5);
+        assert_eq!(s.cases[0].metrics.len(), 6);
     }
 }
