@@ -12,7 +12,8 @@
 //! `fiber` (fibers against may's coroutines), `chan` (channels against
 //! crossbeam-channel, flume, kanal, std, tokio, async-channel and may), `sync`
 //! (issue 16's primitives against tokio, may, parking_lot and std), `net` (a TCP
-//! echo against tokio and may).
+//! echo against tokio and may), `http` (hyper on weft against hyper on tokio,
+//! weft's fiber server and may_minihttp, under wrk).
 //! Each subcommand is a [`harness::Suite`]; add one by adding an entry to
 //! [`COMMANDS`].
 
@@ -21,6 +22,7 @@ mod cases_async;
 mod cases_chan;
 mod cases_fiber;
 mod cases_forkjoin;
+mod cases_http;
 mod cases_net;
 mod cases_pools;
 mod cases_sync;
@@ -57,6 +59,8 @@ struct Command {
     /// Builds the suite; some suites' cases depend on the options
     /// (`forkjoin`: `--workers`, `--large`).
     suite: fn(&Options) -> Suite,
+    /// Prints more after the table (`http`: every round, as markdown).
+    report: Option<fn()>,
 }
 
 /// All subcommands, in the order `--help` lists them.
@@ -67,6 +71,7 @@ const COMMANDS: &[Command] = &[
         help: "Spawning, waking, yielding and joining tasks, modelled on tokio's\n\
                benches/rt_multi_threaded.rs; one row per case, mean time per unit.",
         suite: |_| cases_async::suite(),
+        report: None,
     },
     Command {
         name: "wake",
@@ -82,6 +87,7 @@ const COMMANDS: &[Command] = &[
                one measurement per runtime (1 round), --idle-secs long.\n\
                weft runs without its interactive pool except in idle_interactive.",
         suite: |_| cases_wake::suite(),
+        report: None,
     },
     Command {
         name: "pools",
@@ -93,6 +99,7 @@ const COMMANDS: &[Command] = &[
                interactive worker; tokio: spawn into a second 1-worker runtime;\n\
                weft-default (reference): plain spawn into weft's busy default pool.",
         suite: |_| cases_pools::suite(),
+        report: None,
     },
     Command {
         name: "timers",
@@ -103,24 +110,28 @@ const COMMANDS: &[Command] = &[
                accuracy: 500 sequential 10 ms sleeps while `workers` tasks keep every\n\
                worker busy; median and p99 lateness. weft runs without its interactive pool.",
         suite: |_| cases_timers::suite(),
+        report: None,
     },
     Command {
         name: "forkjoin",
         about: "fork-join: weft vs rayon vs chili (and a sequential baseline)",
         help: cases_forkjoin::HELP,
         suite: cases_forkjoin::suite,
+        report: None,
     },
     Command {
         name: "fiber",
         about: "fibers: weft vs may (stackful coroutines)",
         help: cases_fiber::HELP,
         suite: cases_fiber::suite,
+        report: None,
     },
     Command {
         name: "chan",
         about: "channels: weft vs crossbeam, flume, kanal, std (threads), tokio, async-channel (tasks), may (fibers)",
         help: cases_chan::HELP,
         suite: cases_chan::suite,
+        report: None,
     },
     Command {
         name: "net",
@@ -133,6 +144,14 @@ const COMMANDS: &[Command] = &[
         about: "sync primitives: weft vs tokio (tasks), may (fibers), parking_lot and std (threads)",
         help: cases_sync::HELP,
         suite: cases_sync::suite,
+        report: None,
+    },
+    Command {
+        name: "http",
+        about: "HTTP servers under wrk: hyper on weft vs hyper on tokio, weft fibers, may_minihttp",
+        help: cases_http::HELP,
+        suite: cases_http::suite,
+        report: Some(cases_http::print_markdown),
     },
 ];
 
@@ -297,6 +316,9 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some(cases_net::CHILD_ARG) {
         return cases_net::child_main(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some(cases_http::SERVE_ARG) {
+        return cases_http::serve_main(&args[1..]);
+    }
     match parse(&args) {
         Err(msg) => usage_error(&msg),
         Ok(Request::Help(command)) => {
@@ -309,14 +331,21 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Ok(Request::Run(command, opts)) => match harness::run(&(command.suite)(&opts), &opts) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(Error::Usage(msg)) => usage_error(&msg),
-            Err(Error::Failed(msg)) => {
-                eprintln!("error: {msg}");
-                ExitCode::from(1)
+        Ok(Request::Run(command, opts)) => {
+            let result = harness::run(&(command.suite)(&opts), &opts);
+            if let (Some(report), false) = (command.report, matches!(result, Err(Error::Usage(_))))
+            {
+                report();
             }
-        },
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(Error::Usage(msg)) => usage_error(&msg),
+                Err(Error::Failed(msg)) => {
+                    eprintln!("error: {msg}");
+                    ExitCode::from(1)
+                }
+            }
+        }
     }
 }
 

@@ -56,6 +56,8 @@ pub mod chan;
 mod driver;
 pub mod fiber;
 pub(crate) mod forkjoin;
+#[cfg(feature = "hyper")]
+pub mod hyper;
 pub mod io;
 pub mod net;
 pub mod par;
