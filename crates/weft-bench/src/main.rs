@@ -138,6 +138,7 @@ const COMMANDS: &[Command] = &[
         about: "TCP echo over loopback: weft vs tokio (tasks), may (fibers)",
         help: cases_net::HELP,
         suite: cases_net::suite,
+        report: None,
     },
     Command {
         name: "sync",
