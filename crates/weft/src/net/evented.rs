@@ -87,6 +87,18 @@ impl<E: Source> Evented<E> {
         dir: Direction,
         mut f: impl FnMut(&E) -> io::Result<R>,
     ) -> Poll<io::Result<R>> {
+        self.poll_io_draining(cx, dir, |io| f(io).map(|r| (r, false)))
+    }
+
+    /// [`poll_io`](Self::poll_io) for an `f` that also says whether it drained the
+    /// source (then the readiness it ran under is cleared, see
+    /// [`poll_transfer`](Self::poll_transfer)).
+    fn poll_io_draining<R>(
+        &self,
+        cx: &mut Context<'_>,
+        dir: Direction,
+        mut f: impl FnMut(&E) -> io::Result<(R, bool)>,
+    ) -> Poll<io::Result<R>> {
         loop {
             let ev = match self.sched.poll_ready(cx, dir) {
                 Poll::Ready(Ok(ev)) => ev,
@@ -95,7 +107,13 @@ impl<E: Source> Evented<E> {
             };
             match f(self.get()) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.sched.clear_readiness(ev),
-                r => return Poll::Ready(r),
+                Ok((r, drained)) => {
+                    if drained {
+                        self.sched.clear_drained(ev);
+                    }
+                    return Poll::Ready(Ok(r));
+                }
+                Err(e) => return Poll::Ready(Err(e)),
             }
         }
     }
@@ -139,23 +157,7 @@ impl<E: Source> Evented<E> {
         len: usize,
         mut f: impl FnMut(&E) -> io::Result<usize>,
     ) -> Poll<io::Result<usize>> {
-        loop {
-            let ev = match self.sched.poll_ready(cx, dir) {
-                Poll::Ready(Ok(ev)) => ev,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            };
-            match f(self.get()) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.sched.clear_readiness(ev),
-                Ok(n) => {
-                    if n > 0 && n < len {
-                        self.sched.clear_drained(ev);
-                    }
-                    return Poll::Ready(Ok(n));
-                }
-                r => return Poll::Ready(r),
-            }
-        }
+        self.poll_io_draining(cx, dir, |io| f(io).map(|n| (n, n > 0 && n < len)))
     }
 
     /// Reads into `buf` for a task (see [`poll_transfer`](Self::poll_transfer)).
