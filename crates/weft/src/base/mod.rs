@@ -6,6 +6,8 @@
 
 pub(crate) mod clock;
 pub(crate) mod futex;
+#[cfg(all(test, loom))]
+pub(crate) mod loom_harness;
 pub(crate) mod park;
 
 #[cfg(loom)]

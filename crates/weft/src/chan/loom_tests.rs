@@ -10,72 +10,14 @@
 //! for at the end of each execution: each one delivered exactly once, handed back to
 //! its sender, or still in the channel, never two of these and never none.
 
-use std::future::Future;
-use std::pin::{pin, Pin};
-use std::sync::atomic::Ordering::SeqCst;
-use std::task::{Context, Poll, Wake, Waker};
+use std::pin::pin;
+use std::task::Poll;
 
-use loom::sync::atomic::AtomicUsize;
-use loom::sync::Notify;
 use loom::thread;
 
 use super::{bounded, unbounded, Receiver, RecvError, Select, SendError, TryRecvError};
-use crate::base::Arc;
+use crate::base::loom_harness::{block_on, Task};
 
-/// A waker for a model thread: counts wakes and unparks the thread.
-struct Signal {
-    wakes: AtomicUsize,
-    notify: Notify,
-}
-
-impl Wake for Signal {
-    fn wake(self: std::sync::Arc<Self>) {
-        self.wake_by_ref();
-    }
-    fn wake_by_ref(self: &std::sync::Arc<Self>) {
-        self.wakes.fetch_add(1, SeqCst);
-        self.notify.notify();
-    }
-}
-
-/// One hand-polled task on a model thread.
-pub(crate) struct Task {
-    signal: Arc<Signal>,
-    waker: Waker,
-}
-
-impl Task {
-    pub(crate) fn new() -> Task {
-        let signal = Arc::new(Signal {
-            wakes: AtomicUsize::new(0),
-            notify: Notify::new(),
-        });
-        let waker = Waker::from(signal.clone());
-        Task { signal, waker }
-    }
-
-    pub(crate) fn poll<F: Future>(&self, f: Pin<&mut F>) -> Poll<F::Output> {
-        f.poll(&mut Context::from_waker(&self.waker))
-    }
-
-    /// Polls `f` until it is ready, parking between polls until the waker fires. A
-    /// wake that never comes parks the thread for ever: loom reports a deadlock.
-    pub(crate) fn block_on<F: Future>(&self, f: F) -> F::Output {
-        let mut f = pin!(f);
-        loop {
-            if let Poll::Ready(v) = self.poll(f.as_mut()) {
-                return v;
-            }
-            self.signal.notify.wait();
-        }
-    }
-}
-
-pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
-    Task::new().block_on(f)
-}
-
-/// (waiting receivers, waiting senders, buffered values, reserved slots).
 /// `loom::model` with at most two preemptions, for the models whose state space at
 /// CI's bound of 3 takes minutes (three threads racing over the lock-free buffer and
 /// the wait lists); a lower `LOOM_MAX_PREEMPTIONS` still applies.
@@ -85,6 +27,7 @@ fn model_bound2(f: impl Fn() + Sync + Send + 'static) {
     b.check(f);
 }
 
+/// (waiting receivers, waiting senders, buffered values, reserved slots).
 fn census<T>(rx: &Receiver<T>) -> (usize, usize, usize, usize) {
     rx.flavor_chan().expect("a channel receiver").census()
 }

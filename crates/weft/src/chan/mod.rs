@@ -48,7 +48,7 @@ mod error;
 mod flavors;
 mod iter;
 #[cfg(all(test, loom))]
-pub(crate) mod loom_tests;
+mod loom_tests;
 #[macro_use]
 mod macros;
 mod ops;

@@ -1192,7 +1192,7 @@ fn wait<F: Future>(f: F) -> F::Output {
 /// loom objects in a thread-local across executions), the models' own hand-polling.
 #[cfg(all(test, loom))]
 fn wait<F: Future>(f: F) -> F::Output {
-    super::loom_tests::block_on(f)
+    crate::base::loom_harness::block_on(f)
 }
 
 /// A selected send that lost the receiver held for it sends the ordinary way.

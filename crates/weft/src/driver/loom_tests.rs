@@ -21,8 +21,8 @@ use loom::sync::atomic::AtomicBool;
 use loom::thread;
 
 use super::readiness::{Direction, ScheduledIo, READABLE, WRITABLE};
+use crate::base::loom_harness::block_on;
 use crate::base::Arc;
-use crate::chan::loom_tests::block_on;
 
 /// A source: its kernel-side queues (data to read, room to write) and its readiness.
 struct Socket {

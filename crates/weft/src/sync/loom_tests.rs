@@ -14,8 +14,8 @@ use std::task::Poll;
 use loom::thread;
 
 use super::{oneshot, watch, Mutex, Notify, Semaphore};
+use crate::base::loom_harness::{block_on, Task};
 use crate::base::Arc;
-use crate::chan::loom_tests::{block_on, Task};
 
 /// The holder unlocks while one waiter is dropped (maybe after it was handed the
 /// lock) and another waits: the lock must reach the second waiter.
