@@ -35,7 +35,7 @@
 //! by N.
 
 use std::io::Write as _;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
@@ -400,42 +400,20 @@ impl Actors for MayCoroutines {
 /// Runs fibers case `c` for contender `who` (weft or may) with `workers`
 /// worker threads in a child process; returns ns per message.
 fn run_child(c: ChanCase, who: usize, workers: usize) -> f64 {
-    let exe = std::env::current_exe().expect("cannot find this executable");
-    let name = c.name();
-    let out = Command::new(exe)
-        .args([CHILD_ARG, &name, CONTENDERS[who], &workers.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot start the {name} child: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the {name} child for {} failed ({}); its output: {stdout}",
+    crate::child::run(
+        CHILD_ARG,
+        RESULT_PREFIX,
+        &c.name(),
         CONTENDERS[who],
-        out.status
-    );
-    let line = stdout
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix(RESULT_PREFIX))
-        .unwrap_or_else(|| panic!("the {name} child printed no result: {stdout}"));
-    line.trim()
-        .parse::<f64>()
-        .unwrap_or_else(|e| panic!("bad figure '{line}' from the {name} child: {e}"))
+        workers,
+    )
 }
 
 /// The child process: `CHILD_ARG <case> <weft|may> <workers>`. Prints
 /// `CHAN-RESULT <ns per message>` and exits 0, or exits 2 on bad
 /// arguments.
 pub fn child_main(args: &[String]) -> ExitCode {
-    // Die with the parent (e.g. when its watchdog aborts a hung run).
-    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and touches no
-    // memory of ours.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-    }
+    crate::child::die_with_parent();
     let [case, who, workers] = args else {
         eprintln!("usage: weft-bench {CHILD_ARG} <case> <weft|may> <workers>");
         return ExitCode::from(2);

@@ -277,12 +277,7 @@ fn run_child(job: &str, who: usize, workers: usize) -> Vec<f64> {
 /// The child process: `CHILD_ARG <job> <weft|may> <workers>`. Prints
 /// `FIBER-RESULT <figures>` and exits 0, or exits 2 on bad arguments.
 pub fn child_main(args: &[String]) -> ExitCode {
-    // Die with the parent (e.g. when its watchdog aborts a hung run).
-    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and touches no
-    // memory of ours.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-    }
+    crate::child::die_with_parent();
     let [job, who, workers] = args else {
         eprintln!("usage: weft-bench {CHILD_ARG} <job> <weft|may> <workers>");
         return ExitCode::from(2);

@@ -31,6 +31,7 @@ mod cases_wake;
 mod chan_peers;
 mod chan_shapes;
 mod chan_weft;
+mod child;
 mod countdown;
 mod cputime;
 mod fiber_sync;
