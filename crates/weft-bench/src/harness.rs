@@ -483,6 +483,11 @@ pub fn run(suite: &Suite, opts: &Options) -> Result<(), Error> {
         std::fs::write(path, json)
             .map_err(|e| Error::Failed(format!("cannot write {}: {e}", path.display())))?;
         eprintln!("wrote {}", path.display());
+        // A chart that cannot be drawn does not fail the run: the numbers are saved.
+        match crate::chart::chart_file(path) {
+            Ok(svg) => eprintln!("wrote {}", svg.display()),
+            Err(e) => eprintln!("no chart: {e}"),
+        }
     }
     if any_failed {
         return Err(Error::Failed("some measurements panicked".into()));
@@ -852,6 +857,7 @@ fn to_json(r: &Report) -> String {
             let _ = writeln!(o, "      \"rounds\": {},", c.rounds);
         }
         let _ = writeln!(o, "      \"per\": {},", json_str(c.metrics[0].per));
+        let _ = writeln!(o, "      \"unit\": {},", json_str(c.metrics[0].unit.name()));
         json_metric(&mut o, r, c, 0, "      ", "_ns");
         let _ = writeln!(o, ",");
         if c.metrics.len() > 1 {

@@ -15,7 +15,8 @@
 //! echo against tokio and may), `http` (hyper on weft against hyper on tokio,
 //! weft's fiber server and may_minihttp, under wrk).
 //! Each subcommand is a [`harness::Suite`]; add one by adding an entry to
-//! [`COMMANDS`].
+//! [`COMMANDS`]. `--json FILE` also draws `FILE.svg` (the [`chart`] of the
+//! report); `weft-bench chart FILE.json ...` draws it again for saved reports.
 
 mod alloc_count;
 mod cases_async;
@@ -31,6 +32,7 @@ mod cases_wake;
 mod chan_peers;
 mod chan_shapes;
 mod chan_weft;
+mod chart;
 mod child;
 mod countdown;
 mod cputime;
@@ -174,6 +176,10 @@ fn usage(command: Option<&Command>) -> String {
             for c in COMMANDS {
                 s.push_str(&format!("    {:<10}{}\n", c.name, c.about));
             }
+            s.push_str(&format!(
+                "    {:<10}draw FILE.svg beside each saved report FILE.json\n",
+                "chart"
+            ));
             s.push_str("\nRun 'weft-bench <COMMAND> --help' for what a command measures.\n");
         }
         Some(c) => {
@@ -190,7 +196,8 @@ fn usage(command: Option<&Command>) -> String {
         "\nOPTIONS:\n\
          \x20   --workers N      worker threads for every runtime (default {DEFAULT_WORKERS})\n\
          \x20   --rounds R       rounds per case; the median is reported (default {DEFAULT_ROUNDS})\n\
-         \x20   --json FILE      also write the results as JSON to FILE\n\
+         \x20   --json FILE      also write the results as JSON to FILE, and its chart\n\
+         \x20                    as FILE.svg (the extension replaced)\n\
          \x20   --case NAME      run only case NAME (repeatable, or a comma-separated list)\n\
          \x20   --timeout SECS   abort if one measurement takes longer (default {DEFAULT_TIMEOUT_S})\n\
          \x20   --idle-secs S    how long the idle cases of 'wake' sit idle (default {DEFAULT_IDLE_S})\n\
@@ -299,6 +306,25 @@ fn positive(flag: &str, v: &str) -> Result<usize, String> {
     }
 }
 
+/// `weft-bench chart FILE.json ...`: draws the chart of each saved report
+/// beside it (`FILE.svg`).
+fn chart_main(files: &[String]) -> ExitCode {
+    if files.is_empty() {
+        return usage_error("chart needs one or more JSON reports");
+    }
+    let mut status = ExitCode::SUCCESS;
+    for f in files {
+        match chart::chart_file(std::path::Path::new(f)) {
+            Ok(svg) => println!("wrote {}", svg.display()),
+            Err(e) => {
+                eprintln!("error: {e}");
+                status = ExitCode::from(1);
+            }
+        }
+    }
+    status
+}
+
 fn usage_error(msg: &str) -> ExitCode {
     eprintln!("error: {msg}\n\nRun 'weft-bench --help' for usage.");
     ExitCode::from(2)
@@ -320,6 +346,9 @@ fn main() -> ExitCode {
     }
     if args.first().map(String::as_str) == Some(cases_http::SERVE_ARG) {
         return cases_http::serve_main(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("chart") {
+        return chart_main(&args[1..]);
     }
     match parse(&args) {
         Err(msg) => usage_error(&msg),
