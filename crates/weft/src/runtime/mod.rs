@@ -63,7 +63,7 @@ impl Inner {
     }
 
     pub(crate) fn stats(&self) -> Stats {
-        Stats::new(
+        let mut stats = Stats::new(
             self.pools.iter().map(|p| p.stats()).collect(),
             self.blocking.stats(),
             (self.time.pending(), self.time.fired()),
@@ -71,7 +71,14 @@ impl Inner {
             self.sysmon
                 .as_ref()
                 .map_or(0, |m| m.reported.load(std::sync::atomic::Ordering::Relaxed)),
-        )
+        );
+        stats.active_tasks = self.active_tasks();
+        stats
+    }
+
+    /// Live tasks and fibers in every pool (see `Stats::active_tasks`).
+    pub(crate) fn active_tasks(&self) -> usize {
+        self.pools.iter().map(|p| p.owned.len()).sum()
     }
 }
 
