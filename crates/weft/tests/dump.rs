@@ -132,7 +132,10 @@ fn dump_shows_task_states() {
         queued.join().unwrap();
 
         let sleeper = rt.spawn(weft::time::sleep(Duration::from_secs(600)));
-        dump_line_with(&rt, &[&format!("task {}:", sleeper.id()), "parked on timer"]);
+        dump_line_with(
+            &rt,
+            &[&format!("task {}:", sleeper.id()), "parked on timer"],
+        );
         sleeper.abort();
     });
 }
@@ -233,7 +236,12 @@ fn deadlock_dump_names_both_fibers_and_the_channel_once() {
     );
     out.assert_finished();
     let err = &out.stderr;
-    assert_eq!(err.matches("weft: deadlock").count(), 1, "{}", out.context());
+    assert_eq!(
+        err.matches("weft: deadlock").count(),
+        1,
+        "{}",
+        out.context()
+    );
     for name in ["'alpha'", "'beta'"] {
         let line = err
             .lines()

@@ -76,7 +76,10 @@ fn finished_and_cancelled_are_counted() {
         let report = rt.shutdown_graceful(Duration::from_millis(500));
         assert_eq!(report.finished, 7, "{report}");
         assert_eq!(report.cancelled, 5, "{report}");
-        assert_eq!(report.to_string(), "weft shutdown: 7 tasks and fibers finished, 5 cancelled");
+        assert_eq!(
+            report.to_string(),
+            "weft shutdown: 7 tasks and fibers finished, 5 cancelled"
+        );
 
         for (i, h) in quick_tasks.into_iter().enumerate() {
             assert_eq!(h.join().unwrap(), i);

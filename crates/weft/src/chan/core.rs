@@ -839,7 +839,9 @@ impl<T> Chan<T> {
                 Reason::Waiting => {
                     // SAFETY: under the lock; the node is held by its caller, on no
                     // list.
-                    unsafe { node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes) };
+                    unsafe {
+                        node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes)
+                    };
                     Poll::Pending
                 }
                 r => Poll::Ready(r),
@@ -864,7 +866,9 @@ impl<T> Chan<T> {
                 let st = self.lock();
                 if node.reason() == Reason::Waiting {
                     // SAFETY: under the lock; the node is on the receivers' list.
-                    unsafe { node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes) };
+                    unsafe {
+                        node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes)
+                    };
                     drop(st);
                     return Poll::Pending;
                 }
@@ -960,7 +964,9 @@ impl<T> Chan<T> {
                     let st = self.lock();
                     if node.reason() == Reason::Waiting {
                         // SAFETY: under the lock.
-                        unsafe { node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes) };
+                        unsafe {
+                            node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes)
+                        };
                         drop(st);
                         return Poll::Pending;
                     }
@@ -1054,7 +1060,9 @@ impl<T> Chan<T> {
                     let st = self.lock();
                     if node.reason() == Reason::Waiting {
                         // SAFETY: under the lock.
-                        unsafe { node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes) };
+                        unsafe {
+                            node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes)
+                        };
                         drop(st);
                         return Poll::Pending;
                     }
