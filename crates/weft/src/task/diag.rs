@@ -4,8 +4,7 @@
 //!
 //! The record is [`Header::diag`]: `since_ms << 8 | what`, where `what` is a [`WaitOn`]
 //! and `since_ms` a [`clock::coarse_ms`] reading. Writers (each a relaxed load of the
-//! coarse clock and a relaxed store to the header's first cache line, which the state
-//! word's transitions just wrote anyway):
+//! coarse clock and a relaxed store to the header, which the writer is using anyway):
 //!
 //! - spawn: `None` (scheduled since);
 //! - the worker, as a poll starts: `None` (running since);
