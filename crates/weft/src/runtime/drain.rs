@@ -60,7 +60,9 @@ impl Runtime {
     ///   [`SpawnError`](crate::fiber::SpawnError) of kind
     ///   [`Shutdown`](crate::fiber::SpawnErrorKind::Shutdown). Spawns from the
     ///   runtime's own tasks and fibers (on any of its workers) are accepted: work in
-    ///   progress may fan out to finish.
+    ///   progress may fan out to finish. A closure on the blocking pool
+    ///   ([`spawn_blocking`](crate::spawn_blocking)) runs on a thread of its own and
+    ///   counts as outside.
     /// - The wait ends as soon as the count of live tasks and fibers
     ///   ([`Stats::active_tasks`](crate::Stats::active_tasks)) reaches zero. It looks
     ///   at the count with pauses that grow to 5 ms.

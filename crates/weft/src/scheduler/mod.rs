@@ -485,6 +485,7 @@ impl Shared {
     /// its list by then, so routine shutdown unwinds each one on its home worker. (The
     /// flag goes first so that a task woken meanwhile on a worker is cancelled there,
     /// not run again.)
+    ///
     /// Returns what [`cancel_all`](Self::cancel_all) does.
     pub(crate) fn begin_shutdown(&self) -> usize {
         /// Sets `routed` and wakes the workers, also if a destructor or waker run by
