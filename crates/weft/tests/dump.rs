@@ -177,6 +177,55 @@ fn active_tasks_counts_tasks_and_fibers() {
     });
 }
 
+/// Dumps taken while tasks and fibers start and finish on every worker see only live
+/// ones and never trip over one that completes meanwhile (the walk holds each shard's
+/// lock; a completing task unlinks itself under it).
+#[test]
+fn dumps_race_with_completing_tasks() {
+    with_timeout(|| {
+        let rt = Builder::new().worker_threads(2).build().unwrap();
+        let handle = rt.handle().clone();
+        let spawner = std::thread::spawn(move || {
+            let _enter = handle.enter();
+            for round in 0..200 {
+                let tasks: Vec<_> = (0..50u64)
+                    .map(|i| {
+                        handle.spawn(async move {
+                            weft::task::yield_now().await;
+                            i
+                        })
+                    })
+                    .collect();
+                let fibers: Vec<_> = (0..5u64)
+                    .map(|i| {
+                        fiber::spawn(move || {
+                            fiber::yield_now();
+                            i + round
+                        })
+                    })
+                    .collect();
+                for t in tasks {
+                    t.join().unwrap();
+                }
+                for f in fibers {
+                    f.join().unwrap();
+                }
+            }
+        });
+        let mut dumps = 0;
+        while !spawner.is_finished() {
+            let dump = rt.dump();
+            assert!(dump.len() <= 55, "{dump}");
+            assert_eq!(dump.to_string().lines().count(), dump.len() + 1);
+            dumps += 1;
+        }
+        spawner.join().unwrap();
+        assert!(dumps > 0);
+        wait_until("no task is active", || rt.stats().active_tasks == 0);
+        assert!(rt.dump().is_empty());
+    });
+}
+
 /// Not a real test unless run as a child: runs the case named by [`CHILD`].
 #[test]
 fn child_process_entry() {
