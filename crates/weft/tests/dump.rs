@@ -259,8 +259,12 @@ fn child_deadlock() {
         let _ = to_alpha.send_blocking(1);
         v
     });
-    // Long enough for the watcher (a look every 50 ms, four in a row) to report, and
-    // for many more looks after the report, which must not repeat it.
+    wait_until("both fibers are parked", || {
+        rt.dump().to_string().matches("parked on chan").count() == 2
+    });
+    // Long enough for the watcher (a look every 50 ms, four in a row) to report, also
+    // on a loaded machine, and for many more looks after the report, which must not
+    // repeat it.
     std::thread::sleep(Duration::from_millis(1500));
 }
 

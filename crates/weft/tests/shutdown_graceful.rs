@@ -73,7 +73,8 @@ fn finished_and_cancelled_are_counted() {
         drop(enter);
         assert_eq!(rt.stats().active_tasks, 12);
 
-        let report = rt.shutdown_graceful(Duration::from_millis(500));
+        // Generous for a loaded machine: the quick ones need 20 ms.
+        let report = rt.shutdown_graceful(Duration::from_secs(2));
         assert_eq!(report.finished, 7, "{report}");
         assert_eq!(report.cancelled, 5, "{report}");
         assert_eq!(
