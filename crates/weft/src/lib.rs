@@ -78,7 +78,8 @@ pub use forkjoin::{join, scope, Scope};
 /// The traits for parallel iterators and sorts: `use weft::prelude::*;`.
 pub use par::prelude;
 pub use runtime::{
-    spawn, spawn_blocking, spawn_on, Builder, EnterGuard, Handle, Runtime, TryCurrentError,
+    spawn, spawn_blocking, spawn_on, Builder, Dump, EnterGuard, Handle, Runtime, ShutdownReport,
+    TryCurrentError,
 };
 pub use scheduler::blocking::BlockingStats;
 pub use scheduler::stats::{PoolStats, Stats, WorkerStats};

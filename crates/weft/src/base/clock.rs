@@ -34,6 +34,31 @@ pub(crate) fn since(later: u64, earlier: u64) -> Duration {
     Duration::from_nanos(later.saturating_sub(earlier))
 }
 
+/// The coarse clock: milliseconds from this process's clock origin as last published
+/// by [`refresh_coarse`]. Diagnostics stamp task events with it (`task::diag`): one
+/// relaxed load of a word that changes at most once a millisecond, instead of a clock
+/// read on the poll and wake paths. Workers publish a reading they take anyway (the end
+/// of a tick of polls, a park), so it lags real time by at most the length of a
+/// worker's recent polls. A plain std atomic also under loom: nothing synchronises
+/// through it.
+static COARSE_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The coarse clock's last published reading (see [`COARSE_MS`]).
+#[inline]
+pub(crate) fn coarse_ms() -> u64 {
+    COARSE_MS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Publishes `now` (a [`now_ns`] reading) on the coarse clock. Written only when the
+/// millisecond changed, so readers' cached copies of the line stay valid meanwhile.
+#[inline]
+pub(crate) fn refresh_coarse(now: u64) {
+    let ms = now / 1_000_000;
+    if COARSE_MS.load(std::sync::atomic::Ordering::Relaxed) < ms {
+        COARSE_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 enum Source {
     /// Time stamp counter ticks times `mult`, shifted right by [`tsc::SHIFT`], is ns.
     #[cfg(all(target_arch = "x86_64", not(loom)))]

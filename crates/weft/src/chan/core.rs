@@ -839,7 +839,9 @@ impl<T> Chan<T> {
                 Reason::Waiting => {
                     // SAFETY: under the lock; the node is held by its caller, on no
                     // list.
-                    unsafe { node.set_waker(cx.waker(), &mut wakes) };
+                    unsafe {
+                        node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes)
+                    };
                     Poll::Pending
                 }
                 r => Poll::Ready(r),
@@ -864,7 +866,9 @@ impl<T> Chan<T> {
                 let st = self.lock();
                 if node.reason() == Reason::Waiting {
                     // SAFETY: under the lock; the node is on the receivers' list.
-                    unsafe { node.set_waker(cx.waker(), &mut wakes) };
+                    unsafe {
+                        node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes)
+                    };
                     drop(st);
                     return Poll::Pending;
                 }
@@ -907,7 +911,7 @@ impl<T> Chan<T> {
             // SAFETY: under the lock; the receiver keeps the boxed node until
             // `unregister_stream` takes it off.
             unsafe {
-                node.set_waker(cx.waker(), &mut wakes);
+                node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes);
                 st.receivers.push_back(node);
             }
             st.observers += 1;
@@ -960,7 +964,9 @@ impl<T> Chan<T> {
                     let st = self.lock();
                     if node.reason() == Reason::Waiting {
                         // SAFETY: under the lock.
-                        unsafe { node.set_waker(cx.waker(), &mut wakes) };
+                        unsafe {
+                            node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes)
+                        };
                         drop(st);
                         return Poll::Pending;
                     }
@@ -985,14 +991,14 @@ impl<T> Chan<T> {
                 // panic: the future's `Drop` must undo the pairing.
                 *registered = true;
                 // SAFETY: under the lock; the node is ours.
-                unsafe { node.set_waker(cx.waker(), &mut wakes) };
+                unsafe { node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes) };
                 Poll::Pending
             }
             Err(Fail::NotReady | Fail::Unpaired) => {
                 // SAFETY: under the lock; the caller keeps the node pinned until
                 // `cancel_recv` (its `Drop`) takes it off.
                 unsafe {
-                    node.set_waker(cx.waker(), &mut wakes);
+                    node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes);
                     st.receivers.push_back(node);
                 }
                 *registered = true;
@@ -1054,7 +1060,9 @@ impl<T> Chan<T> {
                     let st = self.lock();
                     if node.reason() == Reason::Waiting {
                         // SAFETY: under the lock.
-                        unsafe { node.set_waker(cx.waker(), &mut wakes) };
+                        unsafe {
+                            node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes)
+                        };
                         drop(st);
                         return Poll::Pending;
                     }
@@ -1085,7 +1093,7 @@ impl<T> Chan<T> {
                 // SAFETY: under the lock; the caller keeps the node pinned until
                 // `cancel_send` takes it off.
                 unsafe {
-                    node.set_waker(cx.waker(), &mut wakes);
+                    node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes);
                     node.put_slot(v);
                     st.senders.push_back(node);
                 }
@@ -1165,7 +1173,7 @@ impl<T> Chan<T> {
         };
         // SAFETY: under the lock; the select keeps the node boxed until it is off.
         unsafe {
-            node.set_waker(cx.waker(), &mut wakes);
+            node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes);
             list.push_back(node);
         }
         if node.kind() == Kind::Observe {
@@ -1282,7 +1290,7 @@ impl<T> Chan<T> {
         // SAFETY: under the lock.
         unsafe {
             if let Some(w) = waker {
-                node.set_waker(w, &mut wakes);
+                node.set_waker(w, crate::waitlist::WaitOn::Chan, &mut wakes);
             }
             match node.reason() {
                 Reason::Close => Some(Won::Closed),
@@ -1302,7 +1310,7 @@ impl<T> Chan<T> {
         let mut wakes = WakeBatch::new();
         let _st = self.lock();
         // SAFETY: under the lock.
-        unsafe { node.set_waker(waker, &mut wakes) };
+        unsafe { node.set_waker(waker, crate::waitlist::WaitOn::Chan, &mut wakes) };
     }
 
     /// Completes a selected send with `v`.

@@ -195,6 +195,7 @@ impl ScheduledIo {
         if ev.ready != 0 {
             Poll::Ready(Ok(ev))
         } else {
+            crate::task::diag::note_wait(cx.waker(), crate::task::diag::WaitOn::Socket);
             Poll::Pending
         }
     }
@@ -230,6 +231,7 @@ impl ScheduledIo {
             self.forget(id);
             Poll::Ready(Ok(ev))
         } else {
+            crate::task::diag::note_wait(cx.waker(), crate::task::diag::WaitOn::Socket);
             Poll::Pending
         }
     }

@@ -86,6 +86,7 @@ impl Driver {
     }
 
     pub(crate) fn register(&self, deadline: Instant, waker: &Waker) -> TimerKey {
+        crate::task::diag::note_wait(waker, crate::task::diag::WaitOn::Timer);
         let ms = self.to_ms(deadline);
         let key = {
             let mut w = self.lock();
@@ -98,6 +99,7 @@ impl Driver {
     }
 
     pub(crate) fn reset(&self, key: TimerKey, deadline: Instant, waker: &Waker) -> TimerKey {
+        crate::task::diag::note_wait(waker, crate::task::diag::WaitOn::Timer);
         let ms = self.to_ms(deadline);
         let (key, old) = {
             let mut w = self.lock();
@@ -113,6 +115,7 @@ impl Driver {
 
     /// Re-registers the waker; returns false if the timer already fired.
     pub(crate) fn poll_registered(&self, key: TimerKey, waker: &Waker) -> bool {
+        crate::task::diag::note_wait(waker, crate::task::diag::WaitOn::Timer);
         let r = self.lock().set_waker(key, waker);
         r.is_ok()
     }

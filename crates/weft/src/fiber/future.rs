@@ -283,6 +283,7 @@ where
         ));
         if let Some(name) = &self.ctx.name {
             sysmon::register_name(self.ctx.id.get(), name);
+            crate::task::diag::register_name(self.ctx.id.get(), name);
         }
         let co = Coroutine::with_stack(stack, move |yielder: &Yielder<(), ()>, ()| {
             // SAFETY: the resuming poll set this fiber's context as current.
@@ -395,6 +396,7 @@ impl<F, T> Drop for FiberFuture<F, T> {
         LIVE_FIBERS.fetch_sub(1, Relaxed);
         if self.ctx.name.is_some() && self.ctx.id.get() != 0 {
             sysmon::unregister_name(self.ctx.id.get());
+            crate::task::diag::unregister_name(self.ctx.id.get());
         }
         match std::mem::replace(&mut self.run, Run::Done) {
             Run::Unstarted(f, stack) => {

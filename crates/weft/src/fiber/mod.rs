@@ -244,7 +244,7 @@ impl Builder {
         T: Send + 'static,
     {
         let pool = target_pool().ok_or_else(SpawnError::no_runtime)?;
-        if pool.is_shutdown() {
+        if pool.is_shutdown() || pool.refuses_spawn() {
             return Err(SpawnError::shutdown());
         }
         overflow::install();

@@ -1,12 +1,16 @@
 //! The runtime: pools of workers, entering, spawning, shutting down.
 
 mod builder;
+mod drain;
+mod dump;
 mod env;
 mod handle;
 pub(crate) mod sysmon;
 
 pub use crate::scheduler::Pool;
 pub use builder::Builder;
+pub use drain::ShutdownReport;
+pub use dump::Dump;
 pub(crate) use handle::enter;
 pub use handle::{spawn, spawn_blocking, spawn_on, EnterGuard, Handle, TryCurrentError};
 
@@ -63,7 +67,7 @@ impl Inner {
     }
 
     pub(crate) fn stats(&self) -> Stats {
-        Stats::new(
+        let mut stats = Stats::new(
             self.pools.iter().map(|p| p.stats()).collect(),
             self.blocking.stats(),
             (self.time.pending(), self.time.fired()),
@@ -71,7 +75,14 @@ impl Inner {
             self.sysmon
                 .as_ref()
                 .map_or(0, |m| m.reported.load(std::sync::atomic::Ordering::Relaxed)),
-        )
+        );
+        stats.active_tasks = self.active_tasks();
+        stats
+    }
+
+    /// Live tasks and fibers in every pool (see `Stats::active_tasks`).
+    pub(crate) fn active_tasks(&self) -> usize {
+        self.pools.iter().map(|p| p.owned.len()).sum()
     }
 }
 
@@ -227,6 +238,10 @@ impl Runtime {
                 }
             }
         }
+        if env::flag("WEFT_DEBUG_DEADLOCK") {
+            let weak = Arc::downgrade(&rt.handle.inner);
+            dump::watch_deadlock(weak, format!("{}-deadlock", b.thread_name))?;
+        }
         if let (Some(threshold), Some(mon)) = (stall, rt.handle.inner.sysmon.clone()) {
             let weak = Arc::downgrade(&rt.handle.inner);
             std::thread::Builder::new()
@@ -334,16 +349,18 @@ impl Runtime {
     /// rt.shutdown_timeout(std::time::Duration::from_secs(1));
     /// ```
     pub fn shutdown_timeout(mut self, timeout: Duration) {
-        self.shutdown(Some(timeout));
+        let _ = self.shutdown(Some(timeout));
     }
 
-    fn shutdown(&mut self, timeout: Option<Duration>) {
+    /// Returns how many of the tasks it cancelled `shutdown_graceful` had marked.
+    fn shutdown(&mut self, timeout: Option<Duration>) -> usize {
         let inner = self.handle.inner.clone();
         if let Some(mon) = &inner.sysmon {
             mon.stop();
         }
+        let mut marked = 0;
         for p in &inner.pools {
-            p.begin_shutdown();
+            marked += p.begin_shutdown();
         }
         // Tasks, fibers and threads blocked on this runtime's sockets wake with an
         // error.
@@ -389,7 +406,7 @@ impl Runtime {
             // Fork-join callers still blocked on injected jobs get them run here.
             p.run_injected_jobs_and_close();
             // Anything spawned or woken while the workers stopped.
-            p.cancel_all();
+            marked += p.cancel_all();
             // Each worker unwound the fibers tied to it as it left. Those of a worker
             // still stuck in a task are leaked: their stacks may be unwound only on
             // its thread, which may still use what they point to. The worker this
@@ -407,13 +424,14 @@ impl Runtime {
         if self.print_stats {
             eprint!("{}", inner.stats());
         }
+        marked
     }
 }
 
 impl Drop for Runtime {
     fn drop(&mut self) {
         if !self.handle.inner.pools[0].is_shutdown() {
-            self.shutdown(None);
+            let _ = self.shutdown(None);
         }
     }
 }

@@ -106,6 +106,9 @@ pub(crate) struct Shared {
     pub(crate) idle: Idle,
     pub(crate) owned: OwnedTasks,
     shutdown: AtomicBool,
+    /// Graceful shutdown has begun: spawns from outside the runtime are refused (see
+    /// [`refuses_spawn`](Self::refuses_spawn)).
+    draining: AtomicBool,
     external_spawned: AtomicU64,
     pub(crate) pool: Pool,
     /// The runtime this pool belongs to (for `Handle::current` on a worker), as the
@@ -185,6 +188,7 @@ impl Shared {
             idle: Idle::new(workers),
             owned: OwnedTasks::new(workers),
             shutdown: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
             external_spawned: AtomicU64::new(0),
             pool,
             rt,
@@ -206,6 +210,24 @@ impl Shared {
 
     pub(crate) fn is_shutdown(&self) -> bool {
         self.shutdown.load(SeqCst)
+    }
+
+    /// Graceful shutdown: refuse spawns from outside the runtime from now on.
+    pub(crate) fn begin_draining(&self) {
+        self.draining.store(true, SeqCst);
+    }
+
+    /// Whether a spawn from this thread must be refused: the runtime is draining and
+    /// the caller is none of its workers (a task or fiber of the runtime, in any of its
+    /// pools, may still spawn). One relaxed load while the runtime is not draining.
+    #[inline]
+    pub(crate) fn refuses_spawn(&self) -> bool {
+        self.draining.load(Relaxed) && !self.caller_is_inside()
+    }
+
+    #[cold]
+    fn caller_is_inside(&self) -> bool {
+        worker::with_current(|c| c.is_some_and(|c| Weak::ptr_eq(&c.shared().rt, &self.rt)))
     }
 
     /// Whether shutdown has set aside every task tied to a worker (see `routed`).
@@ -232,6 +254,10 @@ impl Shared {
         F::Output: Send + 'static,
     {
         let (task, handle) = new_task_of_kind(future, self.clone(), fiber);
+        if self.refuses_spawn() {
+            refuse(task);
+            return handle;
+        }
         let Some(task) = bind_or_cancel(&self.owned, task) else {
             return handle;
         };
@@ -459,7 +485,9 @@ impl Shared {
     /// its list by then, so routine shutdown unwinds each one on its home worker. (The
     /// flag goes first so that a task woken meanwhile on a worker is cancelled there,
     /// not run again.)
-    pub(crate) fn begin_shutdown(&self) {
+    ///
+    /// Returns what [`cancel_all`](Self::cancel_all) does.
+    pub(crate) fn begin_shutdown(&self) -> usize {
         /// Sets `routed` and wakes the workers, also if a destructor or waker run by
         /// `cancel_all` panics: the workers would otherwise wait for it for ever.
         struct Routed<'a>(&'a Shared);
@@ -473,16 +501,24 @@ impl Shared {
         }
         self.shutdown.store(true, SeqCst);
         let _routed = Routed(self);
-        self.cancel_all();
+        self.cancel_all()
     }
 
     /// Cancels every linked task and empties the injection queue; started fibers tied
     /// to a worker, and whatever waits in a worker's inbox, are set aside for that
     /// worker ([`set_aside`](Self::set_aside)). Safe to repeat.
-    pub(crate) fn cancel_all(&self) {
+    ///
+    /// Returns how many of the cancelled tasks graceful shutdown had marked as active
+    /// at its call (`ShutdownReport::cancelled`).
+    pub(crate) fn cancel_all(&self) -> usize {
+        let mut marked = 0;
         self.owned.close_and_drain(|ptr| {
             // SAFETY: we hold the list's reference to the live task `ptr`.
-            let home = unsafe { ptr.as_ref() }.home().filter(|h| h.pinned);
+            let h = unsafe { ptr.as_ref() };
+            if h.flags.load(Relaxed) & crate::task::diag::ACTIVE_AT_DRAIN != 0 {
+                marked += 1;
+            }
+            let home = h.home().filter(|h| h.pinned);
             match home {
                 // SAFETY: the list's reference moves to the set-aside list.
                 Some(home) => unsafe { self.set_aside(home.worker, ptr) },
@@ -502,6 +538,7 @@ impl Shared {
                 unsafe { self.set_aside(i, task.into_raw()) };
             }
         }
+        marked
     }
 
     /// Shutdown: sets the task `ptr`, tied to worker `i`, aside for that worker to
@@ -595,6 +632,21 @@ const INITIAL_WAKE_LATENCY_NS: u64 = 40_000;
 pub(crate) fn cancel_queued(task: Notified) {
     // SAFETY: `task` owns one reference to its live task, which `into_raw` hands over.
     unsafe { cancel_now(task.into_raw()) };
+}
+
+/// Completes a new task that a draining runtime refuses, before it is linked or ever
+/// runs: its handle reports that the runtime is shutting down.
+#[cold]
+#[inline(never)]
+fn refuse(task: Notified) {
+    let ptr = NonNull::from(task.header());
+    task.header()
+        .flags
+        .fetch_or(crate::task::diag::REFUSED, Relaxed);
+    cancel_queued(task);
+    // SAFETY: the owned-list reference was never handed to the list: it is ours to
+    // release, and it kept the task alive through the cancel.
+    unsafe { crate::task::raw::drop_reference(ptr) };
 }
 
 /// Links a new task into `owned`. If the list is closed (the runtime is shutting down)

@@ -90,6 +90,19 @@ pub struct Stats {
     /// Tasks and fibers the stall reporter named (see
     /// [`Builder::stall_report`](crate::Builder::stall_report)).
     pub stalls_reported: u64,
+    /// Tasks and fibers alive now in every pool: spawned and not yet finished
+    /// (running, queued or parked). Counted by the owned-task list under the locks
+    /// that spawning and completing take anyway, so it costs no atomic on those paths.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let h = rt.spawn(std::future::pending::<()>());
+    /// assert_eq!(rt.stats().active_tasks, 1);
+    /// h.abort();
+    /// let _ = h.join();
+    /// assert_eq!(rt.stats().active_tasks, 0);
+    /// ```
+    pub active_tasks: usize,
 }
 
 /// One pool's statistics.
@@ -169,6 +182,7 @@ impl Stats {
             io_events: io.1,
             fibers: crate::stack::fiber_stats(),
             stalls_reported,
+            active_tasks: 0,
         }
     }
 }
@@ -240,6 +254,7 @@ impl fmt::Display for Stats {
             "weft blocking pool: {} threads ({} idle), {} started, {} closures run or queued",
             b.threads, b.idle_threads, b.threads_started, b.tasks
         )?;
+        writeln!(f, "weft tasks: {} active", self.active_tasks)?;
         writeln!(
             f,
             "weft timers: {} pending, {} fired",

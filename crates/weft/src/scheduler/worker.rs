@@ -458,6 +458,8 @@ impl Core {
         // Polls nest when a task helps; the stall reporter names the innermost.
         let outer = running.load(Relaxed);
         running.store(task.header().tagged_id(), Relaxed);
+        // Diagnostics: running since (see `task::diag`).
+        crate::task::diag::stamp(task.header());
         task.run();
         running.store(outer, Relaxed);
     }
@@ -504,6 +506,7 @@ impl Core {
     /// Folds the polls since `tick_start` into the EWMA of task time (the first
     /// measurement replaces the initial guess) and restarts the measurement.
     fn sample_task_time(&self, now: u64) {
+        crate::base::clock::refresh_coarse(now);
         if cfg!(loom) {
             // As in `Shared::record_wake`: models must not branch on measured time.
             return;

@@ -95,7 +95,7 @@ impl Barrier {
     pub async fn wait(&self) -> BarrierWaitResult {
         BarrierWait {
             barrier: self,
-            waiter: Waiter::new(),
+            waiter: Waiter::new(crate::waitlist::WaitOn::Sync),
         }
         .await
     }

@@ -338,7 +338,7 @@ impl<T: Clone> Receiver<T> {
     pub async fn recv(&mut self) -> Result<T, RecvError> {
         Recv {
             rx: self,
-            waiter: Waiter::new(),
+            waiter: Waiter::new(crate::waitlist::WaitOn::Chan),
         }
         .await
     }

@@ -95,7 +95,7 @@ impl Notify {
         Notified {
             notify: self,
             generation: self.generation.load(SeqCst),
-            waiter: Waiter::new(),
+            waiter: Waiter::new(crate::waitlist::WaitOn::Sync),
             done: false,
         }
     }

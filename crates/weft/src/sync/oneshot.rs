@@ -125,6 +125,7 @@ pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
 /// Stores `waker` in `slot` unless it wakes the same task; the replaced one is dropped
 /// with `wakes`, after the lock.
 fn store_waker(slot: &mut Option<Waker>, waker: &Waker, wakes: &mut WakeBatch) {
+    crate::task::diag::note_wait(waker, crate::waitlist::WaitOn::Chan);
     match slot {
         Some(w) if w.will_wake(waker) => {}
         _ => {

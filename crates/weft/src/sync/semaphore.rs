@@ -242,7 +242,9 @@ impl Sem {
                     let list = self.waiters.lock();
                     if node.reason() == Reason::Waiting {
                         // SAFETY: under the lock; the node is ours.
-                        unsafe { node.set_waker(cx.waker(), &mut wakes) };
+                        unsafe {
+                            node.set_waker(cx.waker(), crate::waitlist::WaitOn::Lock, &mut wakes)
+                        };
                         drop(list);
                         return Poll::Pending;
                     }
@@ -271,7 +273,7 @@ impl Sem {
                     node.put_slot((n, missing));
                     list.push_back(node);
                     *registered = true;
-                    node.set_waker(cx.waker(), &mut wakes);
+                    node.set_waker(cx.waker(), crate::waitlist::WaitOn::Lock, &mut wakes);
                 }
                 drop(list);
                 Poll::Pending

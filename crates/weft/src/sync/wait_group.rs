@@ -114,7 +114,7 @@ impl WaitGroup {
     pub async fn wait(&self) {
         Wait {
             group: self,
-            waiter: Waiter::new(),
+            waiter: Waiter::new(crate::waitlist::WaitOn::Sync),
         }
         .await
     }

@@ -11,13 +11,17 @@ use crate::waitlist::{Lock, LockGuard, Node, Reason, WaitList, WakeBatch};
 pub(crate) struct Waiter {
     node: Node<()>,
     registered: bool,
+    /// What a dump says the waiting task waits on.
+    on: crate::waitlist::WaitOn,
 }
 
 impl Waiter {
-    pub(crate) fn new() -> Waiter {
+    /// A waiter on a primitive that a dump names `on`.
+    pub(crate) fn new(on: crate::waitlist::WaitOn) -> Waiter {
         Waiter {
             node: Node::new(),
             registered: false,
+            on,
         }
     }
 
@@ -43,7 +47,7 @@ impl Waiter {
                         continue;
                     }
                     // SAFETY: under the lock of the list the node is on; the node is ours.
-                    unsafe { self.node.set_waker(cx.waker(), &mut wakes) };
+                    unsafe { self.node.set_waker(cx.waker(), self.on, &mut wakes) };
                     drop(guard);
                     return None;
                 }
@@ -71,7 +75,7 @@ impl Waiter {
         debug_assert!(!self.registered);
         // SAFETY: the contract.
         unsafe {
-            self.node.set_waker(cx.waker(), wakes);
+            self.node.set_waker(cx.waker(), self.on, wakes);
             list.push_back(&self.node);
         }
         self.registered = true;

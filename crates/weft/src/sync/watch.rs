@@ -346,7 +346,7 @@ impl<T> Receiver<T> {
     pub async fn changed(&mut self) -> Result<(), RecvError> {
         Changed {
             rx: self,
-            waiter: Waiter::new(),
+            waiter: Waiter::new(crate::waitlist::WaitOn::Chan),
         }
         .await
     }

@@ -29,6 +29,12 @@ pub(crate) struct Header {
     pub(crate) home: AtomicU32,
     /// The task's future is a fiber (set at spawn; the stall reporter says "fiber").
     pub(crate) fiber: bool,
+    /// Graceful shutdown's marks ([`diag::ACTIVE_AT_DRAIN`](super::diag::ACTIVE_AT_DRAIN),
+    /// [`diag::REFUSED`](super::diag::REFUSED)); in what was padding.
+    pub(crate) flags: std::sync::atomic::AtomicU8,
+    /// The diagnostics record: what the task waits on and since when (see
+    /// [`diag`](super::diag)). Relaxed: read only by dumps.
+    pub(crate) diag: std::sync::atomic::AtomicU64,
 }
 
 /// `Header::home` of a task that any worker may run.

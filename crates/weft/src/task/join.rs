@@ -122,6 +122,9 @@ impl<T> Future for JoinHandle<T> {
                 cx.waker(),
             )
         };
+        if out.is_pending() {
+            super::diag::note_wait(cx.waker(), super::diag::WaitOn::Join);
+        }
         out
     }
 }
@@ -234,6 +237,8 @@ pub struct JoinError {
 
 enum Repr {
     Cancelled,
+    /// Refused by a runtime that was shutting down: the task never ran.
+    Shutdown,
     Panic(Box<dyn Any + Send + 'static>),
 }
 
@@ -245,6 +250,14 @@ impl JoinError {
         }
     }
 
+    /// A task that a shutting-down runtime refused to start.
+    pub(crate) fn shutdown(id: Id) -> Self {
+        JoinError {
+            id,
+            repr: Repr::Shutdown,
+        }
+    }
+
     pub(crate) fn panic(id: Id, payload: Box<dyn Any + Send + 'static>) -> Self {
         JoinError {
             id,
@@ -252,9 +265,19 @@ impl JoinError {
         }
     }
 
-    /// The task was aborted (or the runtime shut down) before it finished.
+    /// The task was aborted (or the runtime shut down) before it finished; also true
+    /// for a task that a runtime shutting down (see
+    /// [`Runtime::shutdown_graceful`](crate::Runtime::shutdown_graceful)) refused to
+    /// start, whose message says so.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let h = rt.spawn(std::future::pending::<()>());
+    /// h.abort();
+    /// assert!(h.join().unwrap_err().is_cancelled());
+    /// ```
     pub fn is_cancelled(&self) -> bool {
-        matches!(self.repr, Repr::Cancelled)
+        matches!(self.repr, Repr::Cancelled | Repr::Shutdown)
     }
 
     /// The task panicked.
@@ -274,7 +297,7 @@ impl JoinError {
     pub fn try_into_panic(self) -> Result<Box<dyn Any + Send + 'static>, JoinError> {
         match self.repr {
             Repr::Panic(p) => Ok(p),
-            Repr::Cancelled => Err(self),
+            Repr::Cancelled | Repr::Shutdown => Err(self),
         }
     }
 
@@ -289,7 +312,7 @@ impl JoinError {
                 .downcast_ref::<&'static str>()
                 .copied()
                 .or_else(|| p.downcast_ref::<String>().map(String::as_str)),
-            Repr::Cancelled => None,
+            Repr::Cancelled | Repr::Shutdown => None,
         }
     }
 }
@@ -298,6 +321,11 @@ impl fmt::Display for JoinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.repr, self.panic_message()) {
             (Repr::Cancelled, _) => write!(f, "task {} was cancelled", self.id),
+            (Repr::Shutdown, _) => write!(
+                f,
+                "task {} was not started: the runtime is shutting down",
+                self.id
+            ),
             (Repr::Panic(_), Some(msg)) => {
                 write!(f, "task {} panicked with message {msg:?}", self.id)
             }
@@ -310,6 +338,7 @@ impl fmt::Debug for JoinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.repr, self.panic_message()) {
             (Repr::Cancelled, _) => write!(f, "JoinError::Cancelled({:?})", self.id),
+            (Repr::Shutdown, _) => write!(f, "JoinError::Shutdown({:?})", self.id),
             (Repr::Panic(_), Some(msg)) => {
                 write!(f, "JoinError::Panic({:?}, {msg:?}, ..)", self.id)
             }

@@ -22,6 +22,7 @@
 //! the tests of that type.
 
 pub(crate) mod current;
+pub(crate) mod diag;
 pub(crate) mod header;
 mod join;
 pub(crate) mod owned;

@@ -11,6 +11,9 @@ use crate::base::Mutex;
 
 struct Shard {
     head: Option<NonNull<Header>>,
+    /// How many tasks are linked (`Stats::active_tasks`): kept under the lock that
+    /// linking and unlinking hold anyway, so counting costs no atomic.
+    len: usize,
     closed: bool,
 }
 
@@ -31,6 +34,7 @@ impl OwnedTasks {
                 .map(|_| {
                     CachePadded::new(Mutex::new(Shard {
                         head: None,
+                        len: 0,
                         closed: false,
                     }))
                 })
@@ -63,6 +67,7 @@ impl OwnedTasks {
             }
         }
         shard.head = Some(task);
+        shard.len += 1;
         true
     }
 
@@ -103,6 +108,32 @@ impl OwnedTasks {
     pub(crate) fn is_empty(&self) -> bool {
         self.shards.iter().all(|s| s.lock().head.is_none())
     }
+
+    /// How many tasks are linked (live, not yet completed), summed shard by shard: a
+    /// count that tasks completing meanwhile may make slightly stale, never torn.
+    pub(crate) fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len).sum()
+    }
+
+    /// Calls `f` on every linked task, one shard at a time under that shard's lock.
+    /// Safe against tasks completing concurrently: a completing task unlinks itself
+    /// under the same lock, so a task is either seen while the list's reference keeps
+    /// it alive or not seen at all. `f` must be short and must not touch the list
+    /// (nor anything that may complete a task: that would take the shard lock again).
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&Header)) {
+        for shard in self.shards.iter() {
+            let s = shard.lock();
+            let mut next = s.head;
+            while let Some(t) = next {
+                // SAFETY: under the shard's lock every linked task is alive (the list
+                // holds a reference to it) and its links are stable.
+                let h = unsafe { t.as_ref() };
+                f(h);
+                // SAFETY: as above.
+                next = unsafe { h.owned.next.with(|p| *p) };
+            }
+        }
+    }
 }
 
 /// # Safety
@@ -127,5 +158,6 @@ unsafe fn unlink(shard: &mut Shard, h: &Header) -> bool {
         h.owned.prev.with_mut(|p| *p = None);
         h.owned.next.with_mut(|p| *p = None);
     }
+    shard.len -= 1;
     true
 }

@@ -126,6 +126,8 @@ where
                 id,
                 home: AtomicU32::new(super::header::NO_HOME),
                 fiber,
+                flags: std::sync::atomic::AtomicU8::new(0),
+                diag: std::sync::atomic::AtomicU64::new(super::diag::fresh()),
             },
             scheduler,
             stage: UnsafeCell::new(Stage::Running(future)),
@@ -222,6 +224,12 @@ where
         let id = self.header.id;
         let result = match self.set_stage(Stage::Consumed) {
             Some(payload) => Err(JoinError::panic(id, payload)),
+            None if self.header.flags.load(std::sync::atomic::Ordering::Relaxed)
+                & super::diag::REFUSED
+                != 0 =>
+            {
+                Err(JoinError::shutdown(id))
+            }
             None => Err(JoinError::cancelled(id)),
         };
         self.complete(result);

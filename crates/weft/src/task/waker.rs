@@ -20,6 +20,12 @@ pub(crate) unsafe fn borrowed(ptr: NonNull<Header>) -> Waker {
     unsafe { Waker::from_raw(RawWaker::new(ptr.as_ptr() as *const (), &VTABLE)) }
 }
 
+/// The task behind `waker`, if it is a task's waker (for diagnostics records).
+#[inline]
+pub(crate) fn header_of(waker: &Waker) -> Option<&Header> {
+    std::ptr::eq(waker.vtable(), &VTABLE).then(|| header(waker.data()))
+}
+
 fn header<'a>(data: *const ()) -> &'a Header {
     // SAFETY: every waker built here points at a live header (it owns a reference or
     // is borrowed for less than the life of one).
@@ -39,6 +45,7 @@ fn clone(data: *const ()) -> RawWaker {
 fn wake_by_ref(data: *const ()) {
     let h = header(data);
     if h.state.transition_to_scheduled() {
+        super::diag::stamp(h);
         // SAFETY: the transition created the queue reference that `schedule` consumes.
         unsafe { (h.vtable.schedule)(ptr(data)) }
     }

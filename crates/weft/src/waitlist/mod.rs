@@ -30,6 +30,8 @@ use std::marker::PhantomPinned;
 use std::ptr;
 use std::task::Waker;
 
+pub(crate) use crate::task::diag::WaitOn;
+
 use crate::base::{AtomicUsize, UnsafeCell};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
@@ -244,7 +246,11 @@ impl<T> Node<T> {
     /// # Safety
     /// The caller holds the lock of the object this node waits on (or owns the node
     /// and it is on no list and reserved by nobody).
-    pub(crate) unsafe fn set_waker(&self, waker: &Waker, wakes: &mut WakeBatch) {
+    ///
+    /// `on` is what the waiting task is recorded as waiting on (diagnostics: see
+    /// `task::diag`).
+    pub(crate) unsafe fn set_waker(&self, waker: &Waker, on: WaitOn, wakes: &mut WakeBatch) {
+        crate::task::diag::note_wait(waker, on);
         let old = self.links.with_mut(|l| {
             // SAFETY: exclusive under the lock (the contract).
             let l = unsafe { &mut *l };

@@ -20,6 +20,8 @@ const WEFT_VARS: &[&str] = &[
     "WEFT_STATS",
     "WEFT_VERBOSE",
     "WEFT_DEBUG_STALL",
+    "WEFT_DEBUG_LOCKS",
+    "WEFT_DEBUG_DEADLOCK",
 ];
 
 /// What a child process did.

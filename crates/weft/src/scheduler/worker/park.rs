@@ -101,7 +101,9 @@ impl Core {
             }
             // Time asleep is not task time: sample up to the park (which also restarted
             // the poll count), restart the clock after it.
-            self.tick_start.set(clock::now_ns());
+            let now = clock::now_ns();
+            clock::refresh_coarse(now);
+            self.tick_start.set(now);
         }
         self.transitioning_to_park.set(false);
     }
