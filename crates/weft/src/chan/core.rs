@@ -44,6 +44,7 @@ use crossbeam_utils::CachePadded;
 use super::flavors::list::{self, List};
 use super::flavors::ring::{self, PushError, Ring};
 use crate::base::{fence, AtomicBool, AtomicUsize};
+use crate::task::TaskRef;
 use crate::waitlist::{Kind, Lock, LockGuard, Node, Reason, WaitList, WakeBatch};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Release, SeqCst};
 
@@ -657,7 +658,9 @@ impl<T> Chan<T> {
         // SAFETY: under the lock; nodes on the list are alive.
         let taken = unsafe {
             st.senders.take_first(|n| match n.kind() {
-                Kind::Op => true,
+                // A rendezvous send whose task is already cancelled is passed over: it
+                // will be withdrawn, its value never delivered (see `Node::commit`).
+                Kind::Op => n.commit(),
                 Kind::Select if pair.is_some() => !n.same_group(own) && n.claim(),
                 Kind::Select => {
                     unpaired |= n.is_open();
@@ -1048,6 +1051,9 @@ impl<T> Chan<T> {
                 Reason::Data => {
                     node.reset();
                     *registered = false;
+                    // The send is complete and its `Ok` ours: a cancellation deferred by
+                    // the receiver's commit takes effect at the task's next wait.
+                    end_commit(node);
                     return Poll::Ready(Ok(()));
                 }
                 Reason::Waiting => {
@@ -1065,6 +1071,7 @@ impl<T> Chan<T> {
                     *registered = false;
                     // SAFETY: woken with a reason: the node is ours again.
                     *value = unsafe { node.take_slot() };
+                    end_commit(node);
                     node.reset();
                 }
             }
@@ -1082,13 +1089,22 @@ impl<T> Chan<T> {
                 Poll::Ready(Err(v))
             }
             Err((v, _)) => {
+                // A rendezvous send records its task, for the receiver's commit (see
+                // `Node::commit`); buffered sends need not (a send's value is then
+                // delivered only into the buffer, never half-sent to a receiver).
+                let task = if self.cap == Some(0) {
+                    TaskRef::current()
+                } else {
+                    None
+                };
                 // SAFETY: under the lock; the caller keeps the node pinned until
                 // `cancel_send` takes it off.
-                unsafe {
+                let stale = unsafe {
                     node.set_waker(cx.waker(), &mut wakes);
                     node.put_slot(v);
                     st.senders.push_back(node);
-                }
+                    node.set_task(task)
+                };
                 *registered = true;
                 // Store-buffering with a fast receive (module doc): room freed
                 // meanwhile takes the node's value here, or its receiver settles.
@@ -1096,6 +1112,8 @@ impl<T> Chan<T> {
                 fence(SeqCst);
                 self.settle_locked(&mut st, &mut wakes);
                 st.wake_observers(true, &mut wakes);
+                drop(st);
+                drop(stale);
                 Poll::Pending
             }
         }
@@ -1106,11 +1124,16 @@ impl<T> Chan<T> {
     pub(crate) fn cancel_send(&self, node: &Node<T>) -> Option<T> {
         let mut st = self.lock();
         // SAFETY: under the lock.
-        let v = unsafe {
+        let (v, commit) = unsafe {
             st.senders.remove(node);
-            node.take_slot()
+            (node.take_slot(), node.end_commit())
         };
         drop(st);
+        // A receiver that took the value committed for us: the send completed, even if
+        // its owner no longer looks (the shield it raised ends here).
+        if let (Some(task), true) = commit {
+            task.unshield();
+        }
         v
     }
 
@@ -1438,6 +1461,17 @@ impl<T> Drop for PairedRecv<'_, T> {
         if !taken {
             self.chan.cancel_recv(&self.node);
         }
+    }
+}
+
+/// The owner of a send's node that has seen it completed (or told to retry) ends the
+/// receiver's commit: lowers the shield it raised and releases the task reference.
+fn end_commit<T>(node: &Node<T>) {
+    // SAFETY: the caller owns the node and has seen a reason other than `Waiting`: the
+    // waker no longer touches it.
+    let (task, shielded) = unsafe { node.end_commit() };
+    if let (Some(task), true) = (task, shielded) {
+        task.unshield();
     }
 }
 

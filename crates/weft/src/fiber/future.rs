@@ -128,6 +128,16 @@ pub(crate) fn current_fiber() -> Option<NonNull<FiberCtx>> {
     Some(ctx)
 }
 
+/// Whether the running fiber's stack is being unwound by its cancellation (`Drop`
+/// forces the unwind from the fiber's wait): a payload caught meanwhile is that unwind,
+/// not a panic of the fiber's code, and must be resumed.
+pub(crate) fn is_force_unwinding() -> bool {
+    let ctx = current_ctx();
+    // SAFETY: a non-null current fiber is the live context of the fiber running on this
+    // thread (set for the duration of its resume, and of its unwind).
+    !ctx.is_null() && unsafe { &*ctx }.unwinding.get()
+}
+
 /// Whether the running fiber `c` may suspend: it has not entered a fork-join `join` or
 /// `scope` since it was resumed (their frames on the worker's deque must be undone in
 /// order, so a fiber that suspended there could let another one pop out of turn; such
