@@ -289,12 +289,12 @@ impl NurseryOptions {
         B: Future<Output = Result<T, E>>,
         E: Send + 'static,
     {
-        let inner = Arc::new(Inner::new(runtime()));
-        let watcher = watch(&inner, self.deadline);
-        let body = body(Nursery::new(inner.clone()));
-        let run = Run::new(inner, body, Some(watcher));
+        // Started at the first poll: the runtime is the one polling it.
         async move {
-            match run.await {
+            let inner = Arc::new(Inner::new(runtime()));
+            let watcher = watch(&inner, self.deadline);
+            let body = body(Nursery::new(inner.clone()));
+            match Run::new(inner, body, Some(watcher)).await {
                 Outcome::Done(r) => Ok(r),
                 Outcome::Elapsed => Err(Elapsed::new()),
             }
@@ -386,11 +386,11 @@ where
     B: Future<Output = Result<T, E>>,
     E: Send + 'static,
 {
-    let inner = Arc::new(Inner::new(runtime()));
-    let body = body(Nursery::new(inner.clone()));
-    let run = Run::new(inner, body, None);
+    // Started at the first poll: the runtime is the one polling it.
     async move {
-        match run.await {
+        let inner = Arc::new(Inner::new(runtime()));
+        let body = body(Nursery::new(inner.clone()));
+        match Run::new(inner, body, None).await {
             Outcome::Done(r) => r,
             Outcome::Elapsed => unreachable!("a nursery without a deadline"),
         }
