@@ -20,7 +20,9 @@ fn counter() -> Arc<AtomicUsize> {
 
 /// A child that parks for a long time; its `DropCounter` (made now, so that a child
 /// cancelled before it starts counts too) counts its end.
-fn park_task(ended: Arc<AtomicUsize>) -> impl std::future::Future<Output = Result<(), &'static str>> {
+fn park_task(
+    ended: Arc<AtomicUsize>,
+) -> impl std::future::Future<Output = Result<(), &'static str>> {
     let c = DropCounter(ended);
     async move {
         let _c = c;
@@ -277,14 +279,14 @@ fn deadlines_in_both_forms() {
         let e = ended.clone();
         // Async, timeout passes: Err(Elapsed), the children cancelled, the body dropped.
         let start = Instant::now();
-        let r = rt.block_on(
-            Nursery::with_timeout(Duration::from_millis(30)).run(move |n| async move {
+        let r = rt.block_on(Nursery::with_timeout(Duration::from_millis(30)).run(
+            move |n| async move {
                 n.spawn(park_task(e.clone()));
                 n.spawn_fiber(park_fiber(e));
                 weft::time::sleep(LONG).await;
                 Ok::<(), &str>(())
-            }),
-        );
+            },
+        ));
         assert!(r.is_err());
         let _: weft::time::Elapsed = r.unwrap_err();
         assert!(start.elapsed() >= Duration::from_millis(30));
@@ -300,21 +302,19 @@ fn deadlines_in_both_forms() {
         assert_eq!(r, Ok(Ok(1)));
 
         // Async, a child's error before the deadline.
-        let r = rt.block_on(
-            Nursery::with_timeout(LONG).run(|n| async move {
-                n.spawn(async { Err("early") });
-                n.spawn(std::future::pending());
-                Ok(())
-            }),
-        );
+        let r = rt.block_on(Nursery::with_timeout(LONG).run(|n| async move {
+            n.spawn(async { Err("early") });
+            n.spawn(std::future::pending());
+            Ok(())
+        }));
         assert_eq!(r, Ok(Err("early")));
 
         // Blocking, from a plain thread with the runtime entered.
         let _enter = rt.enter();
         let ended = counter();
         let mut touched = [0u8; 4];
-        let r = Nursery::with_deadline(Instant::now() + Duration::from_millis(30)).run_blocking(
-            |n| {
+        let r =
+            Nursery::with_deadline(Instant::now() + Duration::from_millis(30)).run_blocking(|n| {
                 for t in touched.iter_mut() {
                     let e = ended.clone();
                     n.spawn_fiber(move || {
@@ -323,8 +323,7 @@ fn deadlines_in_both_forms() {
                     });
                 }
                 Ok::<_, &str>(())
-            },
-        );
+            });
         assert!(r.is_err());
         assert_eq!(touched, [1; 4]);
         assert_eq!(ended.load(SeqCst), 4);
@@ -378,7 +377,10 @@ fn nested_nurseries_cancel_inward_only() {
             Ok::<_, &str>(())
         }));
         assert_eq!(r, Ok(()));
-        assert!(sibling_done.load(SeqCst), "an inner failure cancelled outward");
+        assert!(
+            sibling_done.load(SeqCst),
+            "an inner failure cancelled outward"
+        );
 
         // Cancelling the outer nursery cancels the inner ones' children.
         let ended = counter();
@@ -405,7 +407,10 @@ fn nested_nurseries_cancel_inward_only() {
             });
             let deadline = Instant::now() + TIMEOUT;
             while started.load(SeqCst) < 2 {
-                assert!(Instant::now() < deadline, "hang: the inner nurseries never started");
+                assert!(
+                    Instant::now() < deadline,
+                    "hang: the inner nurseries never started"
+                );
                 weft::time::sleep(Duration::from_millis(1)).await;
             }
             n.cancel();
@@ -414,8 +419,13 @@ fn nested_nurseries_cancel_inward_only() {
         assert_eq!(r, Ok(()));
         // The blocking inner nursery waited for its child before its fiber ended; the
         // async one, dropped with its task, cancelled its child but cannot wait for it.
-        assert!(ended.load(SeqCst) >= 1, "a blocking inner nursery did not wait");
-        wait_until("the inner children were cancelled", || ended.load(SeqCst) == 2);
+        assert!(
+            ended.load(SeqCst) >= 1,
+            "a blocking inner nursery did not wait"
+        );
+        wait_until("the inner children were cancelled", || {
+            ended.load(SeqCst) == 2
+        });
     });
 }
 
@@ -461,14 +471,26 @@ fn blocking_from_every_context_with_borrowed_children() {
         // A fiber.
         let h = rt.handle().clone();
         let _enter = h.enter();
-        assert_eq!(weft::fiber::spawn(borrowing_nursery).join().unwrap(), FILLED);
+        assert_eq!(
+            weft::fiber::spawn(borrowing_nursery).join().unwrap(),
+            FILLED
+        );
         // A worker (inside an async task).
-        assert_eq!(rt.spawn(async { borrowing_nursery() }).join().unwrap(), FILLED);
+        assert_eq!(
+            rt.spawn(async { borrowing_nursery() }).join().unwrap(),
+            FILLED
+        );
         // A one-worker runtime: the worker runs the children while it waits.
         let one = Builder::new().worker_threads(1).build().unwrap();
-        assert_eq!(one.spawn(async { borrowing_nursery() }).join().unwrap(), FILLED);
+        assert_eq!(
+            one.spawn(async { borrowing_nursery() }).join().unwrap(),
+            FILLED
+        );
         let _one = one.enter();
-        assert_eq!(weft::fiber::spawn(borrowing_nursery).join().unwrap(), FILLED);
+        assert_eq!(
+            weft::fiber::spawn(borrowing_nursery).join().unwrap(),
+            FILLED
+        );
     });
 }
 
@@ -495,7 +517,10 @@ fn blocking_first_error_cancels_the_others() {
         });
         assert_eq!(r, Err("fiber failed"));
         assert_eq!(ended.load(SeqCst), 6);
-        assert!(body_went_on.load(SeqCst), "the blocking body runs to its end");
+        assert!(
+            body_went_on.load(SeqCst),
+            "the blocking body runs to its end"
+        );
 
         // The body's own error cancels the children.
         let ended = counter();
@@ -598,7 +623,10 @@ impl Drop for OwnerFrame<'_> {
 #[test]
 fn an_owner_fiber_aborted_in_its_wait_cancels_and_outlives_its_children() {
     with_timeout(|| {
-        for workers in [1, 2] {
+        // The owner is aborted while it waits for its children (`in_body: false`), or
+        // while its body waits on something else (the unwind then passes through the
+        // nursery, which cancels and waits before it lets it go on).
+        for (workers, in_body) in [(1, false), (2, false), (1, true), (2, true)] {
             let rt = Builder::new().worker_threads(workers).build().unwrap();
             let _enter = rt.enter();
             let (seen_tx, seen_rx) = mpsc::channel();
@@ -635,12 +663,17 @@ fn an_owner_fiber_aborted_in_its_wait_cancels_and_outlives_its_children() {
                         Ok(())
                     });
                     n.spawn_fiber(move || {
-                        weft::wait(weft::task::shield(weft::time::sleep(Duration::from_millis(30))));
+                        weft::wait(weft::task::shield(weft::time::sleep(
+                            Duration::from_millis(30),
+                        )));
                         *c = 3;
                         ended.fetch_add(1, SeqCst);
                         Ok(())
                     });
                     waiting_tx.send(()).unwrap();
+                    if in_body {
+                        weft::fiber::sleep(LONG);
+                    }
                     Ok(())
                 });
                 unreachable!("the owner was aborted: it unwinds in its wait");
@@ -650,8 +683,10 @@ fn an_owner_fiber_aborted_in_its_wait_cancels_and_outlives_its_children() {
             owner.abort();
             let r = owner.join();
             assert!(r.unwrap_err().is_cancelled());
-            let seen = seen_rx.recv_timeout(TIMEOUT).expect("the owner frame was dropped");
-            assert_eq!(seen, 3, "the owner unwound before its children ended");
+            let seen = seen_rx
+                .recv_timeout(TIMEOUT)
+                .expect("the owner frame was dropped");
+            assert_eq!(seen, 3, "the owner unwound before its children ended ({workers} workers, in body: {in_body})");
         }
     });
 }
@@ -679,7 +714,10 @@ fn child_process_entry() {
     })
     .join()
     .unwrap();
-    assert!(rt.stats().total_spawned > before, "the children ran elsewhere");
+    assert!(
+        rt.stats().total_spawned > before,
+        "the children ran elsewhere"
+    );
     println!("CHILD done=ok");
 }
 

@@ -158,7 +158,7 @@ impl<'scope, E: Send + 'static> Nursery<'scope, E> {
     ///     }
     ///     Ok::<_, ()>(())
     /// });
-        /// assert_eq!(r, Ok(()));
+    /// assert_eq!(r, Ok(()));
     /// assert_eq!(counts, [1; 4]);
     /// ```
     pub fn spawn_fiber<F>(&self, f: F)

@@ -194,7 +194,10 @@ impl<E> Inner<E> {
 impl<E> State<E> {
     fn cancel(&mut self) -> Vec<AbortHandle> {
         self.cancelled = true;
-        self.children.values_mut().filter_map(Option::take).collect()
+        self.children
+            .values_mut()
+            .filter_map(Option::take)
+            .collect()
     }
 
     /// Keeps `f` if it is the first failure, cancelling the nursery. Once the nursery
