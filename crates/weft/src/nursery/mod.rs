@@ -283,21 +283,19 @@ impl NurseryOptions {
     /// }));
     /// assert_eq!(r, Ok(Ok("in time")));
     /// ```
-    pub fn run<F, B, T, E>(self, body: F) -> impl Future<Output = Result<Result<T, E>, Elapsed>>
+    pub async fn run<F, B, T, E>(self, body: F) -> Result<Result<T, E>, Elapsed>
     where
         F: FnOnce(Nursery<'static, E>) -> B,
         B: Future<Output = Result<T, E>>,
         E: Send + 'static,
     {
         // Started at the first poll: the runtime is the one polling it.
-        async move {
-            let inner = Arc::new(Inner::new(runtime()));
-            let watcher = watch(&inner, self.deadline);
-            let body = body(Nursery::new(inner.clone()));
-            match Run::new(inner, body, Some(watcher)).await {
-                Outcome::Done(r) => Ok(r),
-                Outcome::Elapsed => Err(Elapsed::new()),
-            }
+        let inner = Arc::new(Inner::new(runtime()));
+        let watcher = watch(&inner, self.deadline);
+        let body = body(Nursery::new(inner.clone()));
+        match Run::new(inner, body, Some(watcher)).await {
+            Outcome::Done(r) => Ok(r),
+            Outcome::Elapsed => Err(Elapsed::new()),
         }
     }
 
@@ -380,20 +378,18 @@ fn watch<E: Send + 'static>(inner: &Arc<Inner<E>>, deadline: Instant) -> AbortHa
 /// assert_eq!(r.unwrap(), "done");
 /// assert_eq!(total.load(std::sync::atomic::Ordering::SeqCst), 10);
 /// ```
-pub fn nursery<F, B, T, E>(body: F) -> impl Future<Output = Result<T, E>>
+pub async fn nursery<F, B, T, E>(body: F) -> Result<T, E>
 where
     F: FnOnce(Nursery<'static, E>) -> B,
     B: Future<Output = Result<T, E>>,
     E: Send + 'static,
 {
     // Started at the first poll: the runtime is the one polling it.
-    async move {
-        let inner = Arc::new(Inner::new(runtime()));
-        let body = body(Nursery::new(inner.clone()));
-        match Run::new(inner, body, None).await {
-            Outcome::Done(r) => r,
-            Outcome::Elapsed => unreachable!("a nursery without a deadline"),
-        }
+    let inner = Arc::new(Inner::new(runtime()));
+    let body = body(Nursery::new(inner.clone()));
+    match Run::new(inner, body, None).await {
+        Outcome::Done(r) => r,
+        Outcome::Elapsed => unreachable!("a nursery without a deadline"),
     }
 }
 
