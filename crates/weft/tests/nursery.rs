@@ -397,6 +397,16 @@ fn nested_nurseries_cancel_inward_only() {
                 })
                 .await
             });
+            let (e3, s3) = (e.clone(), s.clone());
+            n.spawn_fiber(move || {
+                // An async nursery awaited by a fiber, unwound with it.
+                weft::wait(weft::nursery(move |m| async move {
+                    m.spawn(park_task(e3));
+                    s3.fetch_add(1, SeqCst);
+                    std::future::pending::<()>().await;
+                    Ok(())
+                }))
+            });
             n.spawn_fiber(move || {
                 weft::nursery_blocking(|m| {
                     let e = e.clone();
@@ -406,7 +416,7 @@ fn nested_nurseries_cancel_inward_only() {
                 })
             });
             let deadline = Instant::now() + TIMEOUT;
-            while started.load(SeqCst) < 2 {
+            while started.load(SeqCst) < 3 {
                 assert!(
                     Instant::now() < deadline,
                     "hang: the inner nurseries never started"
@@ -417,15 +427,15 @@ fn nested_nurseries_cancel_inward_only() {
             Ok::<_, &str>(())
         }));
         assert_eq!(r, Ok(()));
-        // The blocking inner nursery waited for its child before its fiber ended; the
-        // async one, dropped with its task, cancelled its child but cannot wait for it.
-        assert!(
-            ended.load(SeqCst) >= 1,
-            "a blocking inner nursery did not wait"
+        // Every inner nursery's children ended before the outer one returned: the
+        // blocking one waited for its child before its fiber ended; an async one,
+        // dropped with its task (or unwound with its fiber), keeps that child's place
+        // in the outer nursery until its own child has ended.
+        assert_eq!(
+            ended.load(SeqCst),
+            3,
+            "the inner children were not cancelled"
         );
-        wait_until("the inner children were cancelled", || {
-            ended.load(SeqCst) == 2
-        });
     });
 }
 

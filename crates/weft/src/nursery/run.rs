@@ -135,8 +135,10 @@ impl<B: Future<Output = Result<T, E>>, T, E> Drop for Run<B, T, E> {
             return;
         }
         // Dropped before it finished: the children are cancelled (they own all they
-        // use: async children are `'static`), and so is the deadline's watcher.
-        self.inner.cancel();
+        // use: async children are `'static`), and so is the deadline's watcher. If
+        // this runs as a child of another nursery, that child stays alive until these
+        // children ended: structure holds across a dropped async nursery.
+        self.inner.abandon(super::child::enclosing());
         if let Some(w) = self.watcher.take() {
             w.abort();
         }

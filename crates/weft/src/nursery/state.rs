@@ -6,7 +6,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::task::{Context, Poll, Waker};
 
-use crate::base::Mutex;
+use crate::base::{Arc, Mutex};
 use crate::task::AbortHandle;
 use crate::Handle;
 
@@ -22,9 +22,59 @@ pub(crate) struct Inner<E> {
     pub(crate) handle: Option<Handle>,
 }
 
+/// One child alive.
+struct Child {
+    /// Arrives just after the spawn; taken by a cancellation.
+    abort: Option<AbortHandle>,
+    /// Nurseries that the child's future dropped unfinished (an async nursery cancelled
+    /// with its task), whose children are still ending: the child counts as alive until
+    /// they have (see [`Hold`]).
+    holds: usize,
+    /// The child's own future or closure is gone (`child_ended`).
+    ended: bool,
+}
+
+/// A child alive in some nursery, as an async nursery that its future drops unfinished
+/// sees it: that nursery's children, cancelled, may still be ending, and they are the
+/// child's descendants, so the enclosing nursery must wait for them too. `hold` keeps
+/// the child counted alive until the matching `release`. Type-erased (`dyn`): the two
+/// nurseries' error types differ.
+pub(crate) trait Hold: Send + Sync {
+    fn hold(&self);
+    fn release(&self);
+}
+
+/// The [`Hold`] of child `id` of `inner`.
+pub(crate) struct ChildRef<E> {
+    pub(crate) inner: Arc<Inner<E>>,
+    pub(crate) id: u64,
+}
+
+impl<E: Send> Hold for ChildRef<E> {
+    fn hold(&self) {
+        let mut st = self.inner.state.lock();
+        if let Some(c) = st.children.get_mut(&self.id) {
+            c.holds += 1;
+        }
+    }
+
+    fn release(&self) {
+        let mut st = self.inner.state.lock();
+        if let Some(c) = st.children.get_mut(&self.id) {
+            c.holds -= 1;
+        }
+        let done = st.remove_if_done(self.id);
+        drop(st);
+        done.run();
+    }
+}
+
 struct State<E> {
-    /// The children alive, by id; the abort handle arrives just after the spawn.
-    children: HashMap<u64, Option<AbortHandle>>,
+    /// The children alive, by id.
+    children: HashMap<u64, Child>,
+    /// Set when the owner went away unfinished (`abandon`): released when the last
+    /// child has ended.
+    adopter: Option<Arc<dyn Hold>>,
     next_id: u64,
     /// Set by `cancel`, by the first failure and by the deadline: children alive are
     /// cancelled, and new ones are cancelled at once.
@@ -48,6 +98,7 @@ impl<E> Inner<E> {
         Inner {
             state: Mutex::new(State {
                 children: HashMap::new(),
+                adopter: None,
                 next_id: 0,
                 cancelled: false,
                 failure: None,
@@ -68,7 +119,14 @@ impl<E> Inner<E> {
         }
         let id = st.next_id;
         st.next_id += 1;
-        st.children.insert(id, None);
+        st.children.insert(
+            id,
+            Child {
+                abort: None,
+                holds: 0,
+                ended: false,
+            },
+        );
         Some(id)
     }
 
@@ -78,7 +136,7 @@ impl<E> Inner<E> {
         let mut st = self.state.lock();
         let cancelled = st.cancelled;
         match st.children.get_mut(&id) {
-            Some(slot) if !cancelled => *slot = Some(abort),
+            Some(c) if !cancelled => c.abort = Some(abort),
             Some(_) => {
                 drop(st);
                 abort.abort();
@@ -92,22 +150,45 @@ impl<E> Inner<E> {
     /// future (or closure) is gone by now: nothing it borrowed is used any more.
     pub(crate) fn child_ended(&self, id: u64, failure: Option<Failure<E>>) {
         let mut st = self.state.lock();
-        let removed = st.children.remove(&id);
+        let abort = st.children.get_mut(&id).and_then(|c| {
+            c.ended = true;
+            c.abort.take()
+        });
         let (kept, aborts, unused) = match failure {
             Some(f) => st.record(f),
             None => (false, Vec::new(), None),
         };
-        let owner = if st.children.is_empty() || kept {
-            st.owner.take()
+        let mut done = st.remove_if_done(id);
+        if kept && done.owner.is_none() {
+            // A failure: the async owner drops its body now.
+            done.owner = st.owner.take();
+        }
+        drop(st);
+        drop(abort);
+        cancel_all(aborts);
+        drop(unused);
+        done.run();
+    }
+
+    /// The async owner goes away unfinished (its future dropped): the children are
+    /// cancelled, and if some are still alive, `adopter` (the child of an enclosing
+    /// nursery whose future dropped this one) stays alive until they have ended.
+    pub(crate) fn abandon(&self, adopter: Option<Arc<dyn Hold>>) {
+        if let Some(a) = &adopter {
+            a.hold();
+        }
+        let mut st = self.state.lock();
+        let aborts = st.cancel();
+        let unused = if st.children.is_empty() {
+            adopter
         } else {
+            st.adopter = adopter;
             None
         };
         drop(st);
-        drop(removed);
         cancel_all(aborts);
-        drop(unused);
-        if let Some(w) = owner {
-            w.wake();
+        if let Some(a) = unused {
+            a.release();
         }
     }
 
@@ -191,13 +272,51 @@ impl<E> Inner<E> {
     }
 }
 
+/// What follows the end of a child, outside the lock.
+struct Done {
+    owner: Option<Waker>,
+    adopter: Option<Arc<dyn Hold>>,
+}
+
+impl Done {
+    fn run(self) {
+        if let Some(w) = self.owner {
+            w.wake();
+        }
+        if let Some(a) = self.adopter {
+            a.release();
+        }
+    }
+}
+
 impl<E> State<E> {
     fn cancel(&mut self) -> Vec<AbortHandle> {
         self.cancelled = true;
         self.children
             .values_mut()
-            .filter_map(Option::take)
+            .filter_map(|c| c.abort.take())
             .collect()
+    }
+
+    /// Forgets child `id` once it ended and holds nothing; when that was the last
+    /// child, the owner is woken and an adopter released.
+    fn remove_if_done(&mut self, id: u64) -> Done {
+        let mut done = Done {
+            owner: None,
+            adopter: None,
+        };
+        if self
+            .children
+            .get(&id)
+            .is_some_and(|c| c.ended && c.holds == 0)
+        {
+            self.children.remove(&id);
+            if self.children.is_empty() {
+                done.owner = self.owner.take();
+                done.adopter = self.adopter.take();
+            }
+        }
+        done
     }
 
     /// Keeps `f` if it is the first failure, cancelling the nursery. Once the nursery
