@@ -129,12 +129,13 @@ impl<'scope, E: Send + 'static> Nursery<'scope, E> {
         };
         let future: std::pin::Pin<Box<dyn Future<Output = Result<(), E>> + Send + 'scope>> =
             Box::pin(future);
-        // SAFETY: only the lifetime changes (same type, same layout). The future may
-        // borrow for `'scope`; the task holding it can outlive that only if the
-        // nursery's owner returned while it was alive, and the owner never does:
-        // `nursery` has `'scope = 'static`, and `nursery_blocking` returns (or unwinds,
-        // or leaks a fiber's stack, see `StackPin`) only once every child has reported
-        // its end, which `TaskChild` does after dropping this future.
+        // Only the lifetime changes (same type, same layout). The future may borrow for
+        // `'scope`; the task holding it could outlive that only if the nursery's owner
+        // returned while it was alive, and the owner never does: `nursery` has
+        // `'scope = 'static`, and `nursery_blocking` returns (or unwinds, or leaks a
+        // fiber's stack, see `StackPin`) only once every child has reported its end,
+        // which `TaskChild` does after dropping this future.
+        // SAFETY: the owner outlives this future's use (above).
         let future: TaskBody<E> = unsafe { std::mem::transmute(future) };
         let h = handle.spawn(TaskChild::new(future, guard));
         self.inner.set_abort(id, h.abort_handle());
@@ -175,8 +176,8 @@ impl<'scope, E: Send + 'static> Nursery<'scope, E> {
             no_runtime();
         };
         let f: Box<dyn FnOnce() -> Result<(), E> + Send + 'scope> = Box::new(f);
-        // SAFETY: as in `spawn`: `FiberChild` reports the child's end after `f` ran (or
-        // was dropped), and the owner waits for that report.
+        // SAFETY: as in `spawn`: `FiberChild` reports the child's end after `f` ran
+        // (or was dropped), and the owner waits for that report.
         let f: FiberBody<E> = unsafe { std::mem::transmute(f) };
         let child = FiberChild::new(f, guard);
         let h = {
