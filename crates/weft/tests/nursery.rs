@@ -96,6 +96,31 @@ fn async_nursery_inside_a_spawned_task() {
 }
 
 #[test]
+fn async_nursery_awaited_by_a_fiber() {
+    with_timeout(|| {
+        let rt = Builder::new().worker_threads(1).build().unwrap();
+        let _enter = rt.enter();
+        let h = weft::fiber::spawn(|| {
+            let ok = weft::wait(weft::nursery(|n| async move {
+                n.spawn(async { Ok(()) });
+                n.spawn_fiber(|| {
+                    weft::fiber::sleep(Duration::from_millis(1));
+                    Ok(())
+                });
+                Ok::<_, String>(5)
+            }));
+            let failed = weft::wait(weft::nursery(|n| async move {
+                n.spawn_fiber(|| Err("fiber child".to_string()));
+                weft::time::sleep(LONG).await;
+                Ok::<_, String>(6)
+            }));
+            (ok, failed)
+        });
+        assert_eq!(h.join().unwrap(), (Ok(5), Err("fiber child".to_string())));
+    });
+}
+
+#[test]
 fn async_first_error_cancels_siblings_and_the_body() {
     with_timeout(|| {
         let rt = Runtime::new().unwrap();
