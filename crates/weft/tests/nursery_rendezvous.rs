@@ -68,6 +68,25 @@ fn spawn_sender(
     }
 }
 
+/// Two receivers inside the nursery (a task and a fiber), cancelled with the senders:
+/// a receive that a sender committed to returns its value, one still waiting is
+/// withdrawn and gets nothing.
+fn spawn_receivers(n: &Nursery<'_, ()>, rx: weft::chan::Receiver<u64>, got: Arc<Mutex<Vec<u64>>>) {
+    let (rx2, got2) = (rx.clone(), got.clone());
+    n.spawn(async move {
+        while let Ok(v) = rx2.recv().await {
+            got2.lock().unwrap().push(v);
+        }
+        Ok(())
+    });
+    n.spawn_fiber(move || {
+        while let Ok(v) = rx.recv_blocking() {
+            got.lock().unwrap().push(v);
+        }
+        Ok(())
+    });
+}
+
 fn stress(kind: Kind) {
     with_timeout(move || {
         let rt = Builder::new().worker_threads(2).build().unwrap();
@@ -117,6 +136,41 @@ fn stress(kind: Kind) {
             paired_total += got.len();
         }
         // The rounds did exercise the channel (not all cancelled before any send).
+        assert!(paired_total > 0);
+
+        // The receivers are children too, cancelled with the senders.
+        let mut paired_total = 0;
+        for round in 0..ROUNDS {
+            let (tx, rx) = weft::chan::bounded::<u64>(0);
+            let sent = Arc::new(Mutex::new(Vec::new()));
+            let got = Arc::new(Mutex::new(Vec::new()));
+            let delay = Duration::from_micros(rng.next() % 1500);
+            let r = weft::nursery_blocking(|n| {
+                spawn_receivers(n, rx, got.clone());
+                for c in 0..CHILDREN {
+                    spawn_sender(n, kind, c, tx.clone(), sent.clone());
+                }
+                drop(tx);
+                let start = Instant::now();
+                while start.elapsed() < delay {
+                    std::hint::spin_loop();
+                }
+                n.cancel();
+                Ok::<_, ()>(())
+            });
+            assert_eq!(r, Ok(()));
+            let got: BTreeSet<u64> = got.lock().unwrap().iter().copied().collect();
+            let sent: BTreeSet<u64> = sent.lock().unwrap().iter().copied().collect();
+            assert_eq!(
+                got,
+                sent,
+                "{kind:?} senders, receivers inside, round {round} (cancelled after \
+                 {delay:?}): received but not Ok: {:?}; Ok but not received: {:?}",
+                got.difference(&sent).take(5).collect::<Vec<_>>(),
+                sent.difference(&got).take(5).collect::<Vec<_>>(),
+            );
+            paired_total += got.len();
+        }
         assert!(paired_total > 0);
     });
 }

@@ -957,6 +957,9 @@ impl<T> Chan<T> {
                     // Ready for another wait (a `Stream` reuses its node).
                     node.reset();
                     *registered = false;
+                    // The value is ours: a cancellation deferred by the sender's commit
+                    // takes effect at the task's next wait.
+                    end_commit(node);
                     return Poll::Ready(Ok(v));
                 }
                 Reason::Waiting => {
@@ -972,6 +975,7 @@ impl<T> Chan<T> {
                 }
                 _ => {
                     *registered = false;
+                    end_commit(node);
                     node.reset();
                 }
             }
@@ -992,12 +996,20 @@ impl<T> Chan<T> {
                 Poll::Pending
             }
             Err(Fail::NotReady | Fail::Unpaired) => {
+                // A rendezvous receive records its task, for the sender's commit (see
+                // `Node::commit`).
+                let task = if self.cap == Some(0) {
+                    TaskRef::current()
+                } else {
+                    None
+                };
                 // SAFETY: under the lock; the caller keeps the node pinned until
                 // `cancel_recv` (its `Drop`) takes it off.
-                unsafe {
+                let stale = unsafe {
                     node.set_waker(cx.waker(), &mut wakes);
                     st.receivers.push_back(node);
-                }
+                    node.set_task(task)
+                };
                 *registered = true;
                 // Store-buffering with a fast send (module doc): a value that came
                 // meanwhile is handed to the node here (its wake re-polls us), or its
@@ -1007,6 +1019,8 @@ impl<T> Chan<T> {
                 self.settle_locked(&mut st, &mut wakes);
                 // A receiver waits: a rendezvous send is now possible.
                 st.wake_observers(false, &mut wakes);
+                drop(st);
+                drop(stale);
                 Poll::Pending
             }
         }
@@ -1019,7 +1033,7 @@ impl<T> Chan<T> {
         let mut st = self.lock();
         let mut drop_later = None;
         // SAFETY: under the lock, for every node access below.
-        unsafe {
+        let commit = unsafe {
             if !st.receivers.remove(node) {
                 match node.reason() {
                     Reason::Waiting => abandon_partner(node),
@@ -1032,8 +1046,14 @@ impl<T> Chan<T> {
                     _ => {}
                 }
             }
-        }
+            node.end_commit()
+        };
         drop(st);
+        // A sender that handed us a value committed for us; the value went back above
+        // (the receive's owner dropped it by its own hand: a cancellation was deferred).
+        if let (Some(task), true) = commit {
+            task.unshield();
+        }
         drop(drop_later);
     }
 
@@ -1485,8 +1505,11 @@ unsafe fn take_receiver<T>(
 ) -> Option<*const Node<T>> {
     // SAFETY: the contract.
     unsafe {
-        st.receivers
-            .take_first(|n| n.kind() != Kind::Observe && !n.same_group(own) && n.claim())
+        // `commit` after `claim`: only plain receives record a task (a select's nodes
+        // never refuse once claimed).
+        st.receivers.take_first(|n| {
+            n.kind() != Kind::Observe && !n.same_group(own) && n.claim() && n.commit()
+        })
     }
 }
 

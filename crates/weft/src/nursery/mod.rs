@@ -27,9 +27,10 @@
 //! Rendezvous channels (spec 003): a child checks cancellation before it commits to a
 //! rendezvous, never inside one. Once a receiver has taken a waiting send's value the
 //! send returns `Ok` even if its task is cancelled meanwhile (the cancellation takes
-//! effect at its next wait); a send still waiting for a partner stays cancellable and
-//! its value is then not delivered. The values a receiver got are exactly the sends
-//! that returned `Ok`.
+//! effect at its next wait), and a waiting receive that a sender handed a value returns
+//! it; an operation still waiting for a partner stays cancellable (a send's value is
+//! then not delivered). The values receivers got are exactly the sends that returned
+//! `Ok`.
 
 mod child;
 mod run;

@@ -143,8 +143,8 @@ struct Links<T> {
     partner: *const Node<T>,
     /// For a selected send: a slot of the buffer is held for it.
     reserved: bool,
-    /// For a rendezvous send: the task that waits, which the receiver that takes the
-    /// value shields (see [`Node::commit`]).
+    /// For a rendezvous send or receive: the task that waits, which the partner that
+    /// completes the node shields (see [`Node::commit`]).
     task: Option<TaskRef>,
     /// Whether [`Node::commit`] raised `task`'s shield depth (the owner lowers it).
     shielded: bool,
@@ -328,14 +328,16 @@ impl<T> Node<T> {
             .with_mut(|l| std::mem::replace(unsafe { &mut (*l).task }, task))
     }
 
-    /// A partner is about to complete this node's operation: the point of no return
-    /// of a rendezvous (spec 003, "Unbuffered (rendezvous) channels"). The waiting
+    /// A partner is about to complete this node's operation (a receiver takes a
+    /// waiting send's value, a sender hands its value to a waiting receive): the point
+    /// of no return of a rendezvous (spec 003, "Unbuffered (rendezvous) channels"). The
+    /// waiting
     /// task's cancellation is checked here, and only here: if it is already effective
     /// the partner must leave the node alone (`false`; the task will be dropped at its
     /// next poll and its node withdrawn, its value never delivered); otherwise the
     /// task's shield depth is raised in the same CAS, so a cancellation that arrives
     /// from now on waits until the owner has seen the completion (its send returns
-    /// `Ok`) and lowered the shield again ([`end_commit`](Self::end_commit)). A node
+    /// `Ok`, its receive the value) and lowered the shield again ([`end_commit`](Self::end_commit)). A node
     /// with no task (a plain thread's) always commits.
     ///
     /// # Safety
