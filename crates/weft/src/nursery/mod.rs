@@ -188,7 +188,10 @@ impl<'scope, E: Send + 'static> Nursery<'scope, E> {
         };
         match h {
             Ok(h) => self.inner.set_abort(id, h.abort_handle()),
-            // The closure (and its guard) is gone: the child has reported its end.
+            // The closure (and its guard) is gone: the child has reported its end. A
+            // runtime shutting down cancels it, as it does a task; anything else is
+            // `fiber::spawn`'s panic.
+            Err(e) if e.kind() == crate::fiber::SpawnErrorKind::Shutdown => {}
             Err(e) => panic!("{e}"),
         }
     }
