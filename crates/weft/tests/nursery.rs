@@ -765,3 +765,43 @@ fn blocking_on_a_plain_thread_without_a_runtime_uses_the_latest() {
     );
     out.assert_finished();
 }
+
+/// A runtime dropped while an owner fiber waits in `nursery_blocking` (in its body,
+/// or for its children), with children that borrow its frame parked on it: the drop
+/// neither hangs nor lets a child see a dead frame (shutdown ignores shields; the
+/// waiting owner's stack is pinned, so it is leaked rather than unwound).
+#[test]
+fn dropping_the_runtime_while_an_owner_fiber_waits() {
+    with_timeout(|| {
+        for (workers, in_body) in [(1, false), (2, false), (1, true), (2, true)] {
+            let rt = Builder::new().worker_threads(workers).build().unwrap();
+            let enter = rt.enter();
+            let (tx, rx) = mpsc::channel();
+            let _owner = weft::fiber::spawn(move || {
+                let frame = [7u8; 16];
+                let _ = weft::nursery_blocking(|n| {
+                    let f = &frame;
+                    n.spawn_fiber(move || {
+                        weft::fiber::sleep(LONG);
+                        assert_eq!(f[0], 7);
+                        Ok::<_, ()>(())
+                    });
+                    n.spawn(async move {
+                        weft::time::sleep(LONG).await;
+                        assert_eq!(f[1], 7);
+                        Ok(())
+                    });
+                    tx.send(()).unwrap();
+                    if in_body {
+                        weft::fiber::sleep(LONG);
+                    }
+                    Ok(())
+                });
+            });
+            rx.recv().unwrap();
+            std::thread::sleep(Duration::from_millis(10));
+            drop(enter);
+            drop(rt);
+        }
+    });
+}
