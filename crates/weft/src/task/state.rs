@@ -287,14 +287,18 @@ impl State {
 
     /// Enters a shield for a partner that commits to an operation of this task (a
     /// receiver taking a waiting rendezvous send's value), unless the task's
-    /// cancellation is already effective or it is complete: then `None`, and the
-    /// partner must not commit. `Some(false)` at the maximum depth, where the outer
-    /// shields already defer cancellation and nothing was raised. One CAS: a harness
-    /// that decides to cancel (`transition_to_running`) reads the same word, so either
-    /// it sees the shield, or this sees its cancellation.
+    /// cancellation is already effective: then `None`, and the partner must not
+    /// commit. `Some(false)` when nothing needs raising: at the maximum depth (the
+    /// outer shields already defer cancellation), or for a complete task (a waiting
+    /// operation that outlived the task it was registered from, moved elsewhere: no
+    /// cancellation can reach it through this task any more). One CAS: a harness that
+    /// decides to cancel (`transition_to_running`) reads the same word, so either it
+    /// sees the shield, or this sees its cancellation.
     pub(crate) fn add_shield_unless_cancelled(&self) -> Option<bool> {
         self.fetch_update(|s| {
-            if s.is_complete() || s.is_cancellation_effective() {
+            if s.is_complete() {
+                (None, Some(false))
+            } else if s.is_cancellation_effective() {
                 (None, None)
             } else if s.shield_depth() >= MAX_SHIELD_DEPTH {
                 (None, Some(false))
