@@ -413,6 +413,36 @@ fn main() -> std::io::Result<()> {
         (CONNECTIONS * ROUND_TRIPS) as f64 / elapsed.as_secs_f64(),
     );
 
+    // 15. Nurseries: children that borrow from this frame; the first one to fail
+    //     cancels the others (a parked fiber unwinds), and its error is the result
+    //     once every child has ended. A deadline cancels what is left.
+    let mut words = ["fiber", "task", "nursery"].map(String::from);
+    let r = weft::nursery_blocking(|n| {
+        for w in words.iter_mut() {
+            n.spawn_fiber(move || {
+                w.make_ascii_uppercase();
+                Ok(())
+            });
+        }
+        n.spawn(async {
+            weft::time::sleep(Duration::from_millis(5)).await;
+            Err("a child failed")
+        });
+        n.spawn_fiber(|| {
+            weft::fiber::sleep(Duration::from_secs(60)); // cancelled by the failure
+            Ok(())
+        });
+        Ok(())
+    });
+    let late = weft::Nursery::with_timeout(Duration::from_millis(10)).run_blocking(|n| {
+        n.spawn(std::future::pending::<Result<(), ()>>());
+        Ok(())
+    });
+    println!(
+        "nursery: children wrote {words:?}; result {r:?}; with a 10 ms timeout: {}",
+        late.map_or_else(|e| e.to_string(), |_| "in time".into()),
+    );
+
     println!("\n{}", rt.stats());
     Ok(())
 }

@@ -60,6 +60,7 @@ pub(crate) mod forkjoin;
 pub mod hyper;
 pub mod io;
 pub mod net;
+mod nursery;
 pub mod par;
 mod runtime;
 mod scheduler;
@@ -75,6 +76,7 @@ mod loom_tests;
 
 pub use fiber::wait::wait;
 pub use forkjoin::{join, scope, Scope};
+pub use nursery::{nursery, nursery_blocking, Nursery, NurseryOptions};
 /// The traits for parallel iterators and sorts: `use weft::prelude::*;`.
 pub use par::prelude;
 pub use runtime::{

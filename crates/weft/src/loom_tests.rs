@@ -195,6 +195,42 @@ fn loom_task_abort_vs_wake() {
     });
 }
 
+/// A rendezvous commit (`waitlist::Node::commit`: a receiver takes a parked send's
+/// value) racing the send's task being aborted and polled: the receiver commits only
+/// if the harness will poll the task (so its send returns `Ok`), and it does not
+/// commit once the harness decided to cancel. After a commit, the owner's unshield
+/// makes the cancellation take effect at the task's next wait.
+#[test]
+fn loom_rendezvous_commit_vs_cancel() {
+    loom::model(|| {
+        let state = Arc::new(State::new());
+        assert_eq!(state.transition_to_running(), Run::Poll);
+        // The send is parked: its node is on the list, the task IDLE.
+        assert_eq!(state.transition_to_idle(), Idle::Idle);
+        let s2 = state.clone();
+        let receiver = thread::spawn(move || s2.add_shield_unless_cancelled());
+        // `abort()` on an IDLE task schedules it; a worker then polls it.
+        assert_eq!(
+            state.transition_to_cancelled(),
+            crate::task::state::Abort::Schedule
+        );
+        let verdict = state.transition_to_running();
+        let committed = receiver.join().unwrap();
+        match committed {
+            Some(true) => {
+                assert_eq!(verdict, Run::Poll, "committed, yet the send was cancelled");
+                // The send completes `Ok` and lowers the shield: the task is notified,
+                // so the end of this poll queues it again, and that poll cancels it.
+                assert!(!state.remove_shield());
+                assert_eq!(state.transition_to_idle(), Idle::Reschedule);
+                assert_eq!(state.transition_to_running(), Run::Cancel);
+            }
+            None => assert_eq!(verdict, Run::Cancel, "refused, yet the task goes on"),
+            Some(false) => unreachable!("no shield was deep"),
+        }
+    });
+}
+
 fn dummy_task(rec: &Arc<Recorder>) -> Notified {
     let (task, handle) = new_task(async {}, rec.clone());
     drop(handle);

@@ -23,6 +23,7 @@ const ORDER: &[&str] = &[
     "fiber",
     "chan",
     "sync",
+    "nursery",
     "io",
     "net",
     "signal",

@@ -44,6 +44,7 @@ use crossbeam_utils::CachePadded;
 use super::flavors::list::{self, List};
 use super::flavors::ring::{self, PushError, Ring};
 use crate::base::{fence, AtomicBool, AtomicUsize};
+use crate::task::TaskRef;
 use crate::waitlist::{Kind, Lock, LockGuard, Node, Reason, WaitList, WakeBatch};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Release, SeqCst};
 
@@ -657,7 +658,9 @@ impl<T> Chan<T> {
         // SAFETY: under the lock; nodes on the list are alive.
         let taken = unsafe {
             st.senders.take_first(|n| match n.kind() {
-                Kind::Op => true,
+                // A rendezvous send whose task is already cancelled is passed over: it
+                // will be withdrawn, its value never delivered (see `Node::commit`).
+                Kind::Op => n.commit(),
                 Kind::Select if pair.is_some() => !n.same_group(own) && n.claim(),
                 Kind::Select => {
                     unpaired |= n.is_open();
@@ -958,6 +961,9 @@ impl<T> Chan<T> {
                     // Ready for another wait (a `Stream` reuses its node).
                     node.reset();
                     *registered = false;
+                    // The value is ours: a cancellation deferred by the sender's commit
+                    // takes effect at the task's next wait.
+                    end_commit(node);
                     return Poll::Ready(Ok(v));
                 }
                 Reason::Waiting => {
@@ -975,6 +981,7 @@ impl<T> Chan<T> {
                 }
                 _ => {
                     *registered = false;
+                    end_commit(node);
                     node.reset();
                 }
             }
@@ -995,12 +1002,20 @@ impl<T> Chan<T> {
                 Poll::Pending
             }
             Err(Fail::NotReady | Fail::Unpaired) => {
+                // A rendezvous receive records its task, for the sender's commit (see
+                // `Node::commit`).
+                let task = if self.cap == Some(0) {
+                    TaskRef::current()
+                } else {
+                    None
+                };
                 // SAFETY: under the lock; the caller keeps the node pinned until
                 // `cancel_recv` (its `Drop`) takes it off.
-                unsafe {
+                let stale = unsafe {
                     node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes);
                     st.receivers.push_back(node);
-                }
+                    node.set_task(task)
+                };
                 *registered = true;
                 // Store-buffering with a fast send (module doc): a value that came
                 // meanwhile is handed to the node here (its wake re-polls us), or its
@@ -1010,6 +1025,8 @@ impl<T> Chan<T> {
                 self.settle_locked(&mut st, &mut wakes);
                 // A receiver waits: a rendezvous send is now possible.
                 st.wake_observers(false, &mut wakes);
+                drop(st);
+                drop(stale);
                 Poll::Pending
             }
         }
@@ -1022,7 +1039,7 @@ impl<T> Chan<T> {
         let mut st = self.lock();
         let mut drop_later = None;
         // SAFETY: under the lock, for every node access below.
-        unsafe {
+        let commit = unsafe {
             if !st.receivers.remove(node) {
                 match node.reason() {
                     Reason::Waiting => abandon_partner(node),
@@ -1035,8 +1052,14 @@ impl<T> Chan<T> {
                     _ => {}
                 }
             }
-        }
+            node.end_commit()
+        };
         drop(st);
+        // A sender that handed us a value committed for us; the value went back above
+        // (the receive's owner dropped it by its own hand: a cancellation was deferred).
+        if let (Some(task), true) = commit {
+            task.unshield();
+        }
         drop(drop_later);
     }
 
@@ -1054,6 +1077,9 @@ impl<T> Chan<T> {
                 Reason::Data => {
                     node.reset();
                     *registered = false;
+                    // The send is complete and its `Ok` ours: a cancellation deferred by
+                    // the receiver's commit takes effect at the task's next wait.
+                    end_commit(node);
                     return Poll::Ready(Ok(()));
                 }
                 Reason::Waiting => {
@@ -1073,6 +1099,7 @@ impl<T> Chan<T> {
                     *registered = false;
                     // SAFETY: woken with a reason: the node is ours again.
                     *value = unsafe { node.take_slot() };
+                    end_commit(node);
                     node.reset();
                 }
             }
@@ -1090,13 +1117,22 @@ impl<T> Chan<T> {
                 Poll::Ready(Err(v))
             }
             Err((v, _)) => {
+                // A rendezvous send records its task, for the receiver's commit (see
+                // `Node::commit`); buffered sends need not (a send's value is then
+                // delivered only into the buffer, never half-sent to a receiver).
+                let task = if self.cap == Some(0) {
+                    TaskRef::current()
+                } else {
+                    None
+                };
                 // SAFETY: under the lock; the caller keeps the node pinned until
                 // `cancel_send` takes it off.
-                unsafe {
+                let stale = unsafe {
                     node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes);
                     node.put_slot(v);
                     st.senders.push_back(node);
-                }
+                    node.set_task(task)
+                };
                 *registered = true;
                 // Store-buffering with a fast receive (module doc): room freed
                 // meanwhile takes the node's value here, or its receiver settles.
@@ -1104,6 +1140,8 @@ impl<T> Chan<T> {
                 fence(SeqCst);
                 self.settle_locked(&mut st, &mut wakes);
                 st.wake_observers(true, &mut wakes);
+                drop(st);
+                drop(stale);
                 Poll::Pending
             }
         }
@@ -1114,11 +1152,16 @@ impl<T> Chan<T> {
     pub(crate) fn cancel_send(&self, node: &Node<T>) -> Option<T> {
         let mut st = self.lock();
         // SAFETY: under the lock.
-        let v = unsafe {
+        let (v, commit) = unsafe {
             st.senders.remove(node);
-            node.take_slot()
+            (node.take_slot(), node.end_commit())
         };
         drop(st);
+        // A receiver that took the value committed for us: the send completed, even if
+        // its owner no longer looks (the shield it raised ends here).
+        if let (Some(task), true) = commit {
+            task.unshield();
+        }
         v
     }
 
@@ -1449,6 +1492,17 @@ impl<T> Drop for PairedRecv<'_, T> {
     }
 }
 
+/// The owner of a send's node that has seen it completed (or told to retry) ends the
+/// receiver's commit: lowers the shield it raised and releases the task reference.
+fn end_commit<T>(node: &Node<T>) {
+    // SAFETY: the caller owns the node and has seen a reason other than `Waiting`: the
+    // waker no longer touches it.
+    let (task, shielded) = unsafe { node.end_commit() };
+    if let (Some(task), true) = (task, shielded) {
+        task.unshield();
+    }
+}
+
 /// The first waiting receiver that can take a value now (claimed), off its list.
 ///
 /// # Safety
@@ -1459,8 +1513,11 @@ unsafe fn take_receiver<T>(
 ) -> Option<*const Node<T>> {
     // SAFETY: the contract.
     unsafe {
-        st.receivers
-            .take_first(|n| n.kind() != Kind::Observe && !n.same_group(own) && n.claim())
+        // `commit` after `claim`: only plain receives record a task (a select's nodes
+        // never refuse once claimed).
+        st.receivers.take_first(|n| {
+            n.kind() != Kind::Observe && !n.same_group(own) && n.claim() && n.commit()
+        })
     }
 }
 

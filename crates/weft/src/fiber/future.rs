@@ -62,6 +62,10 @@ pub(crate) struct FiberCtx {
     /// How many times the fiber has come back from a suspension in [`suspend_on`]: a
     /// change during a poll says that a wait nested in that poll suspended the fiber.
     resumes: Cell<u32>,
+    /// [`StackPin`]s held: frames of this stack that other tasks may borrow meanwhile
+    /// (a blocking nursery waiting for its children). Dropped while any is held, the
+    /// fiber's stack is leaked, never unwound (see `Drop`).
+    pins: Cell<u32>,
 }
 
 impl FiberCtx {
@@ -80,6 +84,7 @@ impl FiberCtx {
             lock_names: std::cell::RefCell::new(Vec::new()),
             frame: Cell::new(overflow::Frame::NONE),
             resumes: Cell::new(0),
+            pins: Cell::new(0),
         }
     }
 
@@ -126,6 +131,40 @@ pub(crate) fn current_fiber() -> Option<NonNull<FiberCtx>> {
         return None;
     }
     Some(ctx)
+}
+
+/// Whether the running fiber's stack is being unwound by its cancellation (`Drop`
+/// forces the unwind from the fiber's wait): a payload caught meanwhile is that unwind,
+/// not a panic of the fiber's code, and must be resumed.
+pub(crate) fn is_force_unwinding() -> bool {
+    let ctx = current_ctx();
+    // SAFETY: a non-null current fiber is the live context of the fiber running on this
+    // thread (set for the duration of its resume, and of its unwind).
+    !ctx.is_null() && unsafe { &*ctx }.unwinding.get()
+}
+
+/// Keeps the running fiber's stack from being unwound while it lives: other tasks
+/// borrow from its frames (a blocking nursery's children). A cancellation that cannot
+/// be deferred (shutdown ignores shields) then leaks the stack instead, and a leaked
+/// stack stays mapped, so those borrows stay valid. Dropped on the fiber.
+pub(crate) struct StackPin(NonNull<FiberCtx>, std::marker::PhantomData<*const ()>);
+
+/// Pins the running fiber's stack ([`StackPin`]); `None` off a fiber.
+pub(crate) fn pin_stack() -> Option<StackPin> {
+    let ctx = NonNull::new(current_ctx().cast_mut())?;
+    // SAFETY: the live context of the fiber running on this thread.
+    let c = unsafe { ctx.as_ref() };
+    c.pins.set(c.pins.get() + 1);
+    Some(StackPin(ctx, std::marker::PhantomData))
+}
+
+impl Drop for StackPin {
+    fn drop(&mut self) {
+        // SAFETY: the pin is `!Send` and lives in a frame of the fiber it pins, so the
+        // fiber (and its context) is alive, and running on this thread, when it drops.
+        let c = unsafe { self.0.as_ref() };
+        c.pins.set(c.pins.get() - 1);
+    }
 }
 
 /// Whether the running fiber `c` may suspend: it has not entered a fork-join `join` or
@@ -404,12 +443,13 @@ impl<F, T> Drop for FiberFuture<F, T> {
                 stack::release(stack);
             }
             Run::Started(mut co) => {
-                if !self.at_home() {
+                if !self.at_home() || (self.ctx.pins.get() > 0 && !co.done()) {
                     // Off the home worker's thread, or past its worker loop (shutdown
                     // gave up on a stuck worker, or the fiber arrived after its worker
                     // left): what the stack and the fiber-locals hold may be bound to
                     // that thread, so they are leaked, not unwound. The stack stays
-                    // mapped: anything that still points into it stays valid.
+                    // mapped: anything that still points into it stays valid. A pinned
+                    // stack (`StackPin`) is leaked too: other tasks borrow from it.
                     if co.done() {
                         stack::release(co.into_stack());
                     } else {

@@ -78,7 +78,7 @@ pub(crate) mod wait;
 pub use crate::stack::error::{SpawnError, SpawnErrorKind};
 pub use local::{AccessError, LocalKey};
 
-pub(crate) use future::{current_fiber, suspend_on, FiberCtx};
+pub(crate) use future::{current_fiber, is_force_unwinding, pin_stack, suspend_on, FiberCtx};
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -34,6 +34,7 @@ mod yield_now;
 
 pub use header::Id;
 pub use join::{AbortHandle, JoinError, JoinHandle};
+pub(crate) use shield::TaskRef;
 pub use shield::{shield, Shield};
 pub use yield_now::{yield_now, YieldNow};
 

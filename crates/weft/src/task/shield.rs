@@ -110,3 +110,67 @@ impl<F> Drop for Shield<F> {
         self.leave();
     }
 }
+
+/// A counted reference to a task, taken by code that may later shield it from outside:
+/// a rendezvous send's wait node (its receiver shields the sending task when it takes
+/// the value, see `chan::core`), a blocking nursery's wait (it shields its owner).
+pub(crate) struct TaskRef(NonNull<Header>);
+
+// SAFETY: the reference is counted, so the header stays alive wherever this goes, and
+// everything done through it (the atomic state word, `schedule`, releasing the
+// reference) is thread-safe.
+unsafe impl Send for TaskRef {}
+// SAFETY: as above; `&TaskRef` only reaches the atomic state word.
+unsafe impl Sync for TaskRef {}
+
+impl TaskRef {
+    /// The task running on this thread (a fiber's own task on a fiber), if any.
+    pub(crate) fn current() -> Option<TaskRef> {
+        current::with(|h| {
+            let h = h?;
+            h.state.ref_inc();
+            Some(TaskRef(NonNull::from(h)))
+        })
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the reference this holds keeps the header alive.
+        unsafe { self.0.as_ref() }
+    }
+
+    /// Whether cancellation was requested (shielded or not).
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.header().state.load().is_cancelled()
+    }
+
+    /// Raises the task's shield depth; `false` at the maximum depth (nothing raised:
+    /// the outer shields defer cancellation already).
+    pub(crate) fn shield(&self) -> bool {
+        self.header().state.add_shield()
+    }
+
+    /// Raises the shield depth unless the task's cancellation is already effective
+    /// (`None`: do not commit to anything for it); see `State::add_shield_unless_cancelled`.
+    pub(crate) fn shield_unless_cancelled(&self) -> Option<bool> {
+        self.header().state.add_shield_unless_cancelled()
+    }
+
+    /// Lowers the shield depth raised by [`shield`](Self::shield) or
+    /// [`shield_unless_cancelled`](Self::shield_unless_cancelled). When that ends the
+    /// last shield of a cancelled IDLE task, the task is scheduled so the cancellation
+    /// takes effect.
+    pub(crate) fn unshield(&self) {
+        if self.header().state.remove_shield() {
+            // SAFETY: `remove_shield` made a new queue reference, which `schedule`
+            // takes; the header is alive (our reference).
+            unsafe { (self.header().vtable.schedule)(self.0) };
+        }
+    }
+}
+
+impl Drop for TaskRef {
+    fn drop(&mut self) {
+        // SAFETY: we own one counted reference, released once.
+        unsafe { drop_reference(self.0) };
+    }
+}

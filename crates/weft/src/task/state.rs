@@ -285,6 +285,30 @@ impl State {
         .1
     }
 
+    /// Enters a shield for a partner that commits to an operation of this task (a
+    /// receiver taking a waiting rendezvous send's value), unless the task's
+    /// cancellation is already effective: then `None`, and the partner must not
+    /// commit. `Some(false)` when nothing needs raising: at the maximum depth (the
+    /// outer shields already defer cancellation), or for a complete task (a waiting
+    /// operation that outlived the task it was registered from, moved elsewhere: no
+    /// cancellation can reach it through this task any more). One CAS: a harness that
+    /// decides to cancel (`transition_to_running`) reads the same word, so either it
+    /// sees the shield, or this sees its cancellation.
+    pub(crate) fn add_shield_unless_cancelled(&self) -> Option<bool> {
+        self.fetch_update(|s| {
+            if s.is_complete() {
+                (None, Some(false))
+            } else if s.is_cancellation_effective() {
+                (None, None)
+            } else if s.shield_depth() >= MAX_SHIELD_DEPTH {
+                (None, Some(false))
+            } else {
+                (Some(s.0 + SHIELD_ONE), Some(true))
+            }
+        })
+        .1
+    }
+
     /// Leaves a shield. When the last shield ends on a cancelled task, the task is made
     /// to be polled again so the cancellation takes effect then: marked notified while
     /// it is queued or running, or (a shield that outlived the task's poll, dropped
@@ -465,6 +489,20 @@ mod tests {
         assert!(s.load().is_scheduled());
         assert_eq!(s.load().ref_count(), refs + 1);
         assert_eq!(s.transition_to_running(), Run::Cancel);
+    }
+
+    #[test]
+    fn a_partner_shield_is_refused_once_cancellation_is_effective() {
+        let s = State::new();
+        assert_eq!(s.add_shield_unless_cancelled(), Some(true));
+        assert!(!s.remove_shield());
+        // A shielded task may still be committed for: its cancellation is deferred.
+        assert!(s.add_shield());
+        assert_eq!(s.transition_to_cancelled(), Abort::Nothing);
+        assert_eq!(s.add_shield_unless_cancelled(), Some(true));
+        assert!(!s.remove_shield());
+        assert!(!s.remove_shield());
+        assert_eq!(s.add_shield_unless_cancelled(), None);
     }
 
     #[test]

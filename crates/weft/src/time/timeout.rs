@@ -94,6 +94,12 @@ impl<F> fmt::Debug for Timeout<F> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Elapsed(());
 
+impl Elapsed {
+    pub(crate) fn new() -> Elapsed {
+        Elapsed(())
+    }
+}
+
 impl fmt::Display for Elapsed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("deadline has elapsed")

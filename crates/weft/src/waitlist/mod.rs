@@ -33,6 +33,7 @@ use std::task::Waker;
 pub(crate) use crate::task::diag::WaitOn;
 
 use crate::base::{AtomicUsize, UnsafeCell};
+use crate::task::TaskRef;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
 /// Why a waiter was woken: stored in its node before the wake.
@@ -144,6 +145,11 @@ struct Links<T> {
     partner: *const Node<T>,
     /// For a selected send: a slot of the buffer is held for it.
     reserved: bool,
+    /// For a rendezvous send or receive: the task that waits, which the partner that
+    /// completes the node shields (see [`Node::commit`]).
+    task: Option<TaskRef>,
+    /// Whether [`Node::commit`] raised `task`'s shield depth (the owner lowers it).
+    shielded: bool,
 }
 
 /// One waiter: lives in the waiting future (pinned there) or in a `select`'s box.
@@ -189,6 +195,8 @@ impl<T> Node<T> {
                 waker: None,
                 partner: ptr::null(),
                 reserved: false,
+                task: None,
+                shielded: false,
             }),
             slot: UnsafeCell::new(None),
             kind,
@@ -312,6 +320,65 @@ impl<T> Node<T> {
     pub(crate) unsafe fn has_value(&self) -> bool {
         // SAFETY: the contract.
         self.slot.with(|s| unsafe { (*s).is_some() })
+    }
+
+    /// Records the task that waits on this node (a rendezvous send), for
+    /// [`commit`](Self::commit). Returns the one it replaces, to be dropped once the
+    /// lock is released.
+    ///
+    /// # Safety
+    /// As [`Node::set_waker`].
+    pub(crate) unsafe fn set_task(&self, task: Option<TaskRef>) -> Option<TaskRef> {
+        // SAFETY: the contract.
+        self.links
+            .with_mut(|l| std::mem::replace(unsafe { &mut (*l).task }, task))
+    }
+
+    /// A partner is about to complete this node's operation (a receiver takes a
+    /// waiting send's value, a sender hands its value to a waiting receive): the point
+    /// of no return of a rendezvous (spec 003, "Unbuffered (rendezvous) channels"). The
+    /// waiting
+    /// task's cancellation is checked here, and only here: if it is already effective
+    /// the partner must leave the node alone (`false`; the task will be dropped at its
+    /// next poll and its node withdrawn, its value never delivered); otherwise the
+    /// task's shield depth is raised in the same CAS, so a cancellation that arrives
+    /// from now on waits until the owner has seen the completion (its send returns
+    /// `Ok`, its receive the value) and lowered the shield again ([`end_commit`](Self::end_commit)). A node
+    /// with no task (a plain thread's) always commits.
+    ///
+    /// # Safety
+    /// The caller holds the lock of the object the node waits on, and the node is on
+    /// its list.
+    pub(crate) unsafe fn commit(&self) -> bool {
+        self.links.with_mut(|l| {
+            // SAFETY: the contract: exclusive under the lock.
+            let l = unsafe { &mut *l };
+            match &l.task {
+                None => true,
+                Some(t) => match t.shield_unless_cancelled() {
+                    None => false,
+                    Some(raised) => {
+                        l.shielded = raised;
+                        true
+                    }
+                },
+            }
+        })
+    }
+
+    /// The owner is done with a completed (or withdrawn) wait: the task recorded by
+    /// [`set_task`](Self::set_task), and whether [`commit`](Self::commit) shielded it.
+    /// The caller lowers that shield ([`TaskRef::unshield`]) once the operation's
+    /// result is its own, and drops the reference outside the lock.
+    ///
+    /// # Safety
+    /// As [`Node::take_slot`].
+    pub(crate) unsafe fn end_commit(&self) -> (Option<TaskRef>, bool) {
+        self.links.with_mut(|l| {
+            // SAFETY: the contract.
+            let l = unsafe { &mut *l };
+            (l.task.take(), std::mem::take(&mut l.shielded))
+        })
     }
 
     /// Stores `reason` and queues the node's waker on `wakes`: the last touch of the
