@@ -1,5 +1,6 @@
 //! Configuration from the environment: `WEFT_WORKERS`, `WEFT_INTERACTIVE`, `WEFT_STATS`,
-//! `WEFT_VERBOSE`, `WEFT_DEBUG_STALL` (and `WEFT_STACK_SIZE`, read by `fiber::stack`).
+//! `WEFT_VERBOSE`, `WEFT_DEBUG_STALL`, `WEFT_DEBUG_SYSMON`, `WEFT_MAX_EXTRA_WORKERS`
+//! (and `WEFT_STACK_SIZE`, read by `fiber::stack`).
 //! A malformed value is reported on stderr and ignored (a malformed flag reads as off).
 
 /// The most workers one runtime may have.

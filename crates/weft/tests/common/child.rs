@@ -20,6 +20,8 @@ const WEFT_VARS: &[&str] = &[
     "WEFT_STATS",
     "WEFT_VERBOSE",
     "WEFT_DEBUG_STALL",
+    "WEFT_DEBUG_SYSMON",
+    "WEFT_MAX_EXTRA_WORKERS",
 ];
 
 /// What a child process did.
