@@ -134,17 +134,20 @@ fn weft_max_extra_workers_is_read() {
 
         let bad = run_thousand(&[("WEFT_MAX_EXTRA_WORKERS", "lots")]);
         assert!(
-            bad.stderr.contains("ignoring WEFT_MAX_EXTRA_WORKERS=\"lots\""),
+            bad.stderr
+                .contains("ignoring WEFT_MAX_EXTRA_WORKERS=\"lots\""),
             "{}",
             bad.context()
         );
         assert_eq!(bad.report("started"), Some("1"), "{}", bad.context());
 
-        let explicit = run_thousand(&[
-            ("WEFT_MAX_EXTRA_WORKERS", "0"),
-            ("SYSMON_TEST_EXTRA", "1"),
-        ]);
-        assert_eq!(explicit.report("started"), Some("1"), "{}", explicit.context());
+        let explicit = run_thousand(&[("WEFT_MAX_EXTRA_WORKERS", "0"), ("SYSMON_TEST_EXTRA", "1")]);
+        assert_eq!(
+            explicit.report("started"),
+            Some("1"),
+            "{}",
+            explicit.context()
+        );
     })
 }
 

@@ -302,9 +302,8 @@ impl Runtime {
                 pools,
                 blocking,
                 time,
-                sysmon: watch.then(|| {
-                    Arc::new(sysmon::Sysmon::new(stall, debug, doorbell.clone()))
-                }),
+                sysmon: watch
+                    .then(|| Arc::new(sysmon::Sysmon::new(stall, debug, doorbell.clone()))),
                 threads,
             }
         });

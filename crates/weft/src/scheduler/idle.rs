@@ -277,7 +277,8 @@ impl Doorbell {
     /// Monitor side: sleep until a ring or [`wake`](Self::wake), or `timeout`.
     pub(crate) fn sleep(&self, timeout: Option<std::time::Duration>) {
         self.parker.park_timeout(timeout);
-        self.asleep.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.asleep
+            .store(false, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Wakes the monitor whatever its state (to stop it).

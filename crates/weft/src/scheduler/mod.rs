@@ -447,7 +447,9 @@ impl Shared {
     #[cold]
     pub(crate) fn rescue_inbox(&self, i: usize) {
         let mut moved = Vec::new();
-        self.remotes[i].inbox.pop_batch(usize::MAX, |t| moved.push(t));
+        self.remotes[i]
+            .inbox
+            .pop_batch(usize::MAX, |t| moved.push(t));
         if moved.is_empty() {
             return;
         }

@@ -432,7 +432,10 @@ impl Core {
             self.shared.notify_parked();
         }
         self.shared.rescue_inbox(self.index);
-        debug_assert!(self.remote().jobs.is_empty(), "weft: a retiring worker held jobs");
+        debug_assert!(
+            self.remote().jobs.is_empty(),
+            "weft: a retiring worker held jobs"
+        );
         self.finish_stacks();
     }
 
@@ -899,6 +902,22 @@ impl Core {
     pub(crate) fn push_for_test(&self, task: Notified) {
         self.push_local(task);
         self.shared.notify_parked();
+    }
+
+    /// Makes the next park count as one from the worker's own loop (so a temporary
+    /// worker may retire in it).
+    pub(crate) fn enter_loop_for_test(&self) {
+        self.loop_depth.set(1);
+    }
+
+    /// Whether the last park decided to retire.
+    pub(crate) fn retiring_for_test(&self) -> bool {
+        self.retiring.get()
+    }
+
+    /// The end of a retiring worker, as `run` does it.
+    pub(crate) fn retire_for_test(&self) {
+        self.retire();
     }
 
     pub(crate) fn finish_for_test(&self) {
