@@ -368,10 +368,14 @@ fn an_idle_monitor_does_not_wake() {
         // A 5 ms watch would be ~100 wake-ups; allow a stray one.
         assert!(after - before <= 1, "{before} -> {after}");
         // And it watches again once work arrives.
-        let sleeper = blocker(&rt, Duration::from_millis(100));
-        let _ = blocker(&rt, Duration::from_millis(100));
+        let sleepers = [
+            blocker(&rt, Duration::from_millis(100)),
+            blocker(&rt, Duration::from_millis(100)),
+        ];
         rt.spawn(async {}).join().unwrap();
-        sleeper.join().unwrap();
+        for s in sleepers {
+            s.join().unwrap();
+        }
         assert!(rt.stats().temp_workers_started >= 1);
     })
 }
