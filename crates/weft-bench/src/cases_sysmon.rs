@@ -33,7 +33,8 @@ pub const WORK: Duration = Duration::from_micros(5);
 /// How long the blocking task holds its worker.
 pub const BLOCK: Duration = Duration::from_secs(1);
 
-pub const HELP: &str = "short_10k: on a fresh runtime of --workers workers (default 2), the time for\n\
+pub const HELP: &str =
+    "short_10k: on a fresh runtime of --workers workers (default 2), the time for\n\
     10,000 short tasks (each spins 5 us) spawned from a plain thread, first as is\n\
     (unblocked), then while one task blocks a worker in std::thread::sleep(1 s)\n\
     (blocked; the clock starts once the sleeper runs). Rates in tasks/s and the\n\

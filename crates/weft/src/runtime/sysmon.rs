@@ -7,9 +7,10 @@
 //! interval (5 ms with temporary workers on; otherwise a fifth of the stall threshold,
 //! 10 to 100 ms): a worker whose poll counter has not moved while it is inside a poll
 //! (not parked) is running one task or fiber without returning to the scheduler.
-//! While every worker is parked it sleeps with no timeout: an idle runtime costs no
-//! wake-ups, and the first worker to leave the parked set rings it awake (one load on
-//! that worker's way out of `park`, nothing on the spawn and wake paths).
+//! Once every worker has been parked for [`IDLE_GRACE`] it sleeps with no timeout: an
+//! idle runtime costs no wake-ups, and the first worker to leave the parked set rings
+//! it awake (a futex wake on that worker's way out of `park`, once per idle spell; in
+//! busy times one load there, and nothing on the spawn and wake paths).
 //!
 //! * **Temporary workers.** A worker stuck in one poll for [`STALE_AFTER`] while tasks
 //!   wait for its pool and none of the pool's workers is parked or searching to take
@@ -48,6 +49,13 @@ pub(crate) const STALE_AFTER: Duration = Duration::from_millis(10);
 
 /// How often sysmon looks while temporary workers are on and some worker runs.
 const TEMP_INTERVAL: Duration = Duration::from_millis(5);
+
+/// How long every worker must have been parked before sysmon sleeps without a timeout.
+/// Waking it costs the first worker to leave the parked set a futex wake on its way to
+/// its task; with this grace that is paid once per idle spell of at least this length,
+/// not at every short gap between bursts of work (measured: the `wake` suite's bursts,
+/// 20 ms apart, took 20-50 % longer when every one of them rang).
+const IDLE_GRACE: Duration = Duration::from_millis(100);
 
 /// Names of named fibers by task id, for the report (only named fibers are listed).
 static NAMES: Mutex<Option<HashMap<u64, std::sync::Arc<str>>>> = Mutex::new(None);
@@ -143,6 +151,8 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
     let mark_stalled_after = stall_period.unwrap_or(Duration::from_millis(100));
     let mut seen: HashMap<(usize, usize), Seen> = HashMap::new();
     let mut watch: Vec<PoolWatch> = Vec::new();
+    // Since when every worker has been parked (as sysmon saw it).
+    let mut idle_since: Option<Instant> = None;
     while !mon.stopped() {
         let Some(inner) = rt.upgrade() else { return };
         let now = Instant::now();
@@ -207,7 +217,11 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
                 _ => w.cap_logged = false,
             }
         }
-        if all_parked {
+        if !all_parked {
+            idle_since = None;
+        }
+        let idle_for = now - *idle_since.get_or_insert(now);
+        if all_parked && idle_for >= IDLE_GRACE {
             // Nothing to watch: sleep until a worker leaves the parked set. The bits are
             // read again after `asleep` is set (see `Doorbell` for why no ring is lost).
             mon.doorbell.prepare_sleep();
@@ -221,6 +235,7 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
             if still && !mon.stopped() {
                 mon.doorbell.sleep(None);
                 seen.clear();
+                idle_since = None;
                 continue;
             }
         } else {
