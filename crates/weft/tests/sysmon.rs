@@ -282,6 +282,7 @@ fn retiring_strands_nothing() {
         let base = common::block_a_worker(&rt);
         let done = counter();
         for round in 1..=2u64 {
+            let (wall, cpu) = (Instant::now(), cpu_time());
             let tasks: Vec<_> = (0..50)
                 .map(|i| {
                     let done = done.clone();
@@ -318,6 +319,10 @@ fn retiring_strands_nothing() {
                 f.join().unwrap();
             }
             assert_eq!(load(&done) as u64, 60 * round);
+            // The round is mostly sleeps: a temporary worker that may not retire (its
+            // fibers sleep past its keep-alive) must sleep too, not spin.
+            let (wall, cpu) = (wall.elapsed(), cpu_time() - cpu);
+            assert!(cpu < wall / 2, "{cpu:?} of CPU in {wall:?}");
             wait_until("the temporary worker retires", || {
                 let s = rt.stats();
                 s.temp_workers_retired == round && s.temp_workers_started == round
@@ -325,6 +330,17 @@ fn retiring_strands_nothing() {
         }
         base.release();
     })
+}
+
+/// This process's CPU time so far (user + system; Linux `/proc`, 10 ms ticks).
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // The fields after the command name, which is in parentheses.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 here.
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
 }
 
 /// While every worker is parked (past a 100 ms grace) the monitor makes no wake-ups:

@@ -84,9 +84,7 @@ impl Core {
                     self.unpublish();
                     break;
                 }
-                if self.keep_alive_left(parked_at, None) == Some(Duration::ZERO)
-                    && self.may_retire()
-                {
+                if self.keep_alive_left(parked_at, None) == Some(Duration::ZERO) {
                     self.try_retire();
                     break;
                 }
@@ -119,10 +117,13 @@ impl Core {
         }
     }
 
-    /// For a temporary worker: `timeout` shortened to what is left of its keep-alive
-    /// since `parked_at` (zero once it has passed). Base workers: `timeout`.
+    /// For a temporary worker that may retire: `timeout` shortened to what is left of
+    /// its keep-alive since `parked_at` (zero once it has passed). Otherwise `timeout`:
+    /// a worker that may not retire yet (a fiber tied to it sleeps, say) sleeps as any
+    /// other, rather than spin on a zero timeout; it parks afresh, and may retire a
+    /// keep-alive later, once it has run what held it.
     fn keep_alive_left(&self, parked_at: u64, timeout: Option<Duration>) -> Option<Duration> {
-        if !self.shared.is_temporary(self.index) {
+        if !self.shared.is_temporary(self.index) || !self.may_retire() {
             return timeout;
         }
         let idle_for = clock::since(clock::now_ns(), parked_at);
