@@ -283,8 +283,8 @@ fn consider_start(
     if debug {
         eprintln!(
             "weft: sysmon: starting temporary worker {slot} for the {:?} pool: worker {} has \
-             run {} for {} ms with {waiting} tasks waiting ({} of {base} + {} workers \
-             running)",
+             run {} for {} ms with {waiting} tasks waiting (now {} workers, at most {base} \
+             + {})",
             pool.pool,
             st.worker,
             describe(st.running),
