@@ -213,7 +213,8 @@ fn stats_count_temporary_workers() {
             .build()
             .unwrap();
         assert_eq!(rt.stats().temp_workers_started, 0);
-        let sleeper = blocker(&rt, Duration::from_millis(400));
+        // Long enough that a loaded machine still starts the temporary worker first.
+        let sleeper = blocker(&rt, Duration::from_millis(800));
         // Runs beside the sleeper, on a temporary worker.
         rt.spawn(async {}).join().unwrap();
         assert!(!sleeper.is_finished(), "ran only after the sleeper");
