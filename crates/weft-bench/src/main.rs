@@ -12,8 +12,10 @@
 //! `fiber` (fibers against may's coroutines), `chan` (channels against
 //! crossbeam-channel, flume, kanal, std, tokio, async-channel and may), `sync`
 //! (issue 16's primitives against tokio, may, parking_lot and std), `net` (a TCP
-//! echo against tokio and may), `http` (hyper on weft against hyper on tokio,
-//! weft's fiber server and may_minihttp, under wrk).
+//! echo against tokio and may), `sysmon` (short tasks while one task blocks a
+//! worker: weft's temporary workers against weft without them and tokio), `http`
+//! (hyper on weft against hyper on tokio, weft's fiber server and may_minihttp,
+//! under wrk).
 //! Each subcommand is a [`harness::Suite`]; add one by adding an entry to
 //! [`COMMANDS`]. `--json FILE` also draws `FILE.svg` (the [`chart`] of the
 //! report); `weft-bench chart FILE.json ...` draws it again for saved reports.
@@ -27,6 +29,7 @@ mod cases_http;
 mod cases_net;
 mod cases_pools;
 mod cases_sync;
+mod cases_sysmon;
 mod cases_timers;
 mod cases_wake;
 mod chan_peers;
@@ -148,6 +151,13 @@ const COMMANDS: &[Command] = &[
         about: "sync primitives: weft vs tokio (tasks), may (fibers), parking_lot and std (threads)",
         help: cases_sync::HELP,
         suite: cases_sync::suite,
+        report: None,
+    },
+    Command {
+        name: "sysmon",
+        about: "short tasks while one task blocks a worker: weft (temporary workers) vs weft without vs tokio",
+        help: cases_sysmon::HELP,
+        suite: |_| cases_sysmon::suite(),
         report: None,
     },
     Command {

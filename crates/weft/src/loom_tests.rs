@@ -516,6 +516,101 @@ fn loom_cross_pool_and_own_pool_inserts_vs_sleep() {
     });
 }
 
+/// A pool of one base worker and one temporary slot (keep-alive zero: the temporary
+/// worker tries to retire at its first park), the temporary worker already started.
+fn new_pool_with_temp() -> (
+    Arc<Shared>,
+    crate::scheduler::WorkerParts,
+    crate::scheduler::WorkerParts,
+) {
+    let slots = crate::scheduler::Slots {
+        extra: 1,
+        keep_alive: std::time::Duration::ZERO,
+        doorbell: Arc::new(crate::scheduler::idle::Doorbell::disabled()),
+    };
+    let (shared, mut locals) = Shared::with_slots(
+        1,
+        slots,
+        crate::Pool::Default,
+        std::sync::Weak::<()>::new(),
+        Arc::new(crate::driver::timer::Driver::new()),
+    );
+    let (i, temp) = shared.take_slot().unwrap();
+    assert_eq!(i, 1);
+    (shared, locals.pop().unwrap(), temp)
+}
+
+/// The retire-vs-wake race of `scheduler::idle` ("Slots that come and go") on the real
+/// code: the base worker is asleep (its parked bit set; no thread needed, a claim only
+/// leaves its parker a token) holding the timer driver, the temporary worker parks and tries to retire, and a
+/// producer inserts one task, which may claim either worker. Afterwards the task must
+/// have been run by the temporary worker, or be queued with the base worker claimed
+/// (woken) for it, and the searching count must match the claims. The bug this
+/// catches: a temporary worker that goes on as if unclaimed although the producer
+/// claimed it (checked by injecting it: the count is left one too high).
+#[test]
+fn loom_retire_vs_remote_insert() {
+    loom::model(|| {
+        let (shared, _base, temp) = new_pool_with_temp();
+        let rec = Arc::new(Recorder::default());
+        shared.idle.publish_parked(0);
+        // It sleeps holding the timer driver, so producers claim it last: the insert
+        // prefers the temporary worker, which is the race under test.
+        assert!(shared.time.try_acquire(&shared.remotes[0].parker));
+        shared.idle.set_driver_holder(Some(0));
+        let s2 = shared.clone();
+        let worker = thread::spawn(move || {
+            let core = Core::new(1, s2.clone(), temp);
+            core.enter_loop_for_test();
+            // Each park returns at once (keep-alive zero), so this ends within a few
+            // rounds: the worker finds the task or retires.
+            for _ in 0..3 {
+                if let Some(t) = core.next_task_for_test() {
+                    drop(t);
+                    core.finish_for_test();
+                    return (true, false);
+                }
+                core.park_for_test();
+                if core.retiring_for_test() {
+                    core.retire_for_test();
+                    return (false, true);
+                }
+            }
+            core.finish_for_test();
+            (false, false)
+        });
+        shared.schedule_remote(dummy_task(&rec));
+        let (ran, retired) = worker.join().unwrap();
+        // A claim counts the claimed worker as a searcher until it stops searching: the
+        // (fake) base worker never does, the temporary one must have. A temporary worker
+        // that ignored a claim would leave the count at one too many, and every later
+        // insert would skip its wake for a searcher that does not exist.
+        assert_eq!(
+            shared.idle.num_searching(),
+            usize::from(!shared.idle.is_parked(0)),
+            "searching count out of step"
+        );
+        if ran {
+            assert!(shared.inject.is_empty());
+        } else {
+            assert!(
+                retired,
+                "the temporary worker neither ran the task nor retired"
+            );
+            assert!(
+                !shared.idle.is_parked(0),
+                "retired while the task waited and the base worker slept"
+            );
+            assert!(
+                !shared.idle.is_parked(1),
+                "a retired slot stays out of the set"
+            );
+            assert_eq!(shared.inject.len(), 1);
+            drop(shared.inject.pop());
+        }
+    });
+}
+
 mod forkjoin_models {
     use super::*;
     use crate::scheduler::deque::{self, Steal};

@@ -255,6 +255,9 @@ pub(crate) struct FiberFuture<F, T> {
     ctx: FiberCtx,
     /// `Builder::fiber_migration(true)`: the home worker is only a preference.
     migrate: bool,
+    /// The home worker's count of fibers tied to it, while this one is (a temporary
+    /// worker may not retire while it is not zero).
+    homed: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
     _pinned: PhantomPinned,
 }
 
@@ -291,6 +294,7 @@ where
             run: Run::Unstarted(f, stack),
             ctx: FiberCtx::new(name),
             migrate,
+            homed: None,
             _pinned: PhantomPinned,
         }
     }
@@ -359,6 +363,7 @@ where
         };
         if !self.migrate {
             self.ctx.home.set(core.uid());
+            self.homed = Some(core.home_fiber());
         }
         let home = core.index() as u32 | if self.migrate { SOFT_HOME } else { 0 };
         // The task harness polls the fiber, so a task is current.
@@ -371,6 +376,13 @@ where
 }
 
 impl<F, T> FiberFuture<F, T> {
+    /// The fiber no longer ties its home worker (it ended).
+    fn unhome(&mut self) {
+        if let Some(c) = self.homed.take() {
+            c.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
     /// Whether this thread may run the fiber's code and drop its fiber-locals: it has no
     /// home (it migrates, or never ran on a worker), or this thread is inside its home
     /// worker's loop (see the `Send` impl).
@@ -382,6 +394,7 @@ impl<F, T> FiberFuture<F, T> {
     /// The fiber returned: its stack goes back to the pool.
     #[inline(never)]
     fn finish(&mut self) {
+        self.unhome();
         if let Run::Started(co) = std::mem::replace(&mut self.run, Run::Done) {
             // Back on the worker's stack: the fiber's stack is quiescent.
             stack::release(co.into_stack());
@@ -433,6 +446,7 @@ where
 impl<F, T> Drop for FiberFuture<F, T> {
     fn drop(&mut self) {
         LIVE_FIBERS.fetch_sub(1, Relaxed);
+        self.unhome();
         if self.ctx.name.is_some() && self.ctx.id.get() != 0 {
             sysmon::unregister_name(self.ctx.id.get());
             crate::task::diag::unregister_name(self.ctx.id.get());

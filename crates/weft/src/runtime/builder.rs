@@ -34,6 +34,8 @@ pub struct Builder {
     pub(crate) max_blocking_threads: usize,
     pub(crate) blocking_keep_alive: std::time::Duration,
     pub(crate) stall_report: Option<Option<std::time::Duration>>,
+    pub(crate) max_extra_workers: Option<usize>,
+    pub(crate) extra_worker_keep_alive: std::time::Duration,
 }
 
 impl Default for Builder {
@@ -56,6 +58,85 @@ impl Builder {
             max_blocking_threads: 512,
             blocking_keep_alive: std::time::Duration::from_secs(10),
             stall_report: None,
+            max_extra_workers: None,
+            extra_worker_keep_alive: std::time::Duration::from_secs(10),
+        }
+    }
+
+    /// Caps the temporary workers sysmon may add to each pool at `n` (default: the
+    /// pool's own worker count, or `WEFT_MAX_EXTRA_WORKERS`; an explicit call wins over
+    /// the variable). Zero turns temporary workers off.
+    ///
+    /// When a worker has run one task or fiber for over 10 ms without returning to the
+    /// scheduler (a blocking call, a long computation) while tasks wait for its pool,
+    /// the monitor starts a temporary worker for the pool, at most one per 10 ms,
+    /// until the pool has its base count plus `n` threads. A temporary worker runs
+    /// like any other and exits after [`extra_worker_keep_alive`] of idleness.
+    /// [`Stats::temp_workers_started`](crate::Stats::temp_workers_started) and
+    /// [`Stats::temp_workers_retired`](crate::Stats::temp_workers_retired) count them;
+    /// `num_workers` stays the base count.
+    ///
+    /// What it costs: while every worker is parked the monitor thread sleeps without a
+    /// timeout (an idle runtime gets no periodic wake-ups from it); while a worker
+    /// runs, the monitor looks at the workers' poll counters once per 5 ms. (tokio
+    /// declines to do this: a blocking task there holds its worker until it returns,
+    /// and the advice is `spawn_blocking`. That advice stands here too: a temporary
+    /// worker is a safety net, not a blocking pool.)
+    ///
+    /// [`extra_worker_keep_alive`]: Self::extra_worker_keep_alive
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let rt = weft::Builder::new().worker_threads(1).max_extra_workers(1).build().unwrap();
+    /// // This task blocks the only worker...
+    /// let blocker = rt.spawn(async { std::thread::sleep(Duration::from_millis(500)) });
+    /// std::thread::sleep(Duration::from_millis(20));
+    /// // ...yet this one still runs, on a temporary worker.
+    /// let t = Instant::now();
+    /// rt.spawn(async {}).join().unwrap();
+    /// assert!(t.elapsed() < Duration::from_millis(450));
+    /// blocker.join().unwrap();
+    /// assert_eq!(rt.stats().temp_workers_started, 1);
+    /// ```
+    pub fn max_extra_workers(&mut self, n: usize) -> &mut Self {
+        self.max_extra_workers = Some(n);
+        self
+    }
+
+    /// How long a temporary worker (see [`max_extra_workers`](Self::max_extra_workers))
+    /// stays idle before it exits (default 10 s). It does not exit while a fiber that
+    /// started on it is alive (fibers stay on the worker they started on), nor while a
+    /// task on it waits in a blocking call.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let rt = weft::Builder::new()
+    ///     .worker_threads(1)
+    ///     .extra_worker_keep_alive(Duration::from_millis(50))
+    ///     .build()
+    ///     .unwrap();
+    /// rt.spawn(async { std::thread::sleep(Duration::from_millis(200)) });
+    /// std::thread::sleep(Duration::from_millis(20));
+    /// rt.spawn(async {}).join().unwrap();
+    /// // Once idle for 50 ms the temporary worker exits (allow for a slow machine).
+    /// let t = std::time::Instant::now();
+    /// while rt.stats().temp_workers_retired < rt.stats().temp_workers_started
+    ///     && t.elapsed() < Duration::from_secs(10)
+    /// {
+    ///     std::thread::sleep(Duration::from_millis(10));
+    /// }
+    /// assert_eq!(rt.stats().temp_workers_retired, rt.stats().temp_workers_started);
+    /// ```
+    pub fn extra_worker_keep_alive(&mut self, d: std::time::Duration) -> &mut Self {
+        self.extra_worker_keep_alive = d;
+        self
+    }
+
+    /// The temporary-worker cap for a pool of `base` workers.
+    pub(crate) fn resolved_extra_workers(&self, base: usize) -> usize {
+        match self.max_extra_workers {
+            Some(n) => n.min(MAX_WORKERS),
+            None => env::count_or_zero("WEFT_MAX_EXTRA_WORKERS").unwrap_or(base),
         }
     }
 

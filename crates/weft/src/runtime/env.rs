@@ -1,7 +1,7 @@
 //! Configuration from the environment: `WEFT_WORKERS`, `WEFT_INTERACTIVE`, `WEFT_STATS`,
-//! `WEFT_VERBOSE`, `WEFT_DEBUG_STALL`, `WEFT_DEBUG_DEADLOCK` (and `WEFT_STACK_SIZE`, read
-//! by `fiber::stack`; `WEFT_DEBUG_LOCKS`, read by `waitlist::depth`). The README has the
-//! table of them all.
+//! `WEFT_VERBOSE`, `WEFT_DEBUG_STALL`, `WEFT_DEBUG_SYSMON`, `WEFT_MAX_EXTRA_WORKERS`,
+//! `WEFT_DEBUG_DEADLOCK` (and `WEFT_STACK_SIZE`, read by `fiber::stack`;
+//! `WEFT_DEBUG_LOCKS`, read by `waitlist::depth`). The README has the table of them all.
 //! A malformed value is reported on stderr and ignored (a malformed flag reads as off).
 
 /// The most workers one runtime may have.

@@ -52,8 +52,95 @@ pub(crate) struct Inner {
     pub(crate) pools: Vec<Arc<Shared>>,
     pub(crate) blocking: Arc<BlockingPool>,
     pub(crate) time: Arc<Driver>,
-    /// The stall reporter, when enabled.
+    /// The monitor (stall reporter and temporary workers), when either is enabled.
     pub(crate) sysmon: Option<Arc<sysmon::Sysmon>>,
+    /// What starting a worker thread needs (sysmon starts temporary ones).
+    pub(crate) threads: std::sync::Arc<WorkerThreads>,
+}
+
+/// How worker threads are started and counted: the base ones by `Runtime::start`, the
+/// temporary ones by sysmon.
+pub(crate) struct WorkerThreads {
+    /// Thread name prefixes of the default and the interactive pool.
+    prefixes: [String; 2],
+    start: Option<builder::Callback>,
+    stop: Option<builder::Callback>,
+    exits: std::sync::Arc<Exits>,
+    pub(crate) temp_started: std::sync::atomic::AtomicU64,
+    pub(crate) temp_retired: std::sync::atomic::AtomicU64,
+    /// `WEFT_DEBUG_SYSMON`: log scaling decisions on stderr.
+    pub(crate) debug: bool,
+}
+
+impl WorkerThreads {
+    /// Starts the thread of worker `index` of `shared`. A temporary worker's start is
+    /// refused (`Ok(None)`) once the runtime shuts down: under the exits lock, so that
+    /// shutdown, which sets its flag before it waits on that count, either sees the
+    /// thread counted or keeps it from starting.
+    pub(crate) fn spawn(
+        self: &std::sync::Arc<Self>,
+        shared: Arc<Shared>,
+        index: usize,
+        parts: crate::scheduler::WorkerParts,
+    ) -> io::Result<Option<std::thread::JoinHandle<()>>> {
+        let temporary = shared.is_temporary(index);
+        {
+            let mut running = self.exits.running.lock().unwrap();
+            if temporary && shared.is_shutdown() {
+                drop(running);
+                shared.return_slot(index, parts);
+                return Ok(None);
+            }
+            *running += 1;
+        }
+        let prefix = match shared.pool {
+            Pool::Default => &self.prefixes[0],
+            Pool::Interactive => &self.prefixes[1],
+        };
+        let this = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("{prefix}-{index}"))
+            .spawn(move || {
+                // Fibers run here: a stack overflow must be reported from an
+                // alternate signal stack.
+                crate::stack::overflow::ensure_altstack();
+                if let Some(f) = &this.start {
+                    f();
+                }
+                let core = Core::new(index, shared.clone(), parts);
+                if core.run() {
+                    // A temporary worker retired (leaving its queues empty): its slot
+                    // may be started again.
+                    shared.return_slot(index, core.into_parts());
+                    this.temp_retired
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if this.debug {
+                        eprintln!(
+                            "weft: sysmon: temporary worker {index} of the {:?} pool retired \
+                             after {:?} idle ({} of {} workers now running)",
+                            shared.pool,
+                            shared.keep_alive,
+                            shared.active_workers(),
+                            shared.num_workers(),
+                        );
+                    }
+                } else {
+                    drop(core);
+                }
+                if let Some(f) = &this.stop {
+                    f();
+                }
+                *this.exits.running.lock().unwrap() -= 1;
+                this.exits.cv.notify_all();
+            });
+        match spawned {
+            Ok(t) => Ok(Some(t)),
+            Err(e) => {
+                *self.exits.running.lock().unwrap() -= 1;
+                Err(e)
+            }
+        }
+    }
 }
 
 impl Inner {
@@ -75,6 +162,14 @@ impl Inner {
             self.sysmon
                 .as_ref()
                 .map_or(0, |m| m.reported.load(std::sync::atomic::Ordering::Relaxed)),
+            (
+                self.threads
+                    .temp_started
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                self.threads
+                    .temp_retired
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            ),
         );
         stats.active_tasks = self.active_tasks();
         stats
@@ -150,6 +245,33 @@ impl Runtime {
         let interactive = interactive?;
         let max_blocking_threads = b.resolved_max_blocking_threads()?;
         let stall = b.resolved_stall_report();
+        let extra = [
+            b.resolved_extra_workers(workers),
+            b.resolved_extra_workers(interactive),
+        ];
+        let watch = stall.is_some() || extra[0] > 0 || (interactive > 0 && extra[1] > 0);
+        let debug = env::flag("WEFT_DEBUG_SYSMON");
+        let doorbell = Arc::new(if watch {
+            crate::scheduler::idle::Doorbell::lazy()
+        } else {
+            crate::scheduler::idle::Doorbell::disabled()
+        });
+        let exits = std::sync::Arc::new(Exits {
+            running: Mutex::new(0),
+            cv: Condvar::new(),
+        });
+        let threads = std::sync::Arc::new(WorkerThreads {
+            prefixes: [
+                b.thread_name.clone(),
+                format!("{}-interactive", b.thread_name),
+            ],
+            start: b.on_thread_start.clone(),
+            stop: b.on_thread_stop.clone(),
+            exits: exits.clone(),
+            temp_started: std::sync::atomic::AtomicU64::new(0),
+            temp_retired: std::sync::atomic::AtomicU64::new(0),
+            debug,
+        });
         let mut locals = Vec::new();
         // No I/O driver under loom: a model's threads cannot sleep in `epoll_wait`.
         let io = if cfg!(loom) {
@@ -160,9 +282,18 @@ impl Runtime {
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
             let time = Arc::new(Driver::with_io(io));
             let mut pools = Vec::new();
-            for (pool, n) in [(Pool::Default, workers), (Pool::Interactive, interactive)] {
+            for (k, (pool, n)) in [(Pool::Default, workers), (Pool::Interactive, interactive)]
+                .into_iter()
+                .enumerate()
+            {
                 if n > 0 {
-                    let (shared, l) = Shared::new(n, pool, weak.clone(), time.clone());
+                    let slots = crate::scheduler::Slots {
+                        extra: extra[k],
+                        keep_alive: b.extra_worker_keep_alive,
+                        doorbell: doorbell.clone(),
+                    };
+                    let (shared, l) =
+                        Shared::with_slots(n, slots, pool, weak.clone(), time.clone());
                     locals.push((shared.clone(), l));
                     pools.push(shared);
                 }
@@ -182,71 +313,51 @@ impl Runtime {
                 pools,
                 blocking,
                 time,
-                sysmon: stall.map(|_| Arc::new(sysmon::Sysmon::new())),
+                sysmon: watch
+                    .then(|| Arc::new(sysmon::Sysmon::new(stall, debug, doorbell.clone()))),
+                threads,
             }
         });
         LATEST
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(Arc::downgrade(&inner));
-        let exits = std::sync::Arc::new(Exits {
-            running: Mutex::new(0),
-            cv: Condvar::new(),
-        });
         let mut rt = Runtime {
             handle: Handle { inner },
             exits: exits.clone(),
             threads: Vec::new(),
             print_stats,
         };
+        if rt.handle.inner.sysmon.is_some() {
+            // Started by the first worker to run (see `idle::Doorbell`), not here. (The
+            // doorbell lives in the pools: it holds the runtime weakly.)
+            let weak = Arc::downgrade(&rt.handle.inner);
+            let name = format!("{}-sysmon", b.thread_name);
+            doorbell.set_start(Box::new(move || {
+                let Some(mon) = weak.upgrade().and_then(|i| i.sysmon.clone()) else {
+                    return;
+                };
+                let weak = weak.clone();
+                let started = std::thread::Builder::new()
+                    .name(name.clone())
+                    .spawn(move || sysmon::run(weak, mon));
+                if let Err(e) = started {
+                    eprintln!("weft: could not start the sysmon thread: {e}");
+                }
+            }));
+        }
+        let threads = rt.handle.inner.threads.clone();
         for (shared, pool_locals) in locals {
-            let prefix = match shared.pool {
-                Pool::Default => b.thread_name.clone(),
-                Pool::Interactive => format!("{}-interactive", b.thread_name),
-            };
             for (index, parts) in pool_locals.into_iter().enumerate() {
-                let shared = shared.clone();
-                let thread_exits = exits.clone();
-                let start = b.on_thread_start.clone();
-                let stop = b.on_thread_stop.clone();
-                *exits.running.lock().unwrap() += 1;
-                let spawned = std::thread::Builder::new()
-                    .name(format!("{prefix}-{index}"))
-                    .spawn(move || {
-                        // Fibers run here: a stack overflow must be reported from an
-                        // alternate signal stack.
-                        crate::stack::overflow::ensure_altstack();
-                        if let Some(f) = &start {
-                            f();
-                        }
-                        let core = Core::new(index, shared, parts);
-                        core.run();
-                        drop(core);
-                        if let Some(f) = &stop {
-                            f();
-                        }
-                        *thread_exits.running.lock().unwrap() -= 1;
-                        thread_exits.cv.notify_all();
-                    });
-                match spawned {
-                    Ok(t) => rt.threads.push(t),
-                    Err(e) => {
-                        *exits.running.lock().unwrap() -= 1;
-                        // `rt` drops here and stops the workers already started.
-                        return Err(e);
-                    }
+                // `rt` drops on an error and stops the workers already started.
+                if let Some(t) = threads.spawn(shared.clone(), index, parts)? {
+                    rt.threads.push(t);
                 }
             }
         }
         if env::flag("WEFT_DEBUG_DEADLOCK") {
             let weak = Arc::downgrade(&rt.handle.inner);
             dump::watch_deadlock(weak, format!("{}-deadlock", b.thread_name))?;
-        }
-        if let (Some(threshold), Some(mon)) = (stall, rt.handle.inner.sysmon.clone()) {
-            let weak = Arc::downgrade(&rt.handle.inner);
-            std::thread::Builder::new()
-                .name(format!("{}-sysmon", b.thread_name))
-                .spawn(move || sysmon::run(weak, mon, threshold))?;
         }
         Ok(rt)
     }
@@ -413,7 +524,7 @@ impl Runtime {
             // thread runs on (dropped from inside one of its tasks) unwinds its own
             // when the current poll returns.
             let own = worker::with_current(|c| c.filter(|c| c.belongs_to(p)).map(|c| c.index()));
-            for i in (0..p.num_workers()).filter(|&i| Some(i) != own) {
+            for i in (0..p.num_slots()).filter(|&i| Some(i) != own) {
                 p.close_set_aside(i, false);
             }
             debug_assert!(

@@ -1,29 +1,61 @@
-//! Sysmon: the stall reporter of spec 003.
+//! Sysmon (spec 003): the runtime's monitor thread. It reports stalls and starts
+//! temporary workers.
 //!
-//! One thread per runtime looks at every worker a few times per stall threshold. A
-//! worker whose poll counter has not moved while it is inside a poll (not parked) is
-//! running one task or fiber without returning to the scheduler. After a sysmon period
-//! (at most 100 ms) it is marked *stalled*: soft-homed fibers are then sent elsewhere,
-//! and if tasks wait in its stealable queue while nobody searches, a parked worker is
-//! woken to steal them (a task that blocks its thread would otherwise strand the tasks
-//! queued behind it when the wake heuristics judged them not worth a wake); after the
-//! threshold (default 5 s) the task is reported once on stderr with its id, its name if
-//! it is a named fiber, and the worker. `WEFT_DEBUG_STALL=0` or
-//! [`Builder::stall_report(None)`](crate::Builder::stall_report) turns it off.
+//! One thread per runtime, started by the first worker to run (see
+//! [`Doorbell`](crate::scheduler::idle::Doorbell)), and only if the stall report or
+//! temporary workers are on. While a worker runs it looks at every worker once per
+//! interval (5 ms with temporary workers on; otherwise a fifth of the stall threshold,
+//! 10 to 100 ms): a worker whose poll counter has not moved while it is inside a poll
+//! (not parked) is running one task or fiber without returning to the scheduler.
+//! Once every worker has been parked for [`IDLE_GRACE`] it sleeps with no timeout: an
+//! idle runtime costs no wake-ups, and the first worker to leave the parked set rings
+//! it awake (a futex wake on that worker's way out of `park`, once per idle spell; in
+//! busy times one load there, and nothing on the spawn and wake paths).
 //!
-//! Diagnostics only: the counters are read with relaxed loads and nothing depends on
-//! them for correctness. When every worker is parked the thread sleeps for a whole
-//! threshold, so an idle runtime wakes it only rarely.
+//! * **Temporary workers.** A worker stuck in one poll for [`STALE_AFTER`] while tasks
+//!   wait for its pool and none of the pool's workers is parked or searching to take
+//!   them: sysmon starts a temporary worker for the pool (at most one per
+//!   [`STALE_AFTER`] per pool, up to base + K workers; see
+//!   [`Builder::max_extra_workers`](crate::Builder::max_extra_workers)). It runs like
+//!   any worker and retires on its own after a keep-alive of idleness (see `Core::park`
+//!   and the protocol in `scheduler::idle`).
+//! * **Stalled workers.** After a sysmon period a stuck worker is marked *stalled*:
+//!   soft-homed fibers are then sent elsewhere, and if tasks wait in its stealable
+//!   queue while nobody searches, a parked worker is woken to steal them.
+//! * **The stall report.** After the threshold (default 5 s) the task is reported once
+//!   on stderr with its id, its name if it is a named fiber, and the worker.
+//!   `WEFT_DEBUG_STALL=0` or [`Builder::stall_report(None)`](crate::Builder::stall_report)
+//!   turns it off.
+//!
+//! `WEFT_DEBUG_SYSMON=1` logs the scaling decisions (a start, with the stuck worker,
+//! the task and the queued work that caused it; a start refused at the cap; a retire).
+//! The counters are read with relaxed loads: a decision made on a stale view costs a
+//! temporary worker that retires again, never a lost task.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Condvar, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::Inner;
 use crate::base::Arc;
+use crate::scheduler::idle::Doorbell;
 
 use crate::task::header::FIBER_BIT;
+
+/// How long a worker may run one task or fiber, with work waiting, before sysmon adds
+/// a temporary worker to its pool; also the least time between two such starts.
+pub(crate) const STALE_AFTER: Duration = Duration::from_millis(10);
+
+/// How often sysmon looks while temporary workers are on and some worker runs.
+const TEMP_INTERVAL: Duration = Duration::from_millis(5);
+
+/// How long every worker must have been parked before sysmon sleeps without a timeout.
+/// Waking it costs the first worker to leave the parked set a futex wake on its way to
+/// its task; with this grace that is paid once per idle spell of at least this length,
+/// not at every short gap between bursts of work (measured: the `wake` suite's bursts,
+/// 20 ms apart, took 20-50 % longer when every one of them rang).
+const IDLE_GRACE: Duration = Duration::from_millis(100);
 
 /// Names of named fibers by task id, for the report (only named fibers are listed).
 static NAMES: Mutex<Option<HashMap<u64, std::sync::Arc<str>>>> = Mutex::new(None);
@@ -47,60 +79,101 @@ fn name_of(id: u64) -> Option<std::sync::Arc<str>> {
     names.as_ref().and_then(|n| n.get(&id).cloned())
 }
 
-/// The handle the runtime keeps: stops the thread and counts reports.
+/// The handle the runtime keeps: its configuration, stops the thread, counts reports.
 pub(crate) struct Sysmon {
-    stop: Mutex<bool>,
-    cv: Condvar,
+    stop: AtomicBool,
     pub(crate) reported: AtomicU64,
+    /// The stall report's threshold, if it is on.
+    stall: Option<Duration>,
+    /// `WEFT_DEBUG_SYSMON`.
+    debug: bool,
+    doorbell: Arc<Doorbell>,
 }
 
 impl Sysmon {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(stall: Option<Duration>, debug: bool, doorbell: Arc<Doorbell>) -> Self {
         Sysmon {
-            stop: Mutex::new(false),
-            cv: Condvar::new(),
+            stop: AtomicBool::new(false),
             reported: AtomicU64::new(0),
+            stall,
+            debug,
+            doorbell,
         }
     }
 
     pub(crate) fn stop(&self) {
-        *self.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        self.cv.notify_all();
+        self.stop.store(true, SeqCst);
+        self.doorbell.wake();
     }
 
-    /// Sleeps for `d` or until stopped; returns false once stopped.
-    fn sleep(&self, d: Duration) -> bool {
-        let guard = self.stop.lock().unwrap_or_else(|e| e.into_inner());
-        let (guard, _) = self
-            .cv
-            .wait_timeout_while(guard, d, |stop| !*stop)
-            .unwrap_or_else(|e| e.into_inner());
-        !*guard
+    fn stopped(&self) -> bool {
+        self.stop.load(SeqCst)
     }
 }
 
-/// What sysmon remembers about one worker.
+/// What sysmon remembers about one worker slot.
 struct Seen {
     polls: u64,
     since: Instant,
     reported: bool,
 }
 
+/// What sysmon remembers about one pool.
+struct PoolWatch {
+    /// No temporary worker starts before this (backoff).
+    next_start: Instant,
+    /// The cap was reported for the current stuck spell (`WEFT_DEBUG_SYSMON`).
+    cap_logged: bool,
+}
+
+/// A worker found stuck in one poll.
+struct Stuck {
+    worker: usize,
+    running: u64,
+    for_: Duration,
+}
+
 /// The sysmon thread's body: runs until the runtime stops it or goes away.
-pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>, threshold: Duration) {
-    let period = (threshold / 5).clamp(Duration::from_millis(10), Duration::from_millis(100));
+pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
+    let stall_period = mon
+        .stall
+        .map(|t| (t / 5).clamp(Duration::from_millis(10), Duration::from_millis(100)));
+    let temp_on = match rt.upgrade() {
+        Some(inner) => inner.pools.iter().any(|p| p.num_slots() > p.num_workers()),
+        None => return,
+    };
+    let period = match (stall_period, temp_on) {
+        (Some(p), true) => p.min(TEMP_INTERVAL),
+        (Some(p), false) => p,
+        (None, _) => TEMP_INTERVAL,
+    };
+    // Soft-homed fibers leave a worker stuck for this long.
+    let mark_stalled_after = stall_period.unwrap_or(Duration::from_millis(100));
     let mut seen: HashMap<(usize, usize), Seen> = HashMap::new();
-    let mut pause = period;
-    while mon.sleep(pause) {
+    let mut watch: Vec<PoolWatch> = Vec::new();
+    // Since when every worker has been parked (as sysmon saw it).
+    let mut idle_since: Option<Instant> = None;
+    while !mon.stopped() {
         let Some(inner) = rt.upgrade() else { return };
         let now = Instant::now();
+        watch.resize_with(inner.pools.len(), || PoolWatch {
+            next_start: now,
+            cap_logged: false,
+        });
         let mut all_parked = true;
         for (p, pool) in inner.pools.iter().enumerate() {
+            let mut stuck: Option<Stuck> = None;
+            let mut any_parked = false;
             for (i, remote) in pool.remotes.iter().enumerate() {
+                if !remote.active.load(SeqCst) {
+                    seen.remove(&(p, i));
+                    continue;
+                }
                 let polls = remote.counters.polled.get();
                 let running = remote.running_task.load(Relaxed);
                 let parked = pool.idle.is_parked(i);
                 all_parked &= parked;
+                any_parked |= parked;
                 let s = seen.entry((p, i)).or_insert(Seen {
                     polls,
                     since: now,
@@ -115,35 +188,143 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>, threshold: Duration) {
                     remote.stalled.store(false, Relaxed);
                     continue;
                 }
-                let stuck = now - s.since;
-                let stalled = stuck >= period;
+                let for_ = now - s.since;
+                if for_ >= STALE_AFTER && stuck.as_ref().is_none_or(|st| for_ > st.for_) {
+                    stuck = Some(Stuck {
+                        worker: i,
+                        running,
+                        for_,
+                    });
+                }
+                let stalled = for_ >= mark_stalled_after;
                 remote.stalled.store(stalled, Relaxed);
                 if stalled && !remote.steal.is_empty() && pool.idle.num_searching() == 0 {
                     // Tasks queued behind a worker stuck in one poll: the wake heuristics
                     // assumed it would get to them soon. Wake a sleeper to steal them.
                     pool.notify_parked();
                 }
-                if stuck >= threshold && !s.reported {
-                    s.reported = true;
-                    mon.reported.fetch_add(1, Relaxed);
-                    report(running, pool.pool, i, stuck);
+                if let Some(threshold) = mon.stall {
+                    if for_ >= threshold && !s.reported {
+                        s.reported = true;
+                        mon.reported.fetch_add(1, Relaxed);
+                        report(running, pool.pool, i, for_);
+                    }
                 }
             }
+            let w = &mut watch[p];
+            match stuck {
+                Some(st) if !any_parked => consider_start(&inner, &mon, p, st, w, now),
+                _ => w.cap_logged = false,
+            }
         }
-        pause = if all_parked { threshold } else { period };
+        if !all_parked {
+            idle_since = None;
+        }
+        let idle_for = now - *idle_since.get_or_insert(now);
+        if all_parked && idle_for >= IDLE_GRACE {
+            // Nothing to watch: sleep until a worker leaves the parked set. The bits are
+            // read again after `asleep` is set (see `Doorbell` for why no ring is lost).
+            mon.doorbell.prepare_sleep();
+            let still = inner.pools.iter().all(|pool| {
+                pool.remotes
+                    .iter()
+                    .enumerate()
+                    .all(|(i, r)| !r.active.load(SeqCst) || pool.idle.is_parked(i))
+            });
+            drop(inner);
+            if still && !mon.stopped() {
+                mon.doorbell.sleep(None);
+                seen.clear();
+                idle_since = None;
+                continue;
+            }
+        } else {
+            drop(inner);
+        }
+        mon.doorbell.sleep(Some(period));
     }
 }
 
-fn report(running: u64, pool: crate::Pool, worker: usize, stuck: Duration) {
+/// A worker of pool `p` is stuck (and no worker of the pool is parked): starts a
+/// temporary worker if work waits, nobody searches for it, the cap allows and the
+/// backoff has passed.
+fn consider_start(
+    inner: &Inner,
+    mon: &Sysmon,
+    p: usize,
+    st: Stuck,
+    w: &mut PoolWatch,
+    now: Instant,
+) {
+    let pool = &inner.pools[p];
+    if !pool.has_work_for(usize::MAX) || pool.idle.num_searching() != 0 || now < w.next_start {
+        return;
+    }
+    let debug = mon.debug || inner.threads.debug;
+    let waiting = pool.visible_tasks_for(usize::MAX);
+    let (base, cap) = (pool.num_workers(), pool.num_slots());
+    let Some((slot, parts)) = pool.take_slot() else {
+        if debug && !w.cap_logged && cap > base {
+            w.cap_logged = true;
+            eprintln!(
+                "weft: sysmon: not starting a temporary worker for the {:?} pool: worker {} \
+                 has run {} for {} ms with {waiting} tasks waiting, but all {base} + {} \
+                 workers run (max_extra_workers)",
+                pool.pool,
+                st.worker,
+                describe(st.running),
+                st.for_.as_millis(),
+                cap - base,
+            );
+        }
+        return;
+    };
+    w.next_start = now + STALE_AFTER;
+    if debug {
+        eprintln!(
+            "weft: sysmon: starting temporary worker {slot} for the {:?} pool: worker {} has \
+             run {} for {} ms with {waiting} tasks waiting (now {} workers, at most {base} \
+             + {})",
+            pool.pool,
+            st.worker,
+            describe(st.running),
+            st.for_.as_millis(),
+            pool.active_workers(),
+            cap - base,
+        );
+    }
+    // Counted before the thread runs, so a retire is never counted before its start.
+    inner.threads.temp_started.fetch_add(1, Relaxed);
+    match inner.threads.spawn(pool.clone(), slot, parts) {
+        Ok(Some(_detached)) => {}
+        // Shutting down: the slot went back.
+        Ok(None) => {
+            inner.threads.temp_started.fetch_sub(1, Relaxed);
+        }
+        Err(e) => {
+            inner.threads.temp_started.fetch_sub(1, Relaxed);
+            pool.abandon_slot(slot);
+            if debug {
+                eprintln!("weft: sysmon: could not start a temporary worker: {e}");
+            }
+        }
+    }
+}
+
+fn describe(running: u64) -> String {
     let id = running & !FIBER_BIT;
-    let what = if running & FIBER_BIT != 0 {
+    if running & FIBER_BIT != 0 {
         match name_of(id) {
             Some(name) => format!("fiber '{name}' (id {id})"),
             None => format!("fiber {id}"),
         }
     } else {
         format!("task {id}")
-    };
+    }
+}
+
+fn report(running: u64, pool: crate::Pool, worker: usize, stuck: Duration) {
+    let what = describe(running);
     eprintln!(
         "weft: stall: {what} has kept worker {worker} of the {pool:?} pool for {:.1} s \
          without returning to the scheduler (wait or yield in long loops; \

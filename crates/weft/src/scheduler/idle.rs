@@ -34,6 +34,31 @@
 //! the counter shortcut below is reported as a lost wakeup); the loom models in
 //! `loom_tests.rs` run the real code through the same races.
 //!
+//! # Slots that come and go (temporary workers)
+//!
+//! A pool has `base + K` slots; the base workers always run, the others are started by
+//! sysmon and retire after a keep-alive of idleness (see `Core::try_retire`). An
+//! inactive slot's bit is clear, so producers never claim it, and its queues are empty.
+//! The danger is a worker that leaves the parked set *for good*: a producer that sees
+//! its bit claims it and counts on it to run the task. The retiring worker therefore
+//! leaves exactly as a waking worker does, by taking its bit back with
+//! [`Idle::unpublish_parked`] (an RMW on the same word the producer's claim CASes):
+//!
+//! * the RMW finds the bit already cleared: a producer claimed this worker and counted
+//!   it as a searcher. It does not retire; it runs as a woken worker (searching).
+//! * the RMW clears the bit: no claim can pick it any more. The worker then issues a
+//!   SeqCst fence and re-checks every queue it re-checks before sleeping; only if all
+//!   are empty does it retire. A producer that pushed meanwhile either sees the bit
+//!   (and its claim fails the race above, so it did not count on this worker) or finds
+//!   it cleared, in which case (store buffering, both sides fenced) the re-check sees
+//!   its task and the worker stays. A producer that finds no bit to claim relies on
+//!   the running workers, exactly as when every worker is busy, which the protocol
+//!   already covers.
+//!
+//! So a retiring worker is, for the handshake, a worker that woke up and then found
+//! nothing to do, except that it never sleeps again. Fibers tied to the slot and its
+//! inbox: see `Shared::push_inbox`.
+//!
 //! # The unsound shortcut
 //!
 //! Deciding "nobody sleeps, skip the wake" from a running-worker *counter* that the
@@ -53,17 +78,18 @@ pub(crate) struct Idle {
     driver_holder: AtomicUsize,
     /// One bit per worker: set while the worker is parked (or about to park).
     parked: Box<[AtomicU64]>,
+    /// The base worker count: at most about half of it searches at once.
     num_workers: usize,
 }
 
 impl Idle {
-    pub(crate) fn new(num_workers: usize) -> Self {
+    /// Bits for `slots` workers (base and temporary); the searcher cap follows the
+    /// `num_workers` base workers.
+    pub(crate) fn new(slots: usize, num_workers: usize) -> Self {
         Idle {
             num_searching: AtomicUsize::new(0),
             driver_holder: AtomicUsize::new(usize::MAX),
-            parked: (0..num_workers.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            parked: (0..slots.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
             num_workers,
         }
     }
@@ -168,5 +194,95 @@ impl Idle {
 
     pub(crate) fn is_parked(&self, index: usize) -> bool {
         self.parked[index / 64].load(SeqCst) & (1 << (index % 64)) != 0
+    }
+}
+
+/// How workers wake the runtime's monitor thread (sysmon) when it sleeps without a
+/// timeout because every worker was parked.
+///
+/// The monitor sets `asleep`, then (SeqCst) looks at every parked bit again and sleeps
+/// only if all are still set. A worker leaving the parked set (its own unpublish RMW,
+/// or a producer's claim that the worker observed through its SeqCst `is_parked` load)
+/// then loads `asleep` (SeqCst). All four operations are SeqCst, so in their total order
+/// either the monitor's bit load comes after the clear (it sees a running worker and
+/// does not sleep) or the worker's load comes after `asleep` was set (it rings). The
+/// worker's cost is that one load of a line that is written only when the monitor goes
+/// to sleep or wakes; nothing on the producer (spawn, wake) side changes.
+///
+/// The first ring starts the monitor (`start`, set by the runtime), so a runtime whose
+/// workers never run needs no monitor thread.
+pub(crate) struct Doorbell {
+    asleep: std::sync::atomic::AtomicBool,
+    started: std::sync::atomic::AtomicBool,
+    parker: crate::base::park::Parker,
+    start: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl Doorbell {
+    /// A doorbell nobody listens to: `ring` is one load of `false`.
+    pub(crate) fn disabled() -> Self {
+        Doorbell {
+            asleep: std::sync::atomic::AtomicBool::new(false),
+            started: std::sync::atomic::AtomicBool::new(true),
+            parker: crate::base::park::Parker::new(),
+            start: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// A doorbell whose first ring calls `start` (the monitor is not running yet, so it
+    /// counts as asleep).
+    pub(crate) fn lazy() -> Self {
+        Doorbell {
+            asleep: std::sync::atomic::AtomicBool::new(true),
+            started: std::sync::atomic::AtomicBool::new(false),
+            parker: crate::base::park::Parker::new(),
+            start: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Installs what the first ring runs (once).
+    pub(crate) fn set_start(&self, start: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.start.set(start);
+    }
+
+    /// Worker side: called after leaving the parked set (and when a worker starts).
+    #[inline]
+    pub(crate) fn ring(&self) {
+        if self.asleep.load(std::sync::atomic::Ordering::SeqCst) {
+            self.ring_slow();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn ring_slow(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if !self.asleep.swap(false, SeqCst) {
+            return;
+        }
+        if !self.started.swap(true, SeqCst) {
+            if let Some(start) = self.start.get() {
+                start();
+            }
+        } else {
+            self.parker.unpark();
+        }
+    }
+
+    /// Monitor side: announce the sleep; the caller then re-checks the bits.
+    pub(crate) fn prepare_sleep(&self) {
+        self.asleep.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Monitor side: sleep until a ring or [`wake`](Self::wake), or `timeout`.
+    pub(crate) fn sleep(&self, timeout: Option<std::time::Duration>) {
+        self.parker.park_timeout(timeout);
+        self.asleep
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Wakes the monitor whatever its state (to stop it).
+    pub(crate) fn wake(&self) {
+        self.parker.unpark();
     }
 }

@@ -83,6 +83,12 @@ pub(crate) struct Remote {
     /// that only this worker may cancel, on its own thread, as it leaves (see
     /// [`Shared::set_aside`]).
     set_aside: Mutex<SetAside>,
+    /// A thread runs this slot (always for a base worker; for a temporary one from its
+    /// start until it retires). SeqCst: see [`Shared::push_inbox`].
+    pub(crate) active: AtomicBool,
+    /// Started, unfinished fibers tied to this worker (not those that migrate): a
+    /// temporary worker retires only at zero, since nobody else may run them.
+    pub(crate) homed_fibers: std::sync::Arc<AtomicUsize>,
 }
 
 /// A worker's set-aside tasks at shutdown.
@@ -126,6 +132,18 @@ pub(crate) struct Shared {
     /// it before it cancels its list (see `Core::run`), so none of its fibers arrives
     /// there after it left.
     routed: AtomicBool,
+    /// The base worker count; `remotes` has `base + K` slots, K for temporary workers.
+    base: usize,
+    /// One past the highest slot that ever had a thread: searches look no further.
+    /// Only grows, so a slot once in use stays in sight (its queues are empty while it
+    /// is inactive).
+    slots_used: AtomicUsize,
+    /// The private ends of the slots no thread runs now (`None`: in use).
+    spare_parts: Mutex<Vec<Option<WorkerParts>>>,
+    /// How long a temporary worker stays idle before it retires.
+    pub(crate) keep_alive: std::time::Duration,
+    /// Wakes the runtime's monitor when a worker leaves the parked set.
+    pub(crate) doorbell: Arc<idle::Doorbell>,
 }
 
 /// A task reference held across threads by shutdown.
@@ -142,6 +160,13 @@ struct InjectedJobs {
     closed: bool,
 }
 
+/// How many temporary slots a pool gets, and how they behave.
+pub(crate) struct Slots {
+    pub(crate) extra: usize,
+    pub(crate) keep_alive: std::time::Duration,
+    pub(crate) doorbell: Arc<idle::Doorbell>,
+}
+
 /// A worker's private ends, handed to its thread.
 pub(crate) struct WorkerParts {
     pub(crate) local: queue::Local,
@@ -151,16 +176,37 @@ pub(crate) struct WorkerParts {
 impl Shared {
     /// Builds the shared state for `workers` workers and returns each worker's local
     /// queue end, to be moved to its thread.
+    #[cfg(all(test, loom))]
     pub(crate) fn new(
         workers: usize,
         pool: Pool,
         rt: Weak<dyn std::any::Any + Send + Sync>,
         time: Arc<Driver>,
     ) -> (Arc<Shared>, Vec<WorkerParts>) {
-        let mut locals = Vec::with_capacity(workers);
+        let cfg = Slots {
+            extra: 0,
+            keep_alive: std::time::Duration::ZERO,
+            doorbell: Arc::new(idle::Doorbell::disabled()),
+        };
+        Self::with_slots(workers, cfg, pool, rt, time)
+    }
+
+    /// Builds the shared state for `workers` base workers plus `cfg.extra` slots for
+    /// temporary workers, and returns each base worker's private ends, to be moved to
+    /// its thread (the temporary slots' wait in `spare_parts` for
+    /// [`take_slot`](Self::take_slot)).
+    pub(crate) fn with_slots(
+        workers: usize,
+        cfg: Slots,
+        pool: Pool,
+        rt: Weak<dyn std::any::Any + Send + Sync>,
+        time: Arc<Driver>,
+    ) -> (Arc<Shared>, Vec<WorkerParts>) {
+        let slots = workers + cfg.extra;
+        let mut locals = Vec::with_capacity(slots);
         let unparker = time.unparker();
-        let remotes = (0..workers)
-            .map(|_| {
+        let remotes = (0..slots)
+            .map(|i| {
                 let (local, steal) = queue::local();
                 let (jobs, job_stealer) = deque::new();
                 locals.push(WorkerParts { local, jobs });
@@ -179,13 +225,19 @@ impl Shared {
                         tasks: Vec::new(),
                         closed: false,
                     }),
+                    active: AtomicBool::new(i < workers),
+                    homed_fibers: std::sync::Arc::new(AtomicUsize::new(0)),
                 })
             })
+            .collect();
+        let spare_parts = (0..workers)
+            .map(|_| None)
+            .chain(locals.drain(workers..).map(Some))
             .collect();
         let shared = Arc::new(Shared {
             remotes,
             inject: Inject::new(),
-            idle: Idle::new(workers),
+            idle: Idle::new(slots, workers),
             owned: OwnedTasks::new(workers),
             shutdown: AtomicBool::new(false),
             draining: AtomicBool::new(false),
@@ -200,12 +252,66 @@ impl Shared {
             injected_len: AtomicUsize::new(0),
             wake_latency_ns: AtomicU64::new(INITIAL_WAKE_LATENCY_NS),
             routed: AtomicBool::new(false),
+            base: workers,
+            slots_used: AtomicUsize::new(workers),
+            spare_parts: Mutex::new(spare_parts),
+            keep_alive: cfg.keep_alive,
+            doorbell: cfg.doorbell,
         });
         (shared, locals)
     }
 
+    /// The base worker count (temporary workers not counted).
     pub(crate) fn num_workers(&self) -> usize {
+        self.base
+    }
+
+    /// Base plus the most temporary workers.
+    pub(crate) fn num_slots(&self) -> usize {
         self.remotes.len()
+    }
+
+    /// The slots that ever had a thread (see `slots_used`): where searches look.
+    #[inline]
+    pub(crate) fn slots_in_use(&self) -> &[CachePadded<Remote>] {
+        &self.remotes[..self.slots_used.load(SeqCst)]
+    }
+
+    /// Whether slot `i` is a temporary worker's.
+    pub(crate) fn is_temporary(&self, i: usize) -> bool {
+        i >= self.base
+    }
+
+    /// Sysmon: a free temporary slot and its private ends, marked active (its thread is
+    /// about to start). `None` when every slot is in use.
+    pub(crate) fn take_slot(&self) -> Option<(usize, WorkerParts)> {
+        let mut spare = self.spare_parts.lock();
+        let i = spare.iter().position(Option::is_some)?;
+        let parts = spare[i].take()?;
+        self.remotes[i].active.store(true, SeqCst);
+        self.slots_used.fetch_max(i + 1, SeqCst);
+        Some((i, parts))
+    }
+
+    /// A temporary worker's thread is done with slot `i` (it retired, or it never
+    /// started): its private ends, with empty queues, wait for the next start.
+    pub(crate) fn return_slot(&self, i: usize, parts: WorkerParts) {
+        self.remotes[i].active.store(false, SeqCst);
+        self.spare_parts.lock()[i] = Some(parts);
+    }
+
+    /// Sysmon could not start a thread for slot `i`: its private ends are gone with
+    /// the failed start, so the slot stays out of use.
+    pub(crate) fn abandon_slot(&self, i: usize) {
+        self.remotes[i].active.store(false, SeqCst);
+    }
+
+    /// Threads running this pool's slots now (base and temporary).
+    pub(crate) fn active_workers(&self) -> usize {
+        self.remotes
+            .iter()
+            .filter(|r| r.active.load(Relaxed))
+            .count()
     }
 
     pub(crate) fn is_shutdown(&self) -> bool {
@@ -327,7 +433,8 @@ impl Shared {
 
     /// Whether a soft-homed fiber should rather go where any worker can take it.
     fn home_is_congested(&self, i: usize) -> bool {
-        self.remotes[i].inbox.len() >= INBOX_DIVERT || self.remotes[i].stalled.load(Relaxed)
+        let r = &self.remotes[i];
+        r.inbox.len() >= INBOX_DIVERT || r.stalled.load(Relaxed) || !r.active.load(Relaxed)
     }
 
     /// Producer side of the inbox handshake: push, SeqCst fence, then wake the owner if
@@ -335,6 +442,14 @@ impl Shared {
     /// inbox before it sleeps, and re-checks the inbox whenever its parker returns, so
     /// either this side sees the bit or that side sees the task (store buffering, as in
     /// [`idle`]). The bit is left for the owner to clear: this wake counts as no claim.
+    ///
+    /// A temporary worker's slot may retire meanwhile, but only while no fiber is
+    /// pinned to it, so what arrives then is a fiber that merely prefers it: the
+    /// retiring worker clears `active`, fences and hands its inbox on
+    /// ([`rescue_inbox`](Self::rescue_inbox)); this side pushed, fenced, and hands the
+    /// inbox on itself if it sees `active` clear. Store buffering again: at least one of
+    /// the two sees the other's write, and both pop from the same queue, so the task is
+    /// moved once.
     fn push_inbox(&self, i: usize, task: Notified) {
         match self.remotes[i].inbox.push(task) {
             Ok(()) => {
@@ -342,11 +457,34 @@ impl Shared {
                 if self.idle.is_parked(i) {
                     self.remotes[i].parker.unpark();
                 }
+                if !self.remotes[i].active.load(SeqCst) {
+                    self.rescue_inbox(i);
+                }
             }
             // Shutting down: only its home worker may unwind it.
             // SAFETY: the queue reference moves to the set-aside list.
             Err(task) => unsafe { self.set_aside(i, task.into_raw()) },
         }
+    }
+
+    /// Moves what waits in slot `i`'s inbox (fibers that only prefer it: see
+    /// [`push_inbox`](Self::push_inbox)) to the injection queue, where any worker
+    /// finds it.
+    #[cold]
+    pub(crate) fn rescue_inbox(&self, i: usize) {
+        let mut moved = Vec::new();
+        self.remotes[i]
+            .inbox
+            .pop_batch(usize::MAX, |t| moved.push(t));
+        if moved.is_empty() {
+            return;
+        }
+        for t in moved {
+            if let Err(t) = self.inject.push(t) {
+                cancel_queued(t);
+            }
+        }
+        self.notify_parked();
     }
 
     /// Producer side of the handshake (see [`idle`]): after a push, wake one parked
@@ -398,7 +536,7 @@ impl Shared {
     pub(crate) fn has_jobs_for(&self, me: usize) -> bool {
         self.injected_len.load(SeqCst) != 0
             || self
-                .remotes
+                .slots_in_use()
                 .iter()
                 .enumerate()
                 .any(|(i, r)| i != me && !r.jobs.is_empty())
@@ -408,7 +546,7 @@ impl Shared {
     pub(crate) fn visible_tasks_for(&self, me: usize) -> usize {
         self.inject.len()
             + self
-                .remotes
+                .slots_in_use()
                 .iter()
                 .enumerate()
                 .filter(|&(i, _)| i != me)
@@ -422,7 +560,7 @@ impl Shared {
         if !self.inject.is_empty() || self.injected_len.load(SeqCst) != 0 {
             return true;
         }
-        self.remotes
+        self.slots_in_use()
             .iter()
             .enumerate()
             .any(|(i, r)| i != me && (!r.steal.is_empty() || !r.jobs.is_empty()))
@@ -599,10 +737,12 @@ impl Shared {
             .map(|r| r.counters.snapshot(r.parker.wake_calls()))
             .collect();
         let spawned: u64 = self.remotes.iter().map(|r| r.counters.spawned.get()).sum();
+        // Totals include the temporary slots; the per-worker list is the base workers.
         PoolStats::new(
             self.pool,
             spawned + self.external_spawned.load(Relaxed),
             workers,
+            self.base,
         )
     }
 }

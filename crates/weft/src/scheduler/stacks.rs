@@ -250,6 +250,11 @@ impl<S> Stacks<S> {
         any
     }
 
+    /// Whether any wait is set aside (a blocked task lives on one of its stacks).
+    pub(crate) fn has_set_aside(&self) -> bool {
+        self.set_aside.borrow().iter().any(Option::is_some)
+    }
+
     pub(crate) fn take_spare(&self) -> Option<S> {
         self.spare.borrow_mut().pop()
     }

@@ -103,6 +103,12 @@ pub struct Stats {
     /// assert_eq!(rt.stats().active_tasks, 0);
     /// ```
     pub active_tasks: usize,
+    /// Temporary workers sysmon started because a worker was stuck in one task while
+    /// work waited (all pools; see
+    /// [`Builder::max_extra_workers`](crate::Builder::max_extra_workers)).
+    pub temp_workers_started: u64,
+    /// Temporary workers that retired after their keep-alive of idleness (all pools).
+    pub temp_workers_retired: u64,
 }
 
 /// One pool's statistics.
@@ -140,8 +146,15 @@ pub struct PoolStats {
 }
 
 impl PoolStats {
-    pub(crate) fn new(pool: super::Pool, spawned: u64, workers: Vec<WorkerStats>) -> Self {
-        PoolStats {
+    /// `workers`: every slot, base workers first; the first `base` are listed (the
+    /// totals count the temporary workers too).
+    pub(crate) fn new(
+        pool: super::Pool,
+        spawned: u64,
+        mut workers: Vec<WorkerStats>,
+        base: usize,
+    ) -> Self {
+        let mut stats = PoolStats {
             pool,
             total_spawned: spawned,
             total_polled: workers.iter().map(|w| w.tasks_polled).sum(),
@@ -150,9 +163,12 @@ impl PoolStats {
             total_wake_calls: workers.iter().map(|w| w.wake_calls).sum(),
             total_spurious_wakeups: workers.iter().map(|w| w.spurious_wakeups).sum(),
             total_spin_wakeups: workers.iter().map(|w| w.spin_wakeups).sum(),
-            num_workers: workers.len(),
-            workers,
-        }
+            num_workers: base,
+            workers: Vec::new(),
+        };
+        workers.truncate(base);
+        stats.workers = workers;
+        stats
     }
 }
 
@@ -163,6 +179,7 @@ impl Stats {
         timers: (usize, u64),
         io: (usize, u64),
         stalls_reported: u64,
+        temp_workers: (u64, u64),
     ) -> Self {
         let d = &pools[0];
         Stats {
@@ -183,6 +200,8 @@ impl Stats {
             fibers: crate::stack::fiber_stats(),
             stalls_reported,
             active_tasks: 0,
+            temp_workers_started: temp_workers.0,
+            temp_workers_retired: temp_workers.1,
         }
     }
 }
@@ -273,6 +292,13 @@ impl fmt::Display for Stats {
             fb.pooled_stacks,
             fb.stack_bytes_reserved / (1024 * 1024)
         )?;
+        if self.temp_workers_started > 0 {
+            writeln!(
+                f,
+                "weft temporary workers: {} started, {} retired",
+                self.temp_workers_started, self.temp_workers_retired
+            )?;
+        }
         if self.stalls_reported > 0 {
             writeln!(f, "weft stalls reported: {}", self.stalls_reported)?;
         }

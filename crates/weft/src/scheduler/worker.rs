@@ -173,6 +173,11 @@ pub(crate) struct Core {
     /// The loop stacks that blocked waits set aside, and spare ones (see
     /// [`super::stacks`]).
     stacks: Stacks,
+    /// `run_until` loops in progress on this thread (1: only the worker's own loop,
+    /// nothing below it waits).
+    loop_depth: Cell<u32>,
+    /// A temporary worker decided to retire (see `park`): the loops end.
+    retiring: Cell<bool>,
 }
 
 thread_local! {
@@ -294,6 +299,17 @@ impl Core {
             transitioning_to_park: Cell::new(false),
             dispatching_io: Cell::new(false),
             stacks: Stacks::new(),
+            loop_depth: Cell::new(0),
+            retiring: Cell::new(false),
+        }
+    }
+
+    /// A retired temporary worker's private ends, for the slot's next thread (its
+    /// queues are empty: see `retire`).
+    pub(crate) fn into_parts(self) -> WorkerParts {
+        WorkerParts {
+            local: self.local,
+            jobs: self.jobs,
         }
     }
 
@@ -338,10 +354,23 @@ impl Core {
     /// it, here on its own thread, outside any poll, before the thread's thread-locals
     /// are destroyed (the caller runs `on_thread_stop` and counts the thread as exited
     /// only after this returns).
-    pub(crate) fn run(&self) {
+    ///
+    /// Returns true if this is a temporary worker that retired (see `park`): it left
+    /// nothing behind, and the caller hands its slot back.
+    pub(crate) fn run(&self) -> bool {
         CURRENT.with(|c| c.set(self));
+        // A running worker is something for sysmon to watch (the first ring starts it).
+        self.shared.doorbell.ring();
         loop {
-            self.run_until(|| self.stacks.ready().any());
+            // (A loop stack resumed below may be the one that decided to retire.)
+            if !self.retiring.get() {
+                self.run_until(|| self.stacks.ready().any());
+            }
+            if self.retiring.get() {
+                self.retire();
+                CURRENT.with(|c| c.set(std::ptr::null()));
+                return true;
+            }
             if self.shared.is_shutdown() {
                 break;
             }
@@ -370,11 +399,70 @@ impl Core {
         self.finish_stacks();
         self.drain();
         CURRENT.with(|c| c.set(std::ptr::null()));
+        false
+    }
+
+    /// The end of a temporary worker that decided to retire in `park` (which checked,
+    /// after leaving the parked set, that its queues were empty and that no fiber or
+    /// set-aside wait is tied to it). Anything that reached its private queues since,
+    /// or its inbox, goes where the surviving workers find it; then its spare loop
+    /// stacks are freed.
+    fn retire(&self) {
+        let mut moved = false;
+        let mut hand_on = |t: Notified| {
+            moved = true;
+            if let Err(t) = self.shared.inject.push(t) {
+                cancel_queued(t);
+            }
+        };
+        if let Some(t) = self.lifo.take() {
+            hand_on(t);
+        }
+        for t in self.deferred.take() {
+            hand_on(t);
+        }
+        // SAFETY: see `pinned_mut`; the deque is moved out before anything runs.
+        for t in std::mem::take(unsafe { self.pinned_mut() }) {
+            hand_on(t);
+        }
+        while let Some(t) = self.local.pop() {
+            hand_on(t);
+        }
+        if moved {
+            self.shared.notify_parked();
+        }
+        self.shared.rescue_inbox(self.index);
+        debug_assert!(
+            self.remote().jobs.is_empty(),
+            "weft: a retiring worker held jobs"
+        );
+        self.finish_stacks();
+    }
+
+    /// Whether this worker may retire now: it is a temporary one, its own loop is the
+    /// only one on its thread (no task below it waits), no wait is set aside, and no
+    /// fiber is tied to it (only this thread may run those).
+    fn may_retire(&self) -> bool {
+        self.shared.is_temporary(self.index)
+            && self.loop_depth.get() == 1
+            && !self.stacks.has_set_aside()
+            && self.remote().homed_fibers.load(SeqCst) == 0
+            && self.pinned_is_empty()
+            && self.remote().jobs.is_empty()
+    }
+
+    /// Counts a fiber that just tied itself to this worker; the returned counter is
+    /// decremented when the fiber ends (see `may_retire`).
+    pub(crate) fn home_fiber(&self) -> StdArc<std::sync::atomic::AtomicUsize> {
+        let c = &self.remote().homed_fibers;
+        c.fetch_add(1, SeqCst);
+        c.clone()
     }
 
     /// Runs tasks until `done()` holds or the runtime shuts down.
     /// Generic over `done` so that the worker's own loop (`|| false`) checks nothing.
     pub(crate) fn run_until(&self, done: impl Fn() -> bool) {
+        self.loop_depth.set(self.loop_depth.get() + 1);
         loop {
             if done() || self.shared.is_shutdown() {
                 break;
@@ -390,10 +478,16 @@ impl Core {
                 match self.steal_work() {
                     Some(Work::Task(task)) => self.run_task(task),
                     Some(Work::Job(job)) => self.run_job(job),
-                    None => self.park(&done),
+                    None => {
+                        self.park(&done);
+                        if self.retiring.get() {
+                            break;
+                        }
+                    }
                 }
             }
         }
+        self.loop_depth.set(self.loop_depth.get() - 1);
         self.leave_searching();
     }
 
@@ -676,7 +770,7 @@ impl Core {
             }
             self.searching.set(true);
         }
-        let n = self.shared.num_workers();
+        let n = self.shared.slots_in_use().len();
         let start = self.next_rand() as usize % n;
         for k in 0..n {
             let victim = (start + k) % n;
@@ -811,6 +905,22 @@ impl Core {
     pub(crate) fn push_for_test(&self, task: Notified) {
         self.push_local(task);
         self.shared.notify_parked();
+    }
+
+    /// Makes the next park count as one from the worker's own loop (so a temporary
+    /// worker may retire in it).
+    pub(crate) fn enter_loop_for_test(&self) {
+        self.loop_depth.set(1);
+    }
+
+    /// Whether the last park decided to retire.
+    pub(crate) fn retiring_for_test(&self) -> bool {
+        self.retiring.get()
+    }
+
+    /// The end of a retiring worker, as `run` does it.
+    pub(crate) fn retire_for_test(&self) {
+        self.retire();
     }
 
     pub(crate) fn finish_for_test(&self) {

@@ -22,6 +22,8 @@ const WEFT_VARS: &[&str] = &[
     "WEFT_DEBUG_STALL",
     "WEFT_DEBUG_LOCKS",
     "WEFT_DEBUG_DEADLOCK",
+    "WEFT_DEBUG_SYSMON",
+    "WEFT_MAX_EXTRA_WORKERS",
 ];
 
 /// What a child process did.

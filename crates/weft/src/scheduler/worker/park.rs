@@ -17,7 +17,8 @@ impl Core {
         let idle = &self.shared.idle;
         idle.publish_parked(self.index);
         fence(SeqCst);
-        self.sample_task_time(clock::now_ns());
+        let parked_at = clock::now_ns();
+        self.sample_task_time(parked_at);
         let has_work = !self.shared.inject.is_empty()
             || !self.inbox().is_empty()
             || (idle.num_searching() == 0 && self.shared.has_work_for(self.index));
@@ -43,6 +44,7 @@ impl Core {
                 } else {
                     None
                 };
+                let timeout = self.keep_alive_left(parked_at, timeout);
                 let slept = if holds_driver {
                     self.dispatching_io.set(true);
                     let slept = time.holder_park(parker, spin_ns, timeout);
@@ -82,6 +84,10 @@ impl Core {
                     self.unpublish();
                     break;
                 }
+                if self.keep_alive_left(parked_at, None) == Some(Duration::ZERO) {
+                    self.try_retire();
+                    break;
+                }
             }
             if holds_driver {
                 idle.set_driver_holder(None);
@@ -106,6 +112,56 @@ impl Core {
             self.tick_start.set(now);
         }
         self.transitioning_to_park.set(false);
+        if !self.retiring.get() {
+            // Leaving the parked set: a monitor sleeping because every worker was
+            // parked must watch again (see `idle::Doorbell`).
+            self.shared.doorbell.ring();
+        }
+    }
+
+    /// For a temporary worker that may retire: `timeout` shortened to what is left of
+    /// its keep-alive since `parked_at` (zero once it has passed). Otherwise `timeout`:
+    /// a worker that may not retire yet (a fiber tied to it sleeps, say) sleeps as any
+    /// other, rather than spin on a zero timeout; it parks afresh, and may retire a
+    /// keep-alive later, once it has run what held it.
+    fn keep_alive_left(&self, parked_at: u64, timeout: Option<Duration>) -> Option<Duration> {
+        if !self.shared.is_temporary(self.index) || !self.may_retire() {
+            return timeout;
+        }
+        let idle_for = clock::since(clock::now_ns(), parked_at);
+        let left = self.shared.keep_alive.saturating_sub(idle_for);
+        Some(timeout.map_or(left, |t| t.min(left)))
+    }
+
+    /// A temporary worker idle for its keep-alive leaves the parked set for good, unless
+    /// a producer claimed it or work is in sight (the protocol is in [`super::idle`],
+    /// "Slots that come and go"). Sets `retiring` when it goes; otherwise it returns as
+    /// a worker woken (claimed: counted as a searcher) or as one that found work.
+    fn try_retire(&self) {
+        let idle = &self.shared.idle;
+        let remote = self.remote();
+        // Before the fence: producers pushing to our inbox from now on hand it on
+        // themselves (see `Shared::push_inbox`).
+        remote.active.store(false, SeqCst);
+        if !idle.unpublish_parked(self.index) {
+            // Claimed meanwhile: the producer counted us as a searcher, and counts on us.
+            remote.active.store(true, SeqCst);
+            self.searching.set(true);
+            self.woken.set(true);
+            return;
+        }
+        // Store buffering against a producer's push, fence and bit load: it found our
+        // bit (and its claim lost the race above) or this re-check sees its task.
+        fence(SeqCst);
+        let has_work = !self.shared.inject.is_empty()
+            || !self.inbox().is_empty()
+            || self.has_local_work()
+            || (idle.num_searching() == 0 && self.shared.has_work_for(self.index));
+        if has_work || self.shared.is_shutdown() || !self.may_retire() {
+            remote.active.store(true, SeqCst);
+            return;
+        }
+        self.retiring.set(true);
     }
 
     pub(super) fn unpublish(&self) {
