@@ -21,7 +21,6 @@ use std::task::{Context, Poll, Waker};
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 
 use super::local::Locals;
-use crate::runtime::sysmon;
 use crate::scheduler::worker;
 use crate::stack::{self, overflow, Stack, LIVE_FIBERS};
 use crate::task::current;
@@ -325,7 +324,6 @@ where
             self.ctx.name.as_deref(),
         ));
         if let Some(name) = &self.ctx.name {
-            sysmon::register_name(self.ctx.id.get(), name);
             crate::task::diag::register_name(self.ctx.id.get(), name);
         }
         let co = Coroutine::with_stack(stack, move |yielder: &Yielder<(), ()>, ()| {
@@ -448,7 +446,6 @@ impl<F, T> Drop for FiberFuture<F, T> {
         LIVE_FIBERS.fetch_sub(1, Relaxed);
         self.unhome();
         if self.ctx.name.is_some() && self.ctx.id.get() != 0 {
-            sysmon::unregister_name(self.ctx.id.get());
             crate::task::diag::unregister_name(self.ctx.id.get());
         }
         match std::mem::replace(&mut self.run, Run::Done) {

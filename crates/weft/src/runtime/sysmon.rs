@@ -34,7 +34,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Mutex, Weak};
+use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use super::Inner;
@@ -56,28 +56,6 @@ const TEMP_INTERVAL: Duration = Duration::from_millis(5);
 /// not at every short gap between bursts of work (measured: the `wake` suite's bursts,
 /// 20 ms apart, took 20-50 % longer when every one of them rang).
 const IDLE_GRACE: Duration = Duration::from_millis(100);
-
-/// Names of named fibers by task id, for the report (only named fibers are listed).
-static NAMES: Mutex<Option<HashMap<u64, std::sync::Arc<str>>>> = Mutex::new(None);
-
-pub(crate) fn register_name(id: u64, name: &std::sync::Arc<str>) {
-    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
-    names
-        .get_or_insert_with(HashMap::new)
-        .insert(id, name.clone());
-}
-
-pub(crate) fn unregister_name(id: u64) {
-    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(n) = names.as_mut() {
-        n.remove(&id);
-    }
-}
-
-fn name_of(id: u64) -> Option<std::sync::Arc<str>> {
-    let names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
-    names.as_ref().and_then(|n| n.get(&id).cloned())
-}
 
 /// The handle the runtime keeps: its configuration, stops the thread, counts reports.
 pub(crate) struct Sysmon {
@@ -314,7 +292,7 @@ fn consider_start(
 fn describe(running: u64) -> String {
     let id = running & !FIBER_BIT;
     if running & FIBER_BIT != 0 {
-        match name_of(id) {
+        match crate::task::diag::name_of(id) {
             Some(name) => format!("fiber '{name}' (id {id})"),
             None => format!("fiber {id}"),
         }

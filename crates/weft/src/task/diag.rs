@@ -111,7 +111,7 @@ pub(crate) fn read(h: &Header) -> (WaitOn, u64) {
     (WaitOn::from_bits(w), w >> 8)
 }
 
-/// Names of named fibers by task id, for dumps (only named fibers are listed). Filled
+/// Names of named fibers by task id, for dumps and stall reports (only named fibers are listed). Filled
 /// at a fiber's first poll and emptied when it finishes.
 static NAMES: Mutex<Option<HashMap<u64, std::sync::Arc<str>>>> = Mutex::new(None);
 
