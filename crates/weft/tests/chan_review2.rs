@@ -489,9 +489,12 @@ fn select_two_channels_concurrent_arrivals_exactly_once() {
                                 Err(_) => continue,
                             },
                             1 => s.select(),
-                            _ => s
-                                .select_timeout(Duration::from_millis(50))
-                                .expect("values keep coming"),
+                            // A timeout is no failure: on a loaded machine the producers
+                            // may not run for 50 ms. Exactly-once is what is checked.
+                            _ => match s.select_timeout(Duration::from_millis(50)) {
+                                Ok(op) => op,
+                                Err(_) => continue,
+                            },
                         };
                         if rng.below(10) == 0 {
                             drop(op); // unperformed: the value goes back
