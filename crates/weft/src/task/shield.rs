@@ -1,7 +1,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::ptr::NonNull;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use super::current;
 use super::header::Header;
@@ -131,6 +131,29 @@ impl TaskRef {
             h.state.ref_inc();
             Some(TaskRef(NonNull::from(h)))
         })
+    }
+
+    /// The task running on this thread if `waker` is that task's own waker: the
+    /// operation polled with it is polled by the task's harness (directly, or by a
+    /// fiber's `wait`, which suspends the fiber), so the harness's cancellation drops
+    /// it. `None` for a future polled by a nested `weft::wait` on a worker or plain
+    /// thread (its own waker: the task cannot be cancelled until that wait returns),
+    /// by another executor, or off any task.
+    pub(crate) fn current_polling(waker: &Waker) -> Option<TaskRef> {
+        current::with(|h| {
+            let h = h?;
+            let w = super::waker::header_of(waker)?;
+            if !std::ptr::eq(h, w) {
+                return None;
+            }
+            h.state.ref_inc();
+            Some(TaskRef(NonNull::from(h)))
+        })
+    }
+
+    /// Whether `other` is this same task.
+    pub(crate) fn same(&self, other: Option<&TaskRef>) -> bool {
+        other.is_some_and(|o| o.0 == self.0)
     }
 
     fn header(&self) -> &Header {
