@@ -1230,7 +1230,9 @@ impl<T> Chan<T> {
             // SAFETY: the caller holds the lock.
             || unsafe {
                 st.senders.any(|n| match n.kind() {
-                    Kind::Op => true,
+                    // As `try_recv_locked` sees it: a send it would pass over (its
+                    // task's cancellation is effective) does not make a receive ready.
+                    Kind::Op => n.may_commit(),
                     Kind::Select => !n.same_group(own) && n.is_open(),
                     Kind::Observe => false,
                 })
@@ -1244,8 +1246,12 @@ impl<T> Chan<T> {
             || self.has_room(st)
             // SAFETY: the caller holds the lock.
             || unsafe {
-                st.receivers
-                    .any(|n| n.kind() != Kind::Observe && !n.same_group(own) && n.is_open())
+                st.receivers.any(|n| match n.kind() {
+                    // As `take_receiver` sees it (see `recv_ready_locked`).
+                    Kind::Op => n.may_commit(),
+                    Kind::Select => !n.same_group(own) && n.is_open(),
+                    Kind::Observe => false,
+                })
             }
     }
 

@@ -166,6 +166,14 @@ impl TaskRef {
         self.header().state.load().is_cancelled()
     }
 
+    /// Whether a partner could commit for this task now
+    /// ([`shield_unless_cancelled`](Self::shield_unless_cancelled) would not refuse):
+    /// its cancellation is not effective, or it is complete.
+    pub(crate) fn may_commit(&self) -> bool {
+        let s = self.header().state.load();
+        s.is_complete() || !s.is_cancellation_effective()
+    }
+
     /// Raises the task's shield depth; `false` at the maximum depth (nothing raised:
     /// the outer shields defer cancellation already).
     pub(crate) fn shield(&self) -> bool {
