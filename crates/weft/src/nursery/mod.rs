@@ -250,8 +250,12 @@ impl Nursery<'static, ()> {
     /// assert_eq!(r, Ok(Ok(3)));
     /// ```
     pub fn with_timeout(timeout: Duration) -> NurseryOptions {
+        // A timeout too long for `Instant` (`Duration::MAX`: "never") is the far
+        // future, as for `weft::time::sleep`.
         NurseryOptions {
-            deadline: Instant::now() + timeout,
+            deadline: Instant::now()
+                .checked_add(timeout)
+                .unwrap_or_else(crate::time::far_future),
         }
     }
 }
