@@ -1096,3 +1096,144 @@ fn a_child_spawning_siblings_through_the_moved_nursery() {
         );
     });
 }
+
+// ---- odds and ends ----
+
+/// `with_timeout(Duration::MAX)` (a caller's "no deadline") works as
+/// `weft::time::sleep(Duration::MAX)` does, rather than overflowing `Instant`.
+#[test]
+fn with_timeout_of_duration_max_is_no_deadline() {
+    with_timeout(|| {
+        let rt = workers(1);
+        let r = on(&rt, || {
+            Nursery::with_timeout(Duration::MAX).run_blocking(|n| {
+                n.spawn(async { Ok::<_, ()>(()) });
+                Ok(8)
+            })
+        });
+        assert_eq!(r, Ok(Ok(8)));
+    });
+}
+
+/// A child whose value panics in `Drop` when it completes: a failure like its panic.
+#[test]
+fn a_child_whose_drop_panics_at_completion_fails_the_nursery() {
+    struct PanicOnDrop;
+    impl Drop for PanicOnDrop {
+        fn drop(&mut self) {
+            panic!("drop boom");
+        }
+    }
+    with_timeout(|| {
+        let rt = workers(2);
+        for fiber in [false, true] {
+            let p = catch_unwind(AssertUnwindSafe(|| {
+                on(&rt, || {
+                    weft::nursery_blocking(|n| {
+                        let d = PanicOnDrop;
+                        if fiber {
+                            n.spawn_fiber(move || {
+                                let _d = d;
+                                Ok::<_, ()>(())
+                            });
+                        } else {
+                            n.spawn(async move {
+                                let _d = d;
+                                Ok(())
+                            });
+                        }
+                        Ok(())
+                    })
+                })
+            }));
+            let p = p.expect_err("the drop's panic is the nursery's");
+            assert_eq!(panic_message(&*p).as_deref(), Some("drop boom"));
+        }
+    });
+}
+
+/// An owner fiber aborted while it runs (not parked) just before `nursery_blocking`:
+/// its children borrowing its frame are cancelled and have ended before it unwinds.
+#[test]
+fn an_owner_fiber_aborted_before_its_nursery_starts() {
+    with_timeout(|| {
+        let rt = workers(2);
+        let _e = rt.enter();
+        let ended = counter();
+        let e = ended.clone();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let owner = weft::fiber::spawn(move || {
+            let frame = [6u8; 4];
+            ready_tx.send(()).unwrap();
+            // Blocks the thread (not a wait): the abort lands while the fiber runs.
+            go_rx.recv().unwrap();
+            let _ = weft::nursery_blocking(|n| {
+                let f = &frame;
+                let c = ender(&e);
+                n.spawn_fiber(move || {
+                    let _c = c;
+                    weft::fiber::sleep(LONG);
+                    assert_eq!(f[0], 6);
+                    Ok::<_, ()>(())
+                });
+                let c = ender(&e);
+                n.spawn(async move {
+                    let _c = c;
+                    weft::time::sleep(LONG).await;
+                    assert_eq!(f[1], 6);
+                    Ok(())
+                });
+                Ok(())
+            });
+            unreachable!("the owner unwinds once its children ended");
+        });
+        ready_rx.recv().unwrap();
+        owner.abort();
+        go_tx.send(()).unwrap();
+        assert!(owner.join().unwrap_err().is_cancelled());
+        assert_eq!(load(&ended), 2);
+    });
+}
+
+/// Nested nurseries of both forms: an async nursery awaited (by `weft::wait`) in a
+/// child fiber of a blocking one; the outer is cancelled while the inner's children
+/// park; the outer returns only after those grandchildren ended.
+#[test]
+fn an_async_nursery_inside_a_blocking_nurserys_fiber_is_waited_for() {
+    with_timeout(|| {
+        let rt = workers(2);
+        let ended = counter();
+        let r = on(&rt, || {
+            weft::nursery_blocking(|n| {
+                let e = ended.clone();
+                n.spawn_fiber(move || {
+                    let _ = weft::wait(weft::nursery(move |m: Nursery<'static, ()>| async move {
+                        for _ in 0..3 {
+                            let c = ender(&e);
+                            m.spawn(async move {
+                                let _c = c;
+                                // Shielded: ends a little after its cancellation.
+                                weft::task::shield(weft::time::sleep(Duration::from_millis(20)))
+                                    .await;
+                                Ok(())
+                            });
+                        }
+                        std::future::pending::<()>().await;
+                        Ok(())
+                    }));
+                    Ok::<_, ()>(())
+                });
+                weft::fiber::sleep(Duration::from_millis(10));
+                n.cancel();
+                Ok(())
+            })
+        });
+        assert_eq!(r, Ok(()));
+        assert_eq!(
+            load(&ended),
+            3,
+            "the outer nursery returned before its grandchildren ended"
+        );
+    });
+}
