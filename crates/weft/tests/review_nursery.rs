@@ -1315,3 +1315,92 @@ fn a_paired_recv_dropped_unpolled_gives_the_value_back_and_releases_the_shield()
         assert!(h.join().unwrap_err().is_cancelled());
     });
 }
+
+/// Senders in a nursery (tasks and fibers) on a rendezvous channel whose receivers (a
+/// task, a fiber) are aborted while pairs are being made: every value is either
+/// received (by a receiver that recorded it) and its send returned `Ok`, or its send
+/// returned `Err` with it; nothing is both, nothing is neither.
+#[test]
+fn rendezvous_receivers_aborted_mid_pairing_account_for_every_value() {
+    with_timeout(|| {
+        let rt = workers(2);
+        for round in 0..8u64 {
+            let (tx, rx) = weft::chan::bounded::<u64>(0);
+            let got = Arc::new(Mutex::new(Vec::new()));
+            let ok = Arc::new(Mutex::new(Vec::new()));
+            let back = Arc::new(Mutex::new(Vec::new()));
+            let rx_task = {
+                let (rx, got) = (rx.clone(), got.clone());
+                rt.spawn(async move {
+                    while let Ok(v) = rx.recv().await {
+                        got.lock().unwrap().push(v);
+                    }
+                })
+            };
+            let rx_fiber = {
+                let (rx, got) = (rx.clone(), got.clone());
+                let _e = rt.enter();
+                weft::fiber::spawn(move || {
+                    while let Ok(v) = rx.recv_blocking() {
+                        got.lock().unwrap().push(v);
+                    }
+                })
+            };
+            drop(rx);
+            let (o, b) = (ok.clone(), back.clone());
+            let aborter = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_micros(200 + round * 300));
+                rx_task.abort();
+                rx_fiber.abort();
+                let _ = rx_task.join();
+                let _ = rx_fiber.join();
+            });
+            let r = on(&rt, || {
+                weft::nursery_blocking(|n| {
+                    for s in 0..4u64 {
+                        let (tx, o, b) = (tx.clone(), o.clone(), b.clone());
+                        let body = move |v: u64, r: Result<(), weft::chan::SendError<u64>>| match r
+                        {
+                            Ok(()) => o.lock().unwrap().push(v),
+                            Err(e) => {
+                                assert_eq!(e.0, v);
+                                b.lock().unwrap().push(v);
+                            }
+                        };
+                        if s % 2 == 0 {
+                            n.spawn(async move {
+                                for i in 0..30 {
+                                    let v = s * 100 + i;
+                                    body(v, tx.send(v).await);
+                                }
+                                Ok::<_, ()>(())
+                            });
+                        } else {
+                            n.spawn_fiber(move || {
+                                for i in 0..30 {
+                                    let v = s * 100 + i;
+                                    body(v, tx.send_blocking(v));
+                                }
+                                Ok(())
+                            });
+                        }
+                    }
+                    Ok(())
+                })
+            });
+            assert_eq!(r, Ok(()));
+            aborter.join().unwrap();
+            let mut got = std::mem::take(&mut *got.lock().unwrap());
+            let mut ok = std::mem::take(&mut *ok.lock().unwrap());
+            let back = back.lock().unwrap().len();
+            got.sort_unstable();
+            ok.sort_unstable();
+            assert_eq!(got, ok, "round {round}: received != sends that returned Ok");
+            assert_eq!(
+                ok.len() + back,
+                120,
+                "round {round}: a value is unaccounted for"
+            );
+        }
+    });
+}
