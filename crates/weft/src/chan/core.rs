@@ -967,14 +967,38 @@ impl<T> Chan<T> {
                     return Poll::Ready(Ok(v));
                 }
                 Reason::Waiting => {
-                    let st = self.lock();
+                    let task = self.rendezvous_task(cx);
+                    let mut st = self.lock();
                     if node.reason() == Reason::Waiting {
-                        // SAFETY: under the lock.
-                        unsafe {
-                            node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes)
-                        };
+                        // SAFETY: under the lock; a waiting receive that is off the
+                        // list is paired with a select's send, which commits whatever
+                        // the task.
+                        let moved = unsafe { !node.task_is(task.as_ref()) }
+                            && unsafe { st.receivers.remove(node) };
+                        if !moved {
+                            // SAFETY: under the lock.
+                            unsafe {
+                                node.set_waker(
+                                    cx.waker(),
+                                    crate::waitlist::WaitOn::Chan,
+                                    &mut wakes,
+                                )
+                            };
+                            drop(st);
+                            return Poll::Pending;
+                        }
+                        // Polled by another task than the one it was registered for (a
+                        // boxed future moved on): a sender may have passed it over for
+                        // that task's cancellation, and nothing would pair it again.
+                        // Withdrawn (nothing was committed: still waiting), and
+                        // registered afresh below, which pairs with a waiting sender.
+                        // SAFETY: under the lock, off the list.
+                        let stale = unsafe { node.end_commit() };
                         drop(st);
-                        return Poll::Pending;
+                        drop(stale);
+                        node.reset();
+                        *registered = false;
+                        return self.poll_recv(node, registered, cx);
                     }
                     drop(st);
                     return self.poll_recv(node, registered, cx);
@@ -1004,11 +1028,7 @@ impl<T> Chan<T> {
             Err(Fail::NotReady | Fail::Unpaired) => {
                 // A rendezvous receive records its task, for the sender's commit (see
                 // `Node::commit`).
-                let task = if self.cap == Some(0) {
-                    TaskRef::current()
-                } else {
-                    None
-                };
+                let task = self.rendezvous_task(cx);
                 // SAFETY: under the lock; the caller keeps the node pinned until
                 // `cancel_recv` (its `Drop`) takes it off.
                 let stale = unsafe {
@@ -1029,6 +1049,21 @@ impl<T> Chan<T> {
                 drop(stale);
                 Poll::Pending
             }
+        }
+    }
+
+    /// The task a rendezvous operation polled with `cx` records for its partner's
+    /// commit: only a task that polls it with its own waker (its harness, or a fiber's
+    /// suspending `wait`), since only then does the task's cancellation drop the
+    /// operation. A wait nested in a task's poll (`weft::wait` on a worker, or in a
+    /// fiber that may not suspend) cannot be cancelled before it returns: a partner
+    /// that passed it over for its task's cancellation would leave it waiting for good.
+    /// Such waits, and buffered channels, record nothing and are always committed to.
+    fn rendezvous_task(&self, cx: &Context<'_>) -> Option<TaskRef> {
+        if self.cap == Some(0) {
+            TaskRef::current_polling(cx.waker())
+        } else {
+            None
         }
     }
 
@@ -1083,14 +1118,38 @@ impl<T> Chan<T> {
                     return Poll::Ready(Ok(()));
                 }
                 Reason::Waiting => {
-                    let st = self.lock();
+                    let task = self.rendezvous_task(cx);
+                    let mut st = self.lock();
                     if node.reason() == Reason::Waiting {
                         // SAFETY: under the lock.
-                        unsafe {
-                            node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes)
+                        if unsafe { node.task_is(task.as_ref()) } {
+                            // SAFETY: under the lock.
+                            unsafe {
+                                node.set_waker(
+                                    cx.waker(),
+                                    crate::waitlist::WaitOn::Chan,
+                                    &mut wakes,
+                                )
+                            };
+                            drop(st);
+                            return Poll::Pending;
+                        }
+                        // Polled by another task than the one it was registered for (a
+                        // boxed future moved on): a receiver may have passed it over for
+                        // that task's cancellation, and nothing would pair it again.
+                        // Withdrawn with its value (nothing was committed: still
+                        // waiting), and sent afresh below.
+                        // SAFETY: under the lock; a waiting send is on the list.
+                        let stale = unsafe {
+                            st.senders.remove(node);
+                            *value = node.take_slot();
+                            node.end_commit()
                         };
                         drop(st);
-                        return Poll::Pending;
+                        drop(stale);
+                        node.reset();
+                        *registered = false;
+                        return self.poll_send(node, value, registered, cx);
                     }
                     drop(st);
                     return self.poll_send(node, value, registered, cx);
@@ -1120,11 +1179,7 @@ impl<T> Chan<T> {
                 // A rendezvous send records its task, for the receiver's commit (see
                 // `Node::commit`); buffered sends need not (a send's value is then
                 // delivered only into the buffer, never half-sent to a receiver).
-                let task = if self.cap == Some(0) {
-                    TaskRef::current()
-                } else {
-                    None
-                };
+                let task = self.rendezvous_task(cx);
                 // SAFETY: under the lock; the caller keeps the node pinned until
                 // `cancel_send` takes it off.
                 let stale = unsafe {
@@ -1175,7 +1230,9 @@ impl<T> Chan<T> {
             // SAFETY: the caller holds the lock.
             || unsafe {
                 st.senders.any(|n| match n.kind() {
-                    Kind::Op => true,
+                    // As `try_recv_locked` sees it: a send it would pass over (its
+                    // task's cancellation is effective) does not make a receive ready.
+                    Kind::Op => n.may_commit(),
                     Kind::Select => !n.same_group(own) && n.is_open(),
                     Kind::Observe => false,
                 })
@@ -1189,8 +1246,12 @@ impl<T> Chan<T> {
             || self.has_room(st)
             // SAFETY: the caller holds the lock.
             || unsafe {
-                st.receivers
-                    .any(|n| n.kind() != Kind::Observe && !n.same_group(own) && n.is_open())
+                st.receivers.any(|n| match n.kind() {
+                    // As `take_receiver` sees it (see `recv_ready_locked`).
+                    Kind::Op => n.may_commit(),
+                    Kind::Select => !n.same_group(own) && n.is_open(),
+                    Kind::Observe => false,
+                })
             }
     }
 

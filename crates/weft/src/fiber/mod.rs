@@ -78,7 +78,9 @@ pub(crate) mod wait;
 pub use crate::stack::error::{SpawnError, SpawnErrorKind};
 pub use local::{AccessError, LocalKey};
 
-pub(crate) use future::{current_fiber, is_force_unwinding, pin_stack, suspend_on, FiberCtx};
+pub(crate) use future::{
+    current_fiber, is_force_unwinding, pin_stack, suspend_on, suspendable, FiberCtx,
+};
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -250,8 +250,12 @@ impl Nursery<'static, ()> {
     /// assert_eq!(r, Ok(Ok(3)));
     /// ```
     pub fn with_timeout(timeout: Duration) -> NurseryOptions {
+        // A timeout too long for `Instant` (`Duration::MAX`: "never") is the far
+        // future, as for `weft::time::sleep`.
         NurseryOptions {
-            deadline: Instant::now() + timeout,
+            deadline: Instant::now()
+                .checked_add(timeout)
+                .unwrap_or_else(crate::time::far_future),
         }
     }
 }
@@ -474,6 +478,9 @@ where
     conclude(&inner, result, None)
 }
 
+/// How often a task owner whose wait is nested in its poll looks for its abort.
+const ABORT_CHECK: Duration = Duration::from_millis(10);
+
 /// Waits until every child has ended, wherever the caller stands.
 fn wait_children<E>(inner: &Inner<E>) {
     // The owner (the fiber or task running this) is shielded while it waits: an abort
@@ -484,11 +491,26 @@ fn wait_children<E>(inner: &Inner<E>) {
     let shielded = owner.as_ref().is_some_and(TaskRef::shield);
     let pin = crate::fiber::pin_stack();
     let guard = WaitGuard { inner, done: false };
+    // An abort wakes a parked fiber (its wait is re-polled), but not a wait nested in
+    // a task's poll (`weft::wait` on a worker, or a fiber that may not suspend here):
+    // the task is running, so the abort only marks it. Such an owner looks again
+    // every `ABORT_CHECK` (one timer per period while it waits, nothing otherwise).
+    let nested = owner.is_some() && crate::fiber::suspendable().is_none();
+    let mut check: Option<std::pin::Pin<Box<crate::time::Sleep>>> = None;
     crate::wait(std::future::poll_fn(|cx| {
-        if owner.as_ref().is_some_and(TaskRef::is_cancelled) {
+        let cancelled = owner.as_ref().is_some_and(TaskRef::is_cancelled);
+        if cancelled {
             inner.cancel();
         }
-        inner.poll_done(cx)
+        let done = inner.poll_done(cx);
+        if done.is_pending() && nested && !cancelled {
+            let tick = check.get_or_insert_with(|| Box::pin(crate::time::sleep(ABORT_CHECK)));
+            if tick.as_mut().poll(cx).is_ready() {
+                check = None;
+                cx.waker().wake_by_ref();
+            }
+        }
+        done
     }));
     let mut guard = guard;
     guard.done = true;

@@ -242,10 +242,14 @@ impl<E> Inner<E> {
         }
     }
 
-    /// Ready once no child is alive (the waker is kept otherwise).
+    /// Ready once no child is alive (the waker is kept otherwise). Ready is final (the
+    /// owner is done waiting): the nursery is then cancelled under the same lock, so
+    /// a child spawned later through a `Nursery` that escaped its body (the async
+    /// form's is `'static`) is cancelled at once, never run unsupervised.
     pub(crate) fn poll_done(&self, cx: &Context<'_>) -> Poll<()> {
         let mut st = self.state.lock();
         if st.children.is_empty() {
+            st.cancelled = true;
             return Poll::Ready(());
         }
         let old = match &st.owner {

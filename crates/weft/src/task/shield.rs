@@ -1,7 +1,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::ptr::NonNull;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use super::current;
 use super::header::Header;
@@ -133,6 +133,29 @@ impl TaskRef {
         })
     }
 
+    /// The task running on this thread if `waker` is that task's own waker: the
+    /// operation polled with it is polled by the task's harness (directly, or by a
+    /// fiber's `wait`, which suspends the fiber), so the harness's cancellation drops
+    /// it. `None` for a future polled by a nested `weft::wait` on a worker or plain
+    /// thread (its own waker: the task cannot be cancelled until that wait returns),
+    /// by another executor, or off any task.
+    pub(crate) fn current_polling(waker: &Waker) -> Option<TaskRef> {
+        current::with(|h| {
+            let h = h?;
+            let w = super::waker::header_of(waker)?;
+            if !std::ptr::eq(h, w) {
+                return None;
+            }
+            h.state.ref_inc();
+            Some(TaskRef(NonNull::from(h)))
+        })
+    }
+
+    /// Whether `other` is this same task.
+    pub(crate) fn same(&self, other: Option<&TaskRef>) -> bool {
+        other.is_some_and(|o| o.0 == self.0)
+    }
+
     fn header(&self) -> &Header {
         // SAFETY: the reference this holds keeps the header alive.
         unsafe { self.0.as_ref() }
@@ -141,6 +164,14 @@ impl TaskRef {
     /// Whether cancellation was requested (shielded or not).
     pub(crate) fn is_cancelled(&self) -> bool {
         self.header().state.load().is_cancelled()
+    }
+
+    /// Whether a partner could commit for this task now
+    /// ([`shield_unless_cancelled`](Self::shield_unless_cancelled) would not refuse):
+    /// its cancellation is not effective, or it is complete.
+    pub(crate) fn may_commit(&self) -> bool {
+        let s = self.header().state.load();
+        s.is_complete() || !s.is_cancellation_effective()
     }
 
     /// Raises the task's shield depth; `false` at the maximum depth (nothing raised:

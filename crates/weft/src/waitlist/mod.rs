@@ -334,6 +334,36 @@ impl<T> Node<T> {
             .with_mut(|l| std::mem::replace(unsafe { &mut (*l).task }, task))
     }
 
+    /// Whether [`commit`](Self::commit) would accept this node now (it changes
+    /// nothing): readiness checks must agree with it, or a select that sees a waiting
+    /// partner it cannot take retries for ever.
+    ///
+    /// # Safety
+    /// As [`Node::commit`].
+    pub(crate) unsafe fn may_commit(&self) -> bool {
+        self.links.with(|l| {
+            // SAFETY: the contract.
+            unsafe { &(*l).task }
+                .as_ref()
+                .is_none_or(TaskRef::may_commit)
+        })
+    }
+
+    /// Whether the task recorded by [`set_task`](Self::set_task) is `task` (both
+    /// `None` counts as the same).
+    ///
+    /// # Safety
+    /// As [`Node::set_waker`].
+    pub(crate) unsafe fn task_is(&self, task: Option<&TaskRef>) -> bool {
+        self.links.with(|l| {
+            // SAFETY: the contract.
+            match unsafe { &(*l).task } {
+                None => task.is_none(),
+                Some(t) => t.same(task),
+            }
+        })
+    }
+
     /// A partner is about to complete this node's operation (a receiver takes a
     /// waiting send's value, a sender hands its value to a waiting receive): the point
     /// of no return of a rendezvous (spec 003, "Unbuffered (rendezvous) channels"). The
