@@ -353,18 +353,17 @@ impl<T> Chan<T> {
             None => Ok(None),
             Some(v) => {
                 if self.met_waiter() {
-                    // Given back if a wake panics, and counted meanwhile so that no
-                    // receiver sees a closed channel drained while it is out.
-                    self.handed();
+                    // Given back if a wake panics. Not counted in `in_flight`: the
+                    // value is this receiver's (its pop is the receive), as a value
+                    // held while the locked path's wakes run is. Counting it after
+                    // the pop let a receiver that had just seen the closed channel
+                    // drained see it not drained (`Empty`) a moment later.
                     let mut hold = GiveBackOnUnwind {
                         chan: self,
                         value: Some(v),
-                        counted: true,
                     };
                     self.settle();
-                    let v = hold.value.take();
-                    self.taken();
-                    return Ok(v);
+                    return Ok(hold.value.take());
                 }
                 Ok(Some(v))
             }
@@ -819,7 +818,6 @@ impl<T> Chan<T> {
         let mut hold = GiveBackOnUnwind {
             chan: self,
             value: None,
-            counted: false,
         };
         let r = {
             let mut wakes = WakeBatch::new();
@@ -892,7 +890,6 @@ impl<T> Chan<T> {
                     let mut hold = GiveBackOnUnwind {
                         chan: self,
                         value: Some(v),
-                        counted: false,
                     };
                     drop(st);
                     drop(wakes);
@@ -1505,8 +1502,6 @@ impl<T> Chan<T> {
 struct GiveBackOnUnwind<'a, T> {
     chan: &'a Chan<T>,
     value: Option<T>,
-    /// The value is counted in `in_flight` (taken when it is given back).
-    counted: bool,
 }
 
 impl<T> Drop for GiveBackOnUnwind<'_, T> {
@@ -1515,9 +1510,6 @@ impl<T> Drop for GiveBackOnUnwind<'_, T> {
             let mut wakes = WakeBatch::new();
             let mut st = self.chan.lock();
             let dropped = self.chan.give_back_locked(&mut st, v, &mut wakes);
-            if self.counted {
-                self.chan.taken_locked(&mut st, &mut wakes);
-            }
             drop(st);
             drop(dropped);
         }
