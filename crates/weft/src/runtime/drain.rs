@@ -92,8 +92,8 @@ impl Runtime {
     /// assert!(handle.spawn(async {}).join().is_err());
     /// ```
     pub fn shutdown_graceful(mut self, timeout: Duration) -> ShutdownReport {
-        let start = Instant::now();
-        let deadline = start + timeout;
+        // `None`: a timeout too long to be a deadline (`Duration::MAX`), so no deadline.
+        let deadline = Instant::now().checked_add(timeout);
         let inner = self.handle.inner.clone();
         // Refuse outside spawns first, then mark what is alive: a spawn that saw the
         // flag down bound its task before, or it is refused; either way the marking
@@ -111,7 +111,7 @@ impl Runtime {
         }
         let mut pause = Duration::from_micros(50);
         while inner.active_tasks() > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.map_or(MAX_PAUSE, |d| d.saturating_duration_since(Instant::now()));
             if left.is_zero() {
                 break;
             }
@@ -120,9 +120,10 @@ impl Runtime {
         }
         // Marked tasks either completed by themselves (and unlinked) or are drained
         // from the owned list by the cancel below, which counts them.
-        let grace = deadline
-            .saturating_duration_since(Instant::now())
-            .max(timeout.min(Duration::from_secs(1)));
+        let grace = deadline.map_or(timeout, |d| {
+            d.saturating_duration_since(Instant::now())
+                .max(timeout.min(Duration::from_secs(1)))
+        });
         let cancelled = self.shutdown(Some(grace)).min(active);
         ShutdownReport {
             finished: active - cancelled,
