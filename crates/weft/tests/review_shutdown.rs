@@ -1282,9 +1282,9 @@ fn child_select_deadlock() {
     std::thread::sleep(ms(1_000));
 }
 
-/// A plain thread that wakes a task after 300 ms: whatever the watcher says about it
-/// (the documented limit is about 200 ms of silence), the program runs on correctly
-/// and is reported at most once.
+/// A plain thread that wakes a task after 300 ms: the watcher reports it (a false
+/// positive, documented: it cannot see threads outside the runtime, and reports after
+/// about 200 ms of silence), but at most once, and the program runs on correctly.
 #[test]
 fn deadlock_watcher_and_a_plain_thread_waking_a_task() {
     let out = deadlock_child("plain_thread_wakes");
