@@ -1347,3 +1347,176 @@ fn deadlock_watcher_reports_a_select_deadlock() {
         out.context()
     );
 }
+
+// ---------------------------------------------------------------------------------
+// More attacks: shields, endless fan-out, one worker, nurseries from outside.
+
+/// A task parked inside a shield (which defers `abort`) is still cancelled by the
+/// drain: the call returns, the future is dropped, the count is exact.
+#[test]
+fn a_shielded_parked_task_is_cancelled_by_the_drain() {
+    with_timeout(|| {
+        let rt = runtime();
+        let handle = rt.handle().clone();
+        let drops = counter();
+        let g = DropCounter(drops.clone());
+        let (_keep, never) = weft::chan::unbounded::<()>();
+        let h = rt.spawn(async move {
+            let _g = g;
+            weft::task::shield(async move {
+                let _ = never.recv().await;
+            })
+            .await;
+        });
+        wait_until("it is parked", || parked(&rt) == 1);
+        let report = rt.shutdown_graceful(ms(100));
+        assert_eq!(
+            report,
+            ShutdownReport {
+                finished: 0,
+                cancelled: 1
+            }
+        );
+        assert!(join_within(h).unwrap_err().is_cancelled());
+        assert_eq!(load(&drops), 1);
+        assert_eq!(handle.stats().active_tasks, 0);
+    });
+}
+
+/// Tasks and fibers that keep spawning their successor from inside (accepted while
+/// draining) never let the count reach zero: the call still returns after its timeout,
+/// counts only what was alive at the call, and the last successor is cancelled.
+#[test]
+fn an_endless_chain_of_inside_spawns_is_cut_at_the_deadline() {
+    fn chain_task(n: Arc<AtomicUsize>) {
+        n.fetch_add(1, SeqCst);
+        weft::spawn(async move {
+            weft::task::yield_now().await;
+            chain_task(n);
+        });
+    }
+    fn chain_fiber(n: Arc<AtomicUsize>) {
+        n.fetch_add(1, SeqCst);
+        let _ = fiber::Builder::new().try_spawn(move || {
+            fiber::yield_now();
+            chain_fiber(n);
+        });
+    }
+    with_timeout(|| {
+        let rt = runtime();
+        let handle = rt.handle().clone();
+        let (nt, nf) = (counter(), counter());
+        let (a, b) = (nt.clone(), nf.clone());
+        rt.spawn(async move { chain_task(a) }).join().unwrap();
+        rt.spawn(async move { chain_fiber(b) }).join().unwrap();
+        wait_until("both chains run", || load(&nt) > 10 && load(&nf) > 10);
+        let start = Instant::now();
+        let report = rt.shutdown_graceful(ms(200));
+        let took = start.elapsed();
+        assert!(took >= ms(200), "{took:?}");
+        assert!(took < ms(10_000), "{took:?}");
+        // At the call, each chain had a few links alive (a link lives until its
+        // successor, on the other worker, has run a little), none finished yet.
+        let at_call = report.finished + report.cancelled;
+        assert!((2..=8).contains(&at_call), "{report}");
+        let (t, f) = (load(&nt), load(&nf));
+        std::thread::sleep(ms(50));
+        assert_eq!((load(&nt), load(&nf)), (t, f), "the chains stopped");
+        assert_eq!(handle.stats().active_tasks, 0);
+    });
+}
+
+/// On a one-worker runtime, shut down from inside its only worker's task: the other
+/// work cannot run during the wait (the caller blocks the worker), the call returns,
+/// and a fiber parked on that worker is unwound once the caller's poll returns.
+#[test]
+fn graceful_from_the_only_worker() {
+    with_timeout(|| {
+        let rt = Builder::new().worker_threads(1).build().unwrap();
+        let handle = rt.handle().clone();
+        let drops = counter();
+        let g = DropCounter(drops.clone());
+        let (_keep, never) = weft::chan::unbounded::<()>();
+        let parked_fiber = {
+            let _e = handle.enter();
+            fiber::spawn(move || {
+                let _g = g;
+                let _ = never.recv_blocking();
+            })
+        };
+        let (give, take) = weft::sync::oneshot::channel::<Runtime>();
+        let (report_tx, report_rx) = mpsc::channel();
+        let caller = rt.spawn(async move {
+            let rt = take.await.unwrap();
+            report_tx.send(rt.shutdown_graceful(ms(100))).unwrap();
+        });
+        wait_until("both are parked", || parked(&rt) == 2);
+        give.send(rt).map_err(|_| ()).unwrap();
+        let report = report_rx
+            .recv_timeout(common::TIMEOUT)
+            .expect("hang: shutdown_graceful on the only worker did not return");
+        assert_eq!(
+            report,
+            ShutdownReport {
+                finished: 0,
+                cancelled: 2
+            }
+        );
+        let _ = join_within(caller);
+        assert!(join_within(parked_fiber).unwrap_err().is_cancelled());
+        wait_until("the fiber is unwound", || load(&drops) == 1);
+        assert_eq!(handle.stats().active_tasks, 0);
+    });
+}
+
+/// `nursery_blocking` on a plain thread (its children are spawns from outside) racing
+/// the drain: every call returns (children refused count as cancelled, not failures),
+/// none hangs, and a child that ran is one that was accepted.
+#[test]
+fn nursery_blocking_from_outside_racing_the_drain_returns() {
+    with_timeout(|| {
+        let rt = runtime();
+        let handle = rt.handle().clone();
+        let done = Arc::new(AtomicBool::new(false));
+        let ran = counter();
+        let outside = {
+            let (handle, done, ran) = (handle.clone(), done.clone(), ran.clone());
+            std::thread::spawn(move || {
+                let _e = handle.enter();
+                let mut calls = 0;
+                let mut after = 0;
+                for _ in 0..20_000 {
+                    if done.load(SeqCst) {
+                        after += 1;
+                        if after > 50 {
+                            break;
+                        }
+                    }
+                    let ran = &ran;
+                    let r = weft::nursery_blocking(|n| {
+                        n.spawn(async move {
+                            weft::task::yield_now().await;
+                            Ok(())
+                        });
+                        n.spawn_fiber(move || {
+                            ran.fetch_add(1, SeqCst);
+                            Ok(())
+                        });
+                        Ok::<_, ()>(7)
+                    });
+                    assert_eq!(r, Ok(7));
+                    calls += 1;
+                }
+                calls
+            })
+        };
+        std::thread::sleep(ms(30));
+        let report = rt.shutdown_graceful(ms(2_000));
+        done.store(true, SeqCst);
+        let calls = outside.join().unwrap();
+        assert!(calls > 0);
+        assert!(load(&ran) <= calls);
+        assert!(report.cancelled <= 2, "{report}");
+        assert_eq!(handle.stats().active_tasks, 0);
+    });
+}
