@@ -1181,6 +1181,7 @@ fn child_process_entry() {
         "socket_fiber" => child_socket_fiber(),
         "task_mutex_deadlock" => child_task_mutex_deadlock(),
         "select_deadlock" => child_select_deadlock(),
+        "ctrl_c" => child_ctrl_c(),
         other => panic!("unknown child case {other:?}"),
     }
     println!("CHILD done=ok");
@@ -1280,6 +1281,27 @@ fn child_select_deadlock() {
     });
     wait_until("both are parked", || parked(&rt) == 2);
     std::thread::sleep(ms(1_000));
+}
+
+/// A task waits for Ctrl-C (the way a server's main task does) while everything else
+/// is idle: weft's own signal thread will wake it, so this is no deadlock. (Nobody
+/// presses Ctrl-C: the runtime is dropped after a while, cancelling the wait.)
+fn child_ctrl_c() {
+    let rt = runtime();
+    let (started_tx, started_rx) = mpsc::channel();
+    let _waiter = rt.spawn(async move {
+        started_tx.send(()).unwrap();
+        weft::signal::ctrl_c().await
+    });
+    started_rx.recv().unwrap();
+    std::thread::sleep(ms(700));
+}
+
+/// A task waiting for Ctrl-C is not deadlocked: a signal will wake it.
+#[test]
+fn deadlock_watcher_ignores_a_task_waiting_for_ctrl_c() {
+    let out = deadlock_child("ctrl_c");
+    assert!(!out.stderr.contains("deadlock"), "{}", out.context());
 }
 
 /// A plain thread that wakes a task after 300 ms: the watcher reports it (a false

@@ -255,7 +255,7 @@ const DEADLOCK_LOOKS: u32 = 4;
 /// `WEFT_DEBUG_DEADLOCK=1`: a thread that looks every [`DEADLOCK_CHECK`] whether the
 /// runtime is stuck (spec 003's deadlock dump): every worker of every pool parked, no
 /// timer pending, no socket registered, no `spawn_blocking` closure queued or running,
-/// no poll since the last look, and tasks or fibers still parked. Nothing of the
+/// no `signal::ctrl_c` wait in the process, no poll since the last look, and tasks or fibers still parked. Nothing of the
 /// runtime can wake them then; only a thread outside it could. It then prints the dump on stderr, once, and stops looking. The
 /// thread exists only while the variable is set and leaves when the runtime shuts
 /// down: the hot paths pay nothing for it.
@@ -306,7 +306,8 @@ impl Inner {
     }
 
     /// Every worker parked, no timer, no socket, no closure on the blocking pool (its
-    /// result wakes whoever awaits it), some task alive.
+    /// result wakes whoever awaits it), no wait for Ctrl-C anywhere in the process
+    /// (the signal thread wakes it), some task alive.
     fn looks_stuck(&self) -> bool {
         let all_parked = self
             .pools
@@ -314,6 +315,7 @@ impl Inner {
             .all(|p| (0..p.num_workers()).all(|i| p.idle.is_parked(i)));
         let blocking = self.blocking.stats();
         all_parked
+            && diag::outside_waits() == 0
             && blocking.queued == 0
             && blocking.threads == blocking.idle_threads
             && self.time.pending() == 0
