@@ -211,7 +211,8 @@ impl Runtime {
     /// (scheduled, running on worker N, parked), how long it has been so, and for a
     /// parked one what it waits on when weft knows (`chan`, `lock`, `timer`, `socket`,
     /// `join`, ...). See [`Dump`] for the format. Safe to call at any time from any
-    /// thread; tasks finishing meanwhile are simply left out.
+    /// thread. Not an atomic snapshot: the walk takes one part of the task list after
+    /// another, so tasks that start or finish meanwhile may or may not be listed.
     ///
     /// ```
     /// let rt = weft::Runtime::new().unwrap();
