@@ -1542,3 +1542,25 @@ fn nursery_blocking_from_outside_racing_the_drain_returns() {
         assert_eq!(handle.stats().active_tasks, 0);
     });
 }
+
+/// Once a join has returned a task's (or fiber's) result, `Stats::active_tasks` no
+/// longer counts it, nor does a dump list it: a task leaves the list of live tasks
+/// before its result is published.
+#[test]
+fn a_joined_task_is_no_longer_active() {
+    with_timeout(|| {
+        let rt = runtime();
+        let _e = rt.enter();
+        for i in 0..2_000u32 {
+            let h = rt.spawn(async move { i });
+            assert_eq!(h.join().unwrap(), i);
+            assert_eq!(rt.stats().active_tasks, 0, "round {i}");
+            if i % 10 == 0 {
+                let f = fiber::spawn(move || i);
+                assert_eq!(f.join().unwrap(), i);
+                assert_eq!(rt.stats().active_tasks, 0, "fiber round {i}");
+                assert!(rt.dump().is_empty(), "round {i}");
+            }
+        }
+    });
+}
