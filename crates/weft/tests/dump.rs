@@ -215,7 +215,12 @@ fn dumps_race_with_completing_tasks() {
         let mut dumps = 0;
         while !spawner.is_finished() {
             let dump = rt.dump();
-            assert!(dump.len() <= 55, "{dump}");
+            // A dump is not a snapshot: it walks the shards one after the other, so a
+            // dumper descheduled between two shards lists tasks of an earlier round
+            // (seen in the shards it walked first, finished since) together with
+            // those of a later one. Seen on a loaded machine: 56, from rounds 11
+            // apart. Each shard holds at most one round's share, hence this bound.
+            assert!(dump.len() <= 2 * 55, "{dump}");
             assert_eq!(dump.to_string().lines().count(), dump.len() + 1);
             dumps += 1;
         }

@@ -45,6 +45,11 @@ impl fmt::Display for ShutdownReport {
 /// The longest pause between two looks at the count of live tasks.
 const MAX_PAUSE: Duration = Duration::from_millis(5);
 
+/// The least time the workers are given to leave after the wait, whatever the timeout
+/// (`Duration::ZERO` included): a worker that is not stuck in a poll leaves in far less,
+/// so this is paid only for a stuck one.
+const MIN_GRACE: Duration = Duration::from_millis(200);
+
 impl Runtime {
     /// Shuts down gracefully: stops accepting spawns from outside the runtime, waits
     /// until every task and fiber has finished or `timeout` has passed, then cancels
@@ -70,9 +75,10 @@ impl Runtime {
     ///   dropped, a parked fiber unwound on its home worker, so its destructors run),
     ///   queues are drained and the workers leave. A worker stuck in a poll that never
     ///   returns is waited for until the deadline, or at least `min(timeout, 1 s)`
-    ///   past the wait, and then left behind as
-    ///   [`shutdown_timeout`](Self::shutdown_timeout) does; so the call returns within
-    ///   about twice `timeout` whatever the tasks do.
+    ///   (and at least 200 ms, so that workers that are not stuck always get to leave
+    ///   and unwind their fibers, also with a zero timeout) past the wait, and then
+    ///   left behind as [`shutdown_timeout`](Self::shutdown_timeout) does; so the call
+    ///   returns within about twice `timeout` (plus 200 ms) whatever the tasks do.
     ///
     /// A task in the middle of a poll at the deadline counts as cancelled even if that
     /// poll completes it. Called from inside one of the runtime's own tasks, the
@@ -92,8 +98,8 @@ impl Runtime {
     /// assert!(handle.spawn(async {}).join().is_err());
     /// ```
     pub fn shutdown_graceful(mut self, timeout: Duration) -> ShutdownReport {
-        let start = Instant::now();
-        let deadline = start + timeout;
+        // `None`: a timeout too long to be a deadline (`Duration::MAX`), so no deadline.
+        let deadline = Instant::now().checked_add(timeout);
         let inner = self.handle.inner.clone();
         // Refuse outside spawns first, then mark what is alive: a spawn that saw the
         // flag down bound its task before, or it is refused; either way the marking
@@ -111,7 +117,7 @@ impl Runtime {
         }
         let mut pause = Duration::from_micros(50);
         while inner.active_tasks() > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.map_or(MAX_PAUSE, |d| d.saturating_duration_since(Instant::now()));
             if left.is_zero() {
                 break;
             }
@@ -120,9 +126,13 @@ impl Runtime {
         }
         // Marked tasks either completed by themselves (and unlinked) or are drained
         // from the owned list by the cancel below, which counts them.
-        let grace = deadline
-            .saturating_duration_since(Instant::now())
-            .max(timeout.min(Duration::from_secs(1)));
+        // At least `MIN_GRACE`: idle workers need a moment to wake and leave, and only
+        // a worker that leaves unwinds its parked fibers; one given up on leaks them.
+        let grace = deadline.map_or(timeout, |d| {
+            d.saturating_duration_since(Instant::now())
+                .max(timeout.min(Duration::from_secs(1)))
+                .max(MIN_GRACE)
+        });
         let cancelled = self.shutdown(Some(grace)).min(active);
         ShutdownReport {
             finished: active - cancelled,

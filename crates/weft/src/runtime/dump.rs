@@ -211,7 +211,8 @@ impl Runtime {
     /// (scheduled, running on worker N, parked), how long it has been so, and for a
     /// parked one what it waits on when weft knows (`chan`, `lock`, `timer`, `socket`,
     /// `join`, ...). See [`Dump`] for the format. Safe to call at any time from any
-    /// thread; tasks finishing meanwhile are simply left out.
+    /// thread. Not an atomic snapshot: the walk takes one part of the task list after
+    /// another, so tasks that start or finish meanwhile may or may not be listed.
     ///
     /// ```
     /// let rt = weft::Runtime::new().unwrap();
@@ -254,9 +255,9 @@ const DEADLOCK_LOOKS: u32 = 4;
 
 /// `WEFT_DEBUG_DEADLOCK=1`: a thread that looks every [`DEADLOCK_CHECK`] whether the
 /// runtime is stuck (spec 003's deadlock dump): every worker of every pool parked, no
-/// timer pending, no socket registered, no poll since the last look, and tasks or
-/// fibers still parked. Nothing of the runtime can wake them then; only a thread
-/// outside it could. It then prints the dump on stderr, once, and stops looking. The
+/// timer pending, no socket registered, no `spawn_blocking` closure queued or running,
+/// no `signal::ctrl_c` wait in the process, no poll since the last look, and tasks or fibers still parked. Nothing of the
+/// runtime can wake them then; only a thread outside it could. It then prints the dump on stderr, once, and stops looking. The
 /// thread exists only while the variable is set and leaves when the runtime shuts
 /// down: the hot paths pay nothing for it.
 pub(crate) fn watch_deadlock(rt: Weak<Inner>, thread_name: String) -> std::io::Result<()> {
@@ -305,13 +306,19 @@ impl Inner {
             .sum()
     }
 
-    /// Every worker parked, no timer, no socket, some task alive.
+    /// Every worker parked, no timer, no socket, no closure on the blocking pool (its
+    /// result wakes whoever awaits it), no wait for Ctrl-C anywhere in the process
+    /// (the signal thread wakes it), some task alive.
     fn looks_stuck(&self) -> bool {
         let all_parked = self
             .pools
             .iter()
             .all(|p| (0..p.num_workers()).all(|i| p.idle.is_parked(i)));
+        let blocking = self.blocking.stats();
         all_parked
+            && diag::outside_waits() == 0
+            && blocking.queued == 0
+            && blocking.threads == blocking.idle_threads
             && self.time.pending() == 0
             && self.time.io_stats().0 == 0
             && self.active_tasks() > 0

@@ -482,7 +482,8 @@ impl Runtime {
             c.is_some_and(|c| inner.pools.iter().any(|p| c.belongs_to(p)))
         });
         let others_left = usize::from(on_own_worker);
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout too long to be a deadline (`Duration::MAX`) means no deadline.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let running = self.exits.running.lock().unwrap();
         let others_running = |n: &mut usize| *n > others_left;
         let cv = &self.exits.cv;

@@ -140,6 +140,7 @@ impl BlockingPool {
     }
 
     fn run(self: Arc<Self>) {
+        ON_POOL.with(|p| p.set(&*self as *const Self as usize));
         (self.on_start)();
         let mut s = self.state.lock().unwrap();
         loop {
@@ -163,9 +164,10 @@ impl BlockingPool {
             }
         }
         s.threads -= 1;
-        let last = s.threads == 0;
+        // Shutdown waits for none left, or for one (its own thread, see `shutdown`).
+        let wanted = s.shutdown && s.threads <= 1;
         drop(s);
-        if last {
+        if wanted {
             self.exited.notify_all();
         }
     }
@@ -188,14 +190,23 @@ impl BlockingPool {
             // `cancel_now`.
             unsafe { super::cancel_now(ptr) };
         });
+        // Called on one of this pool's own threads (the runtime dropped inside a
+        // `spawn_blocking` closure): that thread leaves only after this returns, so it
+        // is not waited for (without a timeout that wait would never end).
+        let me = usize::from(ON_POOL.with(|p| p.get()) == self as *const Self as usize);
         let s = self.state.lock().unwrap();
-        let running = |s: &mut State| s.threads > 0;
+        let running = |s: &mut State| s.threads > me;
         let s = match timeout {
             None => self.exited.wait_while(s, running).unwrap(),
             Some(t) => self.exited.wait_timeout_while(s, t, running).unwrap().0,
         };
-        s.threads == 0
+        s.threads <= me
     }
+}
+
+std::thread_local! {
+    /// The blocking pool this thread belongs to (its address), or 0.
+    static ON_POOL: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 impl Schedule for Arc<BlockingPool> {

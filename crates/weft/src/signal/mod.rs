@@ -58,6 +58,8 @@ fn published() -> &'static watch::Sender<usize> {
 /// });
 /// ```
 pub async fn ctrl_c() -> io::Result<()> {
+    // Only the signal thread can end this wait: not a deadlock (`WEFT_DEBUG_DEADLOCK`).
+    let _outside = crate::task::diag::OutsideWait::new();
     install()?;
     let seen = RECEIVED.load(SeqCst);
     let mut rx = published().subscribe();

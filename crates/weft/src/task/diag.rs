@@ -18,7 +18,7 @@
 //! tolerates.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::task::Waker;
 
@@ -70,6 +70,34 @@ impl WaitOn {
             _ => WaitOn::Unknown,
         }
     }
+}
+
+/// Pending waits that a thread of weft's own, outside every runtime, completes
+/// ([`signal::ctrl_c`](crate::signal::ctrl_c): the signal thread wakes them). While
+/// there are any, the deadlock watcher reports nothing: a task parked on one of them
+/// is not stuck, whatever the workers do.
+static OUTSIDE_WAITS: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts one wait that a thread outside the runtimes completes, while alive (see
+/// [`outside_waits`]).
+pub(crate) struct OutsideWait(());
+
+impl OutsideWait {
+    pub(crate) fn new() -> OutsideWait {
+        OUTSIDE_WAITS.fetch_add(1, Relaxed);
+        OutsideWait(())
+    }
+}
+
+impl Drop for OutsideWait {
+    fn drop(&mut self) {
+        OUTSIDE_WAITS.fetch_sub(1, Relaxed);
+    }
+}
+
+/// How many [`OutsideWait`]s are alive (a hint for the deadlock watcher: relaxed).
+pub(crate) fn outside_waits() -> usize {
+    OUTSIDE_WAITS.load(Relaxed)
 }
 
 /// `Header::flags`: the task was live when `shutdown_graceful` was called (counted in

@@ -198,6 +198,11 @@ where
             // SAFETY: still the RUNNING owner; the stage holds nothing to drop.
             unsafe { std::ptr::write(stage, Stage::Finished(result)) }
         });
+        // Unlinked before COMPLETE is published: whoever sees the task complete (a
+        // join) then no longer finds it among the live tasks (`Stats::active_tasks`,
+        // dumps). We still hold the running reference, so the task stays alive; a
+        // shutdown that unlinked it first cancels a RUNNING task, which only flags it.
+        let owned_ref = u64::from(self.scheduler.release(NonNull::from(&self.header)));
         let prev = self.header.state.transition_to_complete();
         if !prev.is_join_interested() {
             // Nobody will read it.
@@ -211,7 +216,6 @@ where
                 }
             });
         }
-        let owned_ref = u64::from(self.scheduler.release(NonNull::from(&self.header)));
         if self.header.state.ref_dec_n(1 + owned_ref) {
             // SAFETY: those were the last references.
             unsafe { dealloc::<F, S>(NonNull::from(&self.header)) }
