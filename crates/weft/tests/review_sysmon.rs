@@ -698,3 +698,101 @@ fn socket_readiness_after_the_driver_holder_retires() {
         assert_eq!(reader.join().unwrap(), 42);
     })
 }
+
+#[test]
+fn child_panicking_start_hook() {
+    if !is_child() {
+        return;
+    }
+    let rt = weft::Builder::new()
+        .worker_threads(1)
+        .interactive_threads(0)
+        .max_extra_workers(1)
+        .thread_name("rshook")
+        .on_thread_start(|| {
+            if std::thread::current().name() == Some("rshook-1") {
+                panic!("the start hook refuses temporary workers");
+            }
+        })
+        .build()
+        .unwrap();
+    let stuck = blocker(&rt, Duration::from_millis(300));
+    let hs: Vec<_> = (0..50).map(|_| rt.spawn(async {})).collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    stuck.join().unwrap();
+    // The dead thread does not count as a live temporary worker.
+    wait_until("the dead temporary worker is counted out", || {
+        let s = rt.stats();
+        s.temp_workers_started >= 1 && s.temp_workers_started == s.temp_workers_retired
+    });
+    // Work still runs afterwards.
+    rt.spawn(async {}).join().unwrap();
+    let t = Instant::now();
+    drop(rt);
+    println!("CHILD drop_ms={}", t.elapsed().as_millis());
+    println!("CHILD done=ok");
+}
+
+/// A temporary worker whose `on_thread_start` hook panics: the runtime goes on with
+/// its base worker, and dropping it does not wait for ever for the dead thread.
+#[test]
+fn a_panicking_start_hook_on_a_temporary_worker() {
+    with_timeout(|| {
+        let out = run_child("child_panicking_start_hook", &[]);
+        assert!(
+            out.stderr.contains("refuses temporary workers"),
+            "{}",
+            out.context()
+        );
+    })
+}
+
+#[test]
+fn child_rss_of_a_huge_cap() {
+    if !is_child() {
+        return;
+    }
+    let rss_kib = || -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap()
+    };
+    let extra: usize = std::env::var("RSM_EXTRA").unwrap().parse().unwrap();
+    let before = rss_kib();
+    let rt = rt_with(1, extra, 10);
+    rt.spawn(async {}).join().unwrap();
+    let after = rss_kib();
+    println!("CHILD rss_kib={}", after.saturating_sub(before));
+    drop(rt);
+    println!("CHILD done=ok");
+}
+
+/// The memory a runtime takes for its spare slots stays modest even with the cap at
+/// `usize::MAX` (capped to the worker limit).
+#[test]
+fn a_huge_cap_costs_little_memory() {
+    with_timeout(|| {
+        let zero = run_child("child_rss_of_a_huge_cap", &[("RSM_EXTRA", "0")]);
+        let huge = run_child(
+            "child_rss_of_a_huge_cap",
+            &[("RSM_EXTRA", &usize::MAX.to_string())],
+        );
+        let kib = |o: &child::Output| o.report("rss_kib").unwrap().parse::<u64>().unwrap();
+        println!(
+            "rss: cap 0 {} KiB, cap usize::MAX {} KiB",
+            kib(&zero),
+            kib(&huge)
+        );
+        assert!(
+            kib(&huge) < kib(&zero) + 64 * 1024,
+            "cap 0: {} KiB, cap usize::MAX: {} KiB",
+            kib(&zero),
+            kib(&huge)
+        );
+    })
+}
