@@ -796,3 +796,142 @@ fn a_huge_cap_costs_little_memory() {
         );
     })
 }
+
+/// Extreme keep-alives: `Duration::MAX` (a temporary worker parks with a timeout that
+/// must not overflow) and zero (it retires at its first idle moment); work still runs.
+#[test]
+fn extreme_keep_alives() {
+    with_timeout(|| {
+        for keep in [
+            Duration::MAX,
+            Duration::ZERO,
+            Duration::from_secs(u64::MAX / 4),
+        ] {
+            let rt = weft::Builder::new()
+                .worker_threads(1)
+                .interactive_threads(0)
+                .max_extra_workers(1)
+                .extra_worker_keep_alive(keep)
+                .build()
+                .unwrap();
+            let stuck = blocker(&rt, Duration::from_millis(80));
+            let hs: Vec<_> = (0..30)
+                .map(|i| {
+                    rt.spawn(async move {
+                        weft::time::sleep(Duration::from_millis(i % 3)).await;
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+            assert!(!stuck.is_finished(), "{keep:?}: ran only after the blocker");
+            stuck.join().unwrap();
+            // Parked temporary workers (with a huge keep-alive) wake for new work.
+            std::thread::sleep(Duration::from_millis(20));
+            let hs: Vec<_> = (0..30).map(|_| rt.spawn(async {})).collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+            assert!(rt.stats().temp_workers_started >= 1, "{keep:?}");
+        }
+    })
+}
+
+/// The runtime is dropped from inside a task that runs on a temporary worker (the
+/// drop waits for the stuck base worker, then returns; nothing hangs).
+#[test]
+fn runtime_dropped_on_a_temporary_worker() {
+    with_timeout(|| {
+        let mut on_temp = 0;
+        for _ in 0..5 {
+            let rt = rt_with(1, 1, 50);
+            let handle = rt.handle().clone();
+            let stuck = blocker(&rt, Duration::from_millis(60));
+            let slot = Arc::new(std::sync::Mutex::new(Some(rt)));
+            let s2 = slot.clone();
+            let (tx, rx) = mpsc::channel();
+            let h = handle.spawn(async move {
+                let name = std::thread::current().name().map(str::to_string);
+                let rt = s2.lock().unwrap().take();
+                drop(rt);
+                tx.send(name).unwrap();
+            });
+            let name = rx.recv_timeout(Duration::from_secs(10)).expect("hang");
+            on_temp += usize::from(name.as_deref() == Some("weft-worker-1"));
+            let _ = h.join();
+            let _ = stuck.join();
+        }
+        assert!(on_temp >= 1, "never ran on a temporary worker");
+    })
+}
+
+/// Fibers that may migrate (soft-homed) wait on channels fed by a remote thread while
+/// temporary workers start and retire (2 ms keep-alive): every fiber finishes.
+#[test]
+fn migrating_fibers_across_retirements() {
+    with_timeout(|| {
+        let rt = rt_with(1, 2, 2);
+        let done = counter();
+        for _ in 0..30 {
+            let stuck = rt.spawn(async {
+                std::thread::sleep(Duration::from_millis(15));
+            });
+            let (tx, rx) = weft::chan::unbounded::<u32>();
+            let fibers: Vec<_> = on(&rt, || {
+                (0..6)
+                    .map(|_| {
+                        let rx = rx.clone();
+                        let done = done.clone();
+                        // SAFETY: the fiber keeps only `Send` data across its waits.
+                        let b = unsafe { weft::fiber::Builder::new().fiber_migration(true) };
+                        b.spawn(move || {
+                            for _ in 0..3 {
+                                rx.recv_blocking().unwrap();
+                            }
+                            done.fetch_add(1, SeqCst);
+                        })
+                    })
+                    .collect()
+            });
+            let feeder = std::thread::spawn(move || {
+                for k in 0..18 {
+                    if k % 6 == 0 {
+                        std::thread::sleep(Duration::from_millis(3));
+                    }
+                    tx.send_blocking(k).unwrap();
+                }
+            });
+            for f in fibers {
+                f.join().unwrap();
+            }
+            feeder.join().unwrap();
+            stuck.join().unwrap();
+        }
+        assert_eq!(load(&done), 30 * 6);
+    })
+}
+
+/// On fresh runtimes, one task queued behind the stuck base worker runs on a temporary
+/// worker well before the base worker comes back (the monitor starts with the first
+/// worker and watches from the start).
+#[test]
+fn a_fresh_runtime_rescues_its_first_queued_task() {
+    with_timeout(|| {
+        let mut worst = Duration::ZERO;
+        for _ in 0..10 {
+            let rt = rt_with(1, 1, 20);
+            let stuck = blocker(&rt, Duration::from_millis(150));
+            let t = Instant::now();
+            let h = rt.spawn(async move { t.elapsed() });
+            let took = h.join().unwrap();
+            worst = worst.max(took);
+            assert!(
+                !stuck.is_finished(),
+                "ran only after the blocker ({took:?})"
+            );
+            stuck.join().unwrap();
+        }
+        println!("worst {worst:?}");
+    })
+}
