@@ -72,48 +72,111 @@ fn a_little_rng(seed: &mut u64) -> u64 {
     *seed
 }
 
-/// Many rounds of: block the only base worker, a burst of tasks and fibers (spawned
-/// and woken from remote threads at random moments), idle past a 2 ms keep-alive. The
-/// temporary workers start and retire again and again; every task and fiber completes,
-/// and the statistics add up.
+/// Many rounds, in both pools at once, with each pool's only base worker stuck for the
+/// whole test: a burst of tasks and fibers (spawned, and woken from remote threads at
+/// random moments) that only temporary workers can run, then idleness past a 2 ms
+/// keep-alive. Temporary workers start and retire again and again (hundreds of times:
+/// sysmon starts at most one per 10 ms per pool); every task and fiber completes, and
+/// the statistics add up.
 #[test]
 fn churn_start_retire_with_remote_wakes() {
     with_timeout(|| {
-        let rt = rt_with(1, 2, 2);
-        let handle = rt.handle().clone();
+        let rt = Arc::new(
+            weft::Builder::new()
+                .worker_threads(1)
+                .interactive_threads(1)
+                .max_extra_workers(2)
+                .extra_worker_keep_alive(Duration::from_millis(2))
+                .build()
+                .unwrap(),
+        );
+        let release = Arc::new(AtomicBool::new(false));
+        let stuck: Vec<_> = [weft::Pool::Default, weft::Pool::Interactive]
+            .into_iter()
+            .map(|pool| {
+                let release = release.clone();
+                let (tx, rx) = mpsc::channel();
+                let h = rt.handle().spawn_on(pool, async move {
+                    tx.send(()).unwrap();
+                    while !release.load(SeqCst) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                });
+                rx.recv_timeout(common::TIMEOUT).unwrap();
+                h
+            })
+            .collect();
+        let drivers: Vec<_> = [weft::Pool::Default, weft::Pool::Interactive]
+            .into_iter()
+            .enumerate()
+            .map(|(k, pool)| {
+                let rt = rt.clone();
+                std::thread::spawn(move || churn_rounds(&rt, pool, 0x1234_5678 + k as u64))
+            })
+            .collect();
+        let rounds: u64 = drivers.into_iter().map(|d| d.join().unwrap()).sum();
+        release.store(true, SeqCst);
+        for h in stuck {
+            h.join().unwrap();
+        }
+        wait_until("every temporary worker retires", || {
+            let s = rt.stats();
+            s.temp_workers_started == s.temp_workers_retired
+        });
+        let s = rt.stats();
+        assert_eq!(s.num_workers, 1);
+        assert!(
+            s.temp_workers_started >= rounds / 4,
+            "{} temporary workers in {rounds} rounds",
+            s.temp_workers_started
+        );
+        println!(
+            "rounds {rounds}, temporary workers started and retired {}",
+            s.temp_workers_started
+        );
+    })
+}
+
+/// One driver of `churn_start_retire_with_remote_wakes`: rounds in `pool` for 2.5 s;
+/// returns how many.
+fn churn_rounds(rt: &weft::Runtime, pool: weft::Pool, mut seed: u64) -> u64 {
+    let handle = rt.handle().clone();
+    // `RSM_CHURN_MS` lengthens it for a soak run (the review ran it for 30 s).
+    let ms = std::env::var("RSM_CHURN_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2500);
+    let deadline = Instant::now() + Duration::from_millis(ms);
+    let mut round = 0u64;
+    while Instant::now() < deadline && round < ms / 8 {
+        round += 1;
         let done = counter();
-        let spawned = counter();
-        let deadline = Instant::now() + Duration::from_millis(2500);
-        let mut round = 0u64;
-        let mut seed = 0x1234_5678_9abc_def1u64;
-        while Instant::now() < deadline && round < 400 {
-            round += 1;
-            let stuck = rt.spawn(async {
-                std::thread::sleep(Duration::from_millis(12));
-            });
-            // Remote wakers: a thread that sends to fibers and wakes tasks.
-            let (tx, rx) = weft::chan::unbounded::<u32>();
-            let (ttx, trx) = weft::chan::unbounded::<u32>();
-            let n = 8 + (a_little_rng(&mut seed) % 8) as usize;
-            let mut hs = Vec::new();
-            for i in 0..n {
+        let (tx, rx) = weft::chan::unbounded::<u32>();
+        let (ttx, trx) = weft::chan::unbounded::<u32>();
+        let n = 8 + (a_little_rng(&mut seed) % 8) as usize;
+        let hs: Vec<_> = (0..n)
+            .map(|i| {
                 let done = done.clone();
                 let trx = trx.clone();
-                spawned.fetch_add(1, SeqCst);
-                hs.push(handle.spawn(async move {
+                handle.spawn_on(pool, async move {
                     if i % 2 == 0 {
                         trx.recv().await.unwrap();
                     } else {
                         weft::time::sleep(Duration::from_micros(500 * (i as u64 % 5))).await;
                     }
                     done.fetch_add(1, SeqCst);
-                }));
-            }
-            let fibers: Vec<_> = on(&rt, || {
+                })
+            })
+            .collect();
+        // Fibers started from a task of the pool (so on a temporary worker).
+        let rx2 = rx.clone();
+        let done2 = done.clone();
+        let fibers = handle
+            .spawn_on(pool, async move {
                 (0..4)
                     .map(|i| {
-                        let rx = rx.clone();
-                        let done = done.clone();
+                        let rx = rx2.clone();
+                        let done = done2.clone();
                         weft::fiber::spawn(move || {
                             rx.recv_blocking().unwrap();
                             if i % 2 == 0 {
@@ -122,49 +185,35 @@ fn churn_start_retire_with_remote_wakes() {
                             done.fetch_add(1, SeqCst);
                         })
                     })
-                    .collect()
-            });
-            spawned.fetch_add(4, SeqCst);
-            let delay = a_little_rng(&mut seed) % 6000;
-            let waker = std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_micros(delay));
-                for k in 0..n {
-                    ttx.send_blocking(k as u32).unwrap();
-                }
-                std::thread::sleep(Duration::from_micros(delay / 2));
-                for k in 0..4 {
-                    tx.send_blocking(k).unwrap();
-                }
-            });
-            for h in hs {
-                h.join().unwrap();
+                    .collect::<Vec<_>>()
+            })
+            .join()
+            .unwrap();
+        let delay = a_little_rng(&mut seed) % 4000;
+        let waker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_micros(delay));
+            for k in 0..n {
+                ttx.send_blocking(k as u32).unwrap();
             }
-            for f in fibers {
-                f.join().unwrap();
+            std::thread::sleep(Duration::from_micros(delay / 2));
+            for k in 0..4 {
+                tx.send_blocking(k).unwrap();
             }
-            waker.join().unwrap();
-            stuck.join().unwrap();
-            // Idle past the keep-alive now and then (the retire path).
-            if round % 2 == 0 {
-                std::thread::sleep(Duration::from_millis(4));
-            }
-        }
-        assert_eq!(load(&done), load(&spawned));
-        wait_until("every temporary worker retires", || {
-            let s = rt.stats();
-            s.temp_workers_started == s.temp_workers_retired
         });
-        let s = rt.stats();
-        assert_eq!(s.num_workers, 1);
-        assert!(
-            s.temp_workers_started >= 1,
-            "no temporary worker in {round} rounds"
-        );
-        println!(
-            "rounds {round}, temporary workers started {}",
-            s.temp_workers_started
-        );
-    })
+        for h in hs {
+            h.join().unwrap();
+        }
+        for f in fibers {
+            f.join().unwrap();
+        }
+        waker.join().unwrap();
+        assert_eq!(load(&done), n + 4);
+        // Idle past the keep-alive (the retire path), mostly.
+        if round % 4 != 0 {
+            std::thread::sleep(Duration::from_millis(4));
+        }
+    }
+    round
 }
 
 /// Every base worker stuck; a task on a temporary worker sleeps on a timer longer than
