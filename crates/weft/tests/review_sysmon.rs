@@ -209,7 +209,7 @@ fn churn_rounds(rt: &weft::Runtime, pool: weft::Pool, mut seed: u64) -> u64 {
         waker.join().unwrap();
         assert_eq!(load(&done), n + 4);
         // Idle past the keep-alive (the retire path), mostly.
-        if round % 4 != 0 {
+        if !round.is_multiple_of(4) {
             std::thread::sleep(Duration::from_millis(4));
         }
     }
