@@ -217,26 +217,41 @@ fn churn_rounds(rt: &weft::Runtime, pool: weft::Pool, mut seed: u64) -> u64 {
 }
 
 /// Every base worker stuck; a task on a temporary worker sleeps on a timer longer than
-/// the keep-alive. The temporary worker parks holding the timer driver and retires;
-/// the timer must still fire long before the base worker comes back.
+/// the keep-alive. The temporary worker parks holding the timer driver and would
+/// retire; the timer must still fire long before the base worker comes back. With a
+/// cap of 3, several temporary workers park and retire around the holder.
 #[test]
 fn a_timer_fires_after_the_driver_holder_retires() {
     with_timeout(|| {
-        let rt = rt_with(1, 1, 5);
-        let stuck = blocker(&rt, Duration::from_millis(1500));
-        let start = Instant::now();
-        // Queued behind the stuck worker: sysmon starts a temporary worker for it.
-        let fired = rt.spawn(async move {
-            weft::time::sleep(Duration::from_millis(150)).await;
-            start.elapsed()
-        });
-        let took = fired.join().unwrap();
-        let stuck_still = !stuck.is_finished();
-        stuck.join().unwrap();
-        assert!(
-            stuck_still && took < Duration::from_millis(1000),
-            "a 150 ms timer fired after {took:?} (the base worker was stuck for 1.5 s)"
-        );
+        for extra in [1, 3] {
+            let rt = rt_with(1, extra, 5);
+            let stuck = blocker(&rt, Duration::from_millis(1000));
+            let start = Instant::now();
+            // Short blockers make sysmon start more temporary workers.
+            let others: Vec<_> = (0..extra as u64 * 2)
+                .map(|_| {
+                    rt.spawn(async {
+                        std::thread::sleep(Duration::from_millis(15));
+                    })
+                })
+                .collect();
+            // Queued behind the stuck worker: a temporary worker runs it.
+            let fired = rt.spawn(async move {
+                weft::time::sleep(Duration::from_millis(150)).await;
+                start.elapsed()
+            });
+            let took = fired.join().unwrap();
+            let stuck_still = !stuck.is_finished();
+            for o in others {
+                o.join().unwrap();
+            }
+            stuck.join().unwrap();
+            assert!(
+                stuck_still && took < Duration::from_millis(700),
+                "cap {extra}: a 150 ms timer fired after {took:?} (the base worker was \
+                 stuck for 1 s)"
+            );
+        }
     })
 }
 

@@ -129,7 +129,8 @@ impl Core {
     /// keep-alive later, once it has run what held it.
     ///
     /// A worker holding the drivers (`holds_driver`) while timers are pending or sockets
-    /// are registered may retire only if a parked peer can take them over: with every
+    /// are registered may retire only if a parked base worker can take them over (it
+    /// is nudged as this one leaves the parked set): with every
     /// other worker in a task (stuck, say), nobody would fire the timers or read the
     /// sockets (found in review: a 150 ms sleep fired only when the stuck base worker
     /// came back, 1.5 s later).
@@ -143,9 +144,15 @@ impl Core {
             return timeout;
         }
         let time = &self.shared.time;
+        // The lowest parked slot: a base worker if any is parked. Only a base worker
+        // counts, since a parked temporary one may be retiring at this very moment.
         if holds_driver
             && (time.has_pending() || time.has_io_sources())
-            && self.shared.idle.any_parked_except(self.index).is_none()
+            && self
+                .shared
+                .idle
+                .any_parked_except(self.index)
+                .is_none_or(|i| self.shared.is_temporary(i))
         {
             return timeout;
         }
