@@ -999,3 +999,40 @@ fn a_fresh_runtime_rescues_its_first_queued_task() {
         println!("worst {worst:?}");
     })
 }
+
+/// A task spawns children (onto its worker's own queues) and then blocks its thread:
+/// a temporary worker steals and runs them; only the one in the stuck worker's LIFO
+/// slot may wait for it (documented: that slot is invisible to thieves).
+#[test]
+fn children_of_a_stuck_task_are_stolen() {
+    with_timeout(|| {
+        let rt = rt_with(1, 2, 10);
+        let done = counter();
+        let d2 = done.clone();
+        let (tx, rx) = mpsc::channel();
+        let parent = rt.spawn(async move {
+            for _ in 0..100 {
+                let d = d2.clone();
+                drop(weft::spawn(async move {
+                    d.fetch_add(1, SeqCst);
+                }));
+            }
+            tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(600));
+        });
+        rx.recv_timeout(common::TIMEOUT).unwrap();
+        let t = Instant::now();
+        while load(&done) < 99 && t.elapsed() < Duration::from_millis(500) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let ran = load(&done);
+        assert!(!parent.is_finished());
+        assert!(
+            ran >= 99,
+            "{ran} of 100 children ran beside their stuck parent"
+        );
+        parent.join().unwrap();
+        // The one in the LIFO slot runs right after its parent's poll returns.
+        wait_until("every child ran", || load(&done) == 100);
+    })
+}
