@@ -611,6 +611,52 @@ fn loom_retire_vs_remote_insert() {
     });
 }
 
+/// A producer hands a fiber that only prefers temporary slot 1 (migration) to its
+/// inbox while the slot's worker retires and the slot is started again, whose new
+/// worker's own (pinned) fiber is then woken into the same inbox. The producer that
+/// saw the slot inactive moves the inbox to the injection queue (`rescue_inbox`); it
+/// must never move the new worker's pinned fiber there, where any worker could resume
+/// it on the wrong thread (found in review: the rescue popped whatever the inbox held
+/// by then).
+#[test]
+fn loom_inbox_rescue_vs_slot_restart() {
+    loom::model(|| {
+        let (shared, _base, temp) = new_pool_with_temp();
+        let rec = Arc::new(Recorder::default());
+        let soft = dummy_task(&rec);
+        soft.header()
+            .home
+            .store(1 | crate::task::header::SOFT_HOME, SeqCst);
+        let pinned = dummy_task(&rec);
+        pinned.header().home.store(1, SeqCst);
+        let s2 = shared.clone();
+        let producer = thread::spawn(move || s2.schedule_remote(soft));
+        // The slot's worker retires (as `try_retire` and `retire` leave it) and its
+        // thread gives the slot back; sysmon starts it again, and the new worker's
+        // fiber, tied to it, is woken from elsewhere.
+        shared.remotes[1].active.store(false, SeqCst);
+        shared.rescue_inbox(1);
+        shared.return_slot(1, temp);
+        let (i, _parts) = shared.take_slot().unwrap();
+        assert_eq!(i, 1);
+        shared.schedule_remote(pinned);
+        producer.join().unwrap();
+        let mut in_inbox = 0;
+        while let Some(t) = shared.remotes[1].inbox.pop() {
+            in_inbox += 1;
+            drop(t);
+        }
+        while let Some(t) = shared.inject.pop() {
+            assert!(
+                !t.header().is_pinned(),
+                "a fiber pinned to a running worker was moved to the injection queue"
+            );
+            drop(t);
+        }
+        assert!(in_inbox >= 1, "the pinned fiber left its worker's inbox");
+    });
+}
+
 mod forkjoin_models {
     use super::*;
     use crate::scheduler::deque::{self, Steal};

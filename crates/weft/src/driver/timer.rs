@@ -246,6 +246,11 @@ impl Driver {
         }
     }
 
+    /// Whether any socket is registered with the I/O driver.
+    pub(crate) fn has_io_sources(&self) -> bool {
+        self.io.as_ref().is_some_and(|io| io.has_sources())
+    }
+
     /// Sockets registered and readiness events dispatched.
     pub(crate) fn io_stats(&self) -> (usize, u64) {
         if let Some(io) = &self.io {

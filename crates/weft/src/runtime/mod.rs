@@ -101,6 +101,13 @@ impl WorkerThreads {
         let spawned = std::thread::Builder::new()
             .name(format!("{prefix}-{index}"))
             .spawn(move || {
+                // Counted out however the thread ends: shutdown waits for the count
+                // (found in review: an `on_thread_start` hook that panicked on a
+                // temporary worker made dropping the runtime hang).
+                let mut exit = ThreadExit {
+                    threads: this.clone(),
+                    slot: temporary.then(|| (shared.clone(), index)),
+                };
                 // Fibers run here: a stack overflow must be reported from an
                 // alternate signal stack.
                 crate::stack::overflow::ensure_altstack();
@@ -111,6 +118,7 @@ impl WorkerThreads {
                 if core.run() {
                     // A temporary worker retired (leaving its queues empty): its slot
                     // may be started again.
+                    exit.slot = None;
                     shared.return_slot(index, core.into_parts());
                     this.temp_retired
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -130,8 +138,7 @@ impl WorkerThreads {
                 if let Some(f) = &this.stop {
                     f();
                 }
-                *this.exits.running.lock().unwrap() -= 1;
-                this.exits.cv.notify_all();
+                drop(exit);
             });
         match spawned {
             Ok(t) => Ok(Some(t)),
@@ -140,6 +147,31 @@ impl WorkerThreads {
                 Err(e)
             }
         }
+    }
+}
+
+/// A worker thread's end, also by a panic (in a hook, say): counts the thread out for
+/// shutdown, and a temporary worker's slot, if the thread did not give it back,
+/// leaves use (its private ends went with the thread; counted as retired, since no
+/// thread runs it).
+struct ThreadExit {
+    threads: std::sync::Arc<WorkerThreads>,
+    slot: Option<(Arc<Shared>, usize)>,
+}
+
+impl Drop for ThreadExit {
+    fn drop(&mut self) {
+        if let Some((shared, index)) = self.slot.take() {
+            if std::thread::panicking() {
+                shared.abandon_slot(index);
+                self.threads
+                    .temp_retired
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let exits = &self.threads.exits;
+        *exits.running.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        exits.cv.notify_all();
     }
 }
 

@@ -181,7 +181,8 @@ impl Idle {
             .store(index.unwrap_or(usize::MAX), SeqCst);
     }
 
-    /// Some parked worker other than `me`, without claiming it.
+    /// Some parked worker other than `me`, without claiming it: the lowest-numbered,
+    /// so a base worker if any is parked (temporary slots come after the base ones).
     pub(crate) fn any_parked_except(&self, me: usize) -> Option<usize> {
         self.parked.iter().enumerate().find_map(|(w, word)| {
             let mut bits = word.load(SeqCst);

@@ -85,7 +85,8 @@ pub(crate) struct Remote {
     set_aside: Mutex<SetAside>,
     /// A thread runs this slot (always for a base worker; for a temporary one from its
     /// start until it retires). SeqCst: see [`Shared::push_inbox`].
-    pub(crate) active: AtomicBool,
+    /// (A loom atomic under loom: the retire and inbox models race on it.)
+    pub(crate) active: crate::base::AtomicBool,
     /// Started, unfinished fibers tied to this worker (not those that migrate): a
     /// temporary worker retires only at zero, since nobody else may run them.
     pub(crate) homed_fibers: std::sync::Arc<AtomicUsize>,
@@ -225,7 +226,7 @@ impl Shared {
                         tasks: Vec::new(),
                         closed: false,
                     }),
-                    active: AtomicBool::new(i < workers),
+                    active: crate::base::AtomicBool::new(i < workers),
                     homed_fibers: std::sync::Arc::new(AtomicUsize::new(0)),
                 })
             })
@@ -469,13 +470,28 @@ impl Shared {
 
     /// Moves what waits in slot `i`'s inbox (fibers that only prefer it: see
     /// [`push_inbox`](Self::push_inbox)) to the injection queue, where any worker
-    /// finds it.
+    /// finds it, unless a thread runs the slot again.
+    ///
+    /// Decided under the lock [`take_slot`](Self::take_slot) restarts a slot under:
+    /// once the slot runs again, its inbox may hold fibers pinned to its new thread,
+    /// which must never reach the injection queue (found in review, loom model
+    /// `loom_inbox_rescue_vs_slot_restart`: a producer that had seen the slot inactive
+    /// moved the new thread's pinned fiber, to be resumed on another thread). A slot
+    /// found active again is left alone: its thread, new or staying, looks at its
+    /// inbox before it sleeps. (The retiring thread's own call holds the slot's
+    /// private ends, so the slot cannot restart under it.)
     #[cold]
     pub(crate) fn rescue_inbox(&self, i: usize) {
         let mut moved = Vec::new();
-        self.remotes[i]
-            .inbox
-            .pop_batch(usize::MAX, |t| moved.push(t));
+        {
+            let _no_restart = self.spare_parts.lock();
+            if self.remotes[i].active.load(SeqCst) {
+                return;
+            }
+            self.remotes[i]
+                .inbox
+                .pop_batch(usize::MAX, |t| moved.push(t));
+        }
         if moved.is_empty() {
             return;
         }

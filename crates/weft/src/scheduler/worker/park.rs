@@ -44,7 +44,7 @@ impl Core {
                 } else {
                     None
                 };
-                let timeout = self.keep_alive_left(parked_at, timeout);
+                let timeout = self.keep_alive_left(parked_at, timeout, holds_driver);
                 let slept = if holds_driver {
                     self.dispatching_io.set(true);
                     let slept = time.holder_park(parker, spin_ns, timeout);
@@ -84,7 +84,7 @@ impl Core {
                     self.unpublish();
                     break;
                 }
-                if self.keep_alive_left(parked_at, None) == Some(Duration::ZERO) {
+                if self.keep_alive_left(parked_at, None, holds_driver) == Some(Duration::ZERO) {
                     self.try_retire();
                     break;
                 }
@@ -97,7 +97,10 @@ impl Core {
                 // Not for sockets alone: a futex wake each time the holder wakes would
                 // cost every I/O wake-up a second one. Busy workers poll I/O at their
                 // fairness point, and the next worker to park takes the driver.
-                if time.has_pending() {
+                // A retiring worker hands it on for sockets too: nobody else would
+                // take it before a peer wakes for some other reason (found in review:
+                // a socket's readiness waited for ever behind a retired holder).
+                if time.has_pending() || self.retiring.get() {
                     // Hand the driver on: nudge a sleeping peer (without claiming it),
                     // which takes the driver and sleeps until the next deadline.
                     if let Some(peer) = idle.any_parked_except(self.index) {
@@ -124,8 +127,33 @@ impl Core {
     /// a worker that may not retire yet (a fiber tied to it sleeps, say) sleeps as any
     /// other, rather than spin on a zero timeout; it parks afresh, and may retire a
     /// keep-alive later, once it has run what held it.
-    fn keep_alive_left(&self, parked_at: u64, timeout: Option<Duration>) -> Option<Duration> {
+    ///
+    /// A worker holding the drivers (`holds_driver`) while timers are pending or sockets
+    /// are registered may retire only if a parked base worker can take them over (it
+    /// is nudged as this one leaves the parked set): with every
+    /// other worker in a task (stuck, say), nobody would fire the timers or read the
+    /// sockets (found in review: a 150 ms sleep fired only when the stuck base worker
+    /// came back, 1.5 s later).
+    fn keep_alive_left(
+        &self,
+        parked_at: u64,
+        timeout: Option<Duration>,
+        holds_driver: bool,
+    ) -> Option<Duration> {
         if !self.shared.is_temporary(self.index) || !self.may_retire() {
+            return timeout;
+        }
+        let time = &self.shared.time;
+        // The lowest parked slot: a base worker if any is parked. Only a base worker
+        // counts, since a parked temporary one may be retiring at this very moment.
+        if holds_driver
+            && (time.has_pending() || time.has_io_sources())
+            && self
+                .shared
+                .idle
+                .any_parked_except(self.index)
+                .is_none_or(|i| self.shared.is_temporary(i))
+        {
             return timeout;
         }
         let idle_for = clock::since(clock::now_ns(), parked_at);
