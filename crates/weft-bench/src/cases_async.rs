@@ -37,9 +37,18 @@
 //! * `spawn_await` — inside a task, spawn a trivial task and await its join
 //!   handle, 1,000 times per iteration; reported per spawn+await. Measures the
 //!   round trip of spawning, running and joining one task.
+//! * `tokio_shape_spawn_many_local`, `tokio_shape_ping_pong` — `spawn_many_local`
+//!   and `ping_pong` written exactly as tokio's `benches/rt_multi_threaded.rs`
+//!   writes them: each iteration is one `block_on` on the benchmark thread, the
+//!   tasks are spawned with the runtime's ambient spawn from inside it (so the
+//!   first spawns are remote: the `block_on` thread is no worker), completion is
+//!   a blocking `std::sync::mpsc::sync_channel` receive inside the `block_on`,
+//!   and `ping_pong` hands off through `tokio::sync::oneshot` on every runtime.
+//!   Kept beside the cases above, which drive and signal differently, because
+//!   this shape is the one tokio users compare with.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -66,6 +75,8 @@ pub fn suite() -> Suite {
             case::<YieldMany>(),
             case::<ChainedSpawn>(),
             case::<SpawnAwait>(),
+            case::<TokioShapeSpawnManyLocal>(),
+            case::<TokioShapePingPong>(),
         ],
         notes: Vec::new(),
         baseline: None,
@@ -392,6 +403,78 @@ impl AsyncCase for SpawnAwait {
             });
             let n = u64::from(Self::UNITS_PER_ITER);
             assert_eq!(rt.block_on(outer), n * (n - 1) / 2);
+        })
+    }
+}
+
+struct TokioShapeSpawnManyLocal;
+
+impl AsyncCase for TokioShapeSpawnManyLocal {
+    const NAME: &'static str = "tokio_shape_spawn_many_local";
+    const ITERS: u32 = 10;
+
+    fn prepare<R: Rt>(rt: &R, _workers: usize) -> Prepared<'_> {
+        let (tx, rx) = mpsc::sync_channel(1000);
+        let rem = Arc::new(AtomicUsize::new(0));
+        let local = rt.local();
+        Prepared::new(move || {
+            rem.store(NUM_SPAWN, Relaxed);
+            rt.block_on(async {
+                for _ in 0..NUM_SPAWN {
+                    let tx = tx.clone();
+                    let rem = rem.clone();
+                    local.spawn_detached(async move {
+                        if 1 == rem.fetch_sub(1, Relaxed) {
+                            tx.send(()).unwrap();
+                        }
+                    });
+                }
+                rx.recv().unwrap();
+            });
+        })
+    }
+}
+
+struct TokioShapePingPong;
+
+impl AsyncCase for TokioShapePingPong {
+    const NAME: &'static str = "tokio_shape_ping_pong";
+    const ITERS: u32 = 10;
+
+    fn prepare<R: Rt>(rt: &R, _workers: usize) -> Prepared<'_> {
+        const NUM_PINGS: usize = 1_000;
+
+        let (done_tx, done_rx) = mpsc::sync_channel(1000);
+        let rem = Arc::new(AtomicUsize::new(0));
+        let local = rt.local();
+        Prepared::new(move || {
+            let done_tx = done_tx.clone();
+            let rem = rem.clone();
+            rem.store(NUM_PINGS, Relaxed);
+            let spawner = local.clone();
+            rt.block_on(async {
+                spawner.clone().spawn_detached(async move {
+                    for _ in 0..NUM_PINGS {
+                        let rem = rem.clone();
+                        let done_tx = done_tx.clone();
+                        let spawner2 = spawner.clone();
+                        spawner.spawn_detached(async move {
+                            let (tx1, rx1) = tokio::sync::oneshot::channel::<()>();
+                            let (tx2, rx2) = tokio::sync::oneshot::channel::<()>();
+                            spawner2.spawn_detached(async move {
+                                rx1.await.unwrap();
+                                tx2.send(()).unwrap();
+                            });
+                            tx1.send(()).unwrap();
+                            rx2.await.unwrap();
+                            if 1 == rem.fetch_sub(1, Relaxed) {
+                                done_tx.send(()).unwrap();
+                            }
+                        });
+                    }
+                });
+                done_rx.recv().unwrap();
+            });
         })
     }
 }
