@@ -970,8 +970,8 @@ impl<T> Chan<T> {
                         // SAFETY: under the lock; a waiting receive that is off the
                         // list is paired with a select's send, which commits whatever
                         // the task.
-                        let moved = unsafe { !node.task_is(task.as_ref()) }
-                            && unsafe { st.receivers.remove(node) };
+                        let moved =
+                            unsafe { !node.task_is(task.as_ref()) && st.receivers.remove(node) };
                         if !moved {
                             // SAFETY: under the lock.
                             unsafe {

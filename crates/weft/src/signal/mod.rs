@@ -208,10 +208,10 @@ extern "C" fn on_sigint(_: libc::c_int) {
     let fd = PIPE_WRITE.load(SeqCst);
     if fd >= 0 {
         let byte = 1u8;
+        // A full pipe (`EAGAIN`) already holds a byte for the reader: nothing lost.
         // SAFETY: `fd` is the pipe's write end, open for the life of the process
         // once the handler is installed (it is closed only if installing failed,
         // after being swapped out of `PIPE_WRITE`); the buffer is one valid byte.
-        // A full pipe (`EAGAIN`) already holds a byte for the reader: nothing lost.
         unsafe { libc::write(fd, (&byte as *const u8).cast(), 1) };
     }
     // SAFETY: as above.
