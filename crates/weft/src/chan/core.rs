@@ -967,9 +967,8 @@ impl<T> Chan<T> {
                     let task = self.rendezvous_task(cx);
                     let mut st = self.lock();
                     if node.reason() == Reason::Waiting {
-                        // SAFETY: under the lock; a waiting receive that is off the
-                        // list is paired with a select's send, which commits whatever
-                        // the task.
+                        // SAFETY: under the lock (a waiting receive off the list is
+                        // paired with a select's send, which commits whatever the task).
                         let moved =
                             unsafe { !node.task_is(task.as_ref()) && st.receivers.remove(node) };
                         if !moved {
