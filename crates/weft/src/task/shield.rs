@@ -54,28 +54,14 @@ pub struct Shield<F> {
     /// The task whose shield depth this shield raised, with one reference of its own
     /// to that task: the shield may outlive the task's future (returned as its output,
     /// or moved into another task), and its `leave` must still find the header.
-    entered: Option<NonNull<Header>>,
+    entered: Option<TaskRef>,
     done: bool,
 }
 
-// SAFETY: `entered` owns one counted reference to its task, so the header stays alive
-// wherever the shield goes, and the only things done through it (`remove_shield` on the
-// atomic state word, releasing the reference) are thread-safe: any thread may touch it.
-unsafe impl<F: Send> Send for Shield<F> {}
-
 impl<F> Shield<F> {
     fn leave(&mut self) {
-        if let Some(h) = self.entered.take() {
-            // SAFETY: `entered` holds one reference to the task (taken in `poll`), which
-            // is released only here, so the header is alive until `drop_reference`; a
-            // `true` from `remove_shield` made a queue reference, which `schedule` takes.
-            unsafe {
-                if h.as_ref().state.remove_shield() {
-                    // The task was IDLE: the new queue reference goes to its scheduler.
-                    (h.as_ref().vtable.schedule)(h);
-                }
-                drop_reference(h);
-            }
+        if let Some(task) = self.entered.take() {
+            task.unshield();
         }
     }
 }
@@ -88,12 +74,7 @@ impl<F: Future> Future for Shield<F> {
         let this = unsafe { self.get_unchecked_mut() };
         assert!(!this.done, "weft: Shield polled after completion");
         if this.entered.is_none() {
-            this.entered = current::with(|h| {
-                let h = h.filter(|h| h.state.add_shield())?;
-                // The reference that `leave` releases: the task may be gone by then.
-                h.state.ref_inc();
-                Some(NonNull::from(h))
-            });
+            this.entered = TaskRef::current().filter(TaskRef::shield);
         }
         // SAFETY: `this` was pinned, and `future` is never moved out of it.
         let res = unsafe { Pin::new_unchecked(&mut this.future) }.poll(cx);
