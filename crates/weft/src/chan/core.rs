@@ -45,7 +45,7 @@ use super::flavors::list::{self, List};
 use super::flavors::ring::{self, PushError, Ring};
 use crate::base::{fence, AtomicBool, AtomicUsize};
 use crate::task::TaskRef;
-use crate::waitlist::{Kind, Lock, LockGuard, Node, Reason, WaitList, WakeBatch};
+use crate::waitlist::{Kind, Lock, LockGuard, Node, Reason, WaitList, WaitOn, WakeBatch};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Release, SeqCst};
 
 /// Capacities up to this get a ring allocated whole at creation (so a bounded channel
@@ -840,9 +840,7 @@ impl<T> Chan<T> {
                 Reason::Waiting => {
                     // SAFETY: under the lock; the node is held by its caller, on no
                     // list.
-                    unsafe {
-                        node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes)
-                    };
+                    unsafe { node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes) };
                     Poll::Pending
                 }
                 r => Poll::Ready(r),
@@ -867,9 +865,7 @@ impl<T> Chan<T> {
                 let st = self.lock();
                 if node.reason() == Reason::Waiting {
                     // SAFETY: under the lock; the node is on the receivers' list.
-                    unsafe {
-                        node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes)
-                    };
+                    unsafe { node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes) };
                     drop(st);
                     return Poll::Pending;
                 }
@@ -911,7 +907,7 @@ impl<T> Chan<T> {
             // SAFETY: under the lock; the receiver keeps the boxed node until
             // `unregister_stream` takes it off.
             unsafe {
-                node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes);
+                node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes);
                 st.receivers.push_back(node);
             }
             st.observers += 1;
@@ -973,13 +969,7 @@ impl<T> Chan<T> {
                             unsafe { !node.task_is(task.as_ref()) && st.receivers.remove(node) };
                         if !moved {
                             // SAFETY: under the lock.
-                            unsafe {
-                                node.set_waker(
-                                    cx.waker(),
-                                    crate::waitlist::WaitOn::Chan,
-                                    &mut wakes,
-                                )
-                            };
+                            unsafe { node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes) };
                             drop(st);
                             return Poll::Pending;
                         }
@@ -1018,7 +1008,7 @@ impl<T> Chan<T> {
                 // panic: the future's `Drop` must undo the pairing.
                 *registered = true;
                 // SAFETY: under the lock; the node is ours.
-                unsafe { node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes) };
+                unsafe { node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes) };
                 Poll::Pending
             }
             Err(Fail::NotReady | Fail::Unpaired) => {
@@ -1028,7 +1018,7 @@ impl<T> Chan<T> {
                 // SAFETY: under the lock; the caller keeps the node pinned until
                 // `cancel_recv` (its `Drop`) takes it off.
                 let stale = unsafe {
-                    node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes);
+                    node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes);
                     st.receivers.push_back(node);
                     node.set_task(task)
                 };
@@ -1088,9 +1078,7 @@ impl<T> Chan<T> {
         drop(st);
         // A sender that handed us a value committed for us; the value went back above
         // (the receive's owner dropped it by its own hand: a cancellation was deferred).
-        if let (Some(task), true) = commit {
-            task.unshield();
-        }
+        commit.end();
         drop(drop_later);
     }
 
@@ -1120,13 +1108,7 @@ impl<T> Chan<T> {
                         // SAFETY: under the lock.
                         if unsafe { node.task_is(task.as_ref()) } {
                             // SAFETY: under the lock.
-                            unsafe {
-                                node.set_waker(
-                                    cx.waker(),
-                                    crate::waitlist::WaitOn::Chan,
-                                    &mut wakes,
-                                )
-                            };
+                            unsafe { node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes) };
                             drop(st);
                             return Poll::Pending;
                         }
@@ -1179,7 +1161,7 @@ impl<T> Chan<T> {
                 // SAFETY: under the lock; the caller keeps the node pinned until
                 // `cancel_send` takes it off.
                 let stale = unsafe {
-                    node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes);
+                    node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes);
                     node.put_slot(v);
                     st.senders.push_back(node);
                     node.set_task(task)
@@ -1210,9 +1192,7 @@ impl<T> Chan<T> {
         drop(st);
         // A receiver that took the value committed for us: the send completed, even if
         // its owner no longer looks (the shield it raised ends here).
-        if let (Some(task), true) = commit {
-            task.unshield();
-        }
+        commit.end();
         v
     }
 
@@ -1273,7 +1253,7 @@ impl<T> Chan<T> {
         };
         // SAFETY: under the lock; the select keeps the node boxed until it is off.
         unsafe {
-            node.set_waker(cx.waker(), crate::waitlist::WaitOn::Chan, &mut wakes);
+            node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes);
             list.push_back(node);
         }
         if node.kind() == Kind::Observe {
@@ -1390,7 +1370,7 @@ impl<T> Chan<T> {
         // SAFETY: under the lock.
         unsafe {
             if let Some(w) = waker {
-                node.set_waker(w, crate::waitlist::WaitOn::Chan, &mut wakes);
+                node.set_waker(w, WaitOn::Chan, &mut wakes);
             }
             match node.reason() {
                 Reason::Close => Some(Won::Closed),
@@ -1410,7 +1390,7 @@ impl<T> Chan<T> {
         let mut wakes = WakeBatch::new();
         let _st = self.lock();
         // SAFETY: under the lock.
-        unsafe { node.set_waker(waker, crate::waitlist::WaitOn::Chan, &mut wakes) };
+        unsafe { node.set_waker(waker, WaitOn::Chan, &mut wakes) };
     }
 
     /// Completes a selected send with `v`.
@@ -1549,10 +1529,7 @@ impl<T> Drop for PairedRecv<'_, T> {
 fn end_commit<T>(node: &Node<T>) {
     // SAFETY: the caller owns the node and has seen a reason other than `Waiting`: the
     // waker no longer touches it.
-    let (task, shielded) = unsafe { node.end_commit() };
-    if let (Some(task), true) = (task, shielded) {
-        task.unshield();
-    }
+    unsafe { node.end_commit() }.end();
 }
 
 /// The first waiting receiver that can take a value now (claimed), off its list.

@@ -152,6 +152,25 @@ struct Links<T> {
     shielded: bool,
 }
 
+/// What [`Node::end_commit`] hands back: the task a rendezvous wait recorded, and
+/// whether a partner's [`Node::commit`] raised its shield. Dropped without
+/// [`end`](Self::end) it only releases the task reference (a withdrawn wait, where
+/// nothing was committed).
+pub(crate) struct Commitment {
+    task: Option<TaskRef>,
+    shielded: bool,
+}
+
+impl Commitment {
+    /// Lowers the shield the partner's commit raised, if it did: a cancellation it
+    /// deferred takes effect at the task's next wait. Outside the lock.
+    pub(crate) fn end(self) {
+        if let (Some(task), true) = (&self.task, self.shielded) {
+            task.unshield();
+        }
+    }
+}
+
 /// One waiter: lives in the waiting future (pinned there) or in a `select`'s box.
 ///
 /// The node's address is on a list while it waits, so it must not move or be freed
@@ -398,16 +417,19 @@ impl<T> Node<T> {
 
     /// The owner is done with a completed (or withdrawn) wait: the task recorded by
     /// [`set_task`](Self::set_task), and whether [`commit`](Self::commit) shielded it.
-    /// The caller lowers that shield ([`TaskRef::unshield`]) once the operation's
-    /// result is its own, and drops the reference outside the lock.
+    /// The caller calls [`Commitment::end`] once the operation's result is its own,
+    /// outside the lock.
     ///
     /// # Safety
     /// As [`Node::take_slot`].
-    pub(crate) unsafe fn end_commit(&self) -> (Option<TaskRef>, bool) {
+    pub(crate) unsafe fn end_commit(&self) -> Commitment {
         self.links.with_mut(|l| {
             // SAFETY: the contract.
             let l = unsafe { &mut *l };
-            (l.task.take(), std::mem::take(&mut l.shielded))
+            Commitment {
+                task: l.task.take(),
+                shielded: std::mem::take(&mut l.shielded),
+            }
         })
     }
 
