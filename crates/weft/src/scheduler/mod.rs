@@ -492,15 +492,22 @@ impl Shared {
                 .inbox
                 .pop_batch(usize::MAX, |t| moved.push(t));
         }
-        if moved.is_empty() {
-            return;
-        }
-        for t in moved {
+        self.inject_all(moved);
+    }
+
+    /// Moves `tasks` to the injection queue (cancelling them if it has closed) and, if
+    /// there were any, wakes a parked worker for them: what a retiring worker leaves.
+    pub(crate) fn inject_all(&self, tasks: impl IntoIterator<Item = Notified>) {
+        let mut any = false;
+        for t in tasks {
+            any = true;
             if let Err(t) = self.inject.push(t) {
                 cancel_queued(t);
             }
         }
-        self.notify_parked();
+        if any {
+            self.notify_parked();
+        }
     }
 
     /// Producer side of the handshake (see [`idle`]): after a push, wake one parked

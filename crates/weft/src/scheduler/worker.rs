@@ -408,29 +408,12 @@ impl Core {
     /// or its inbox, goes where the surviving workers find it; then its spare loop
     /// stacks are freed.
     fn retire(&self) {
-        let mut moved = false;
-        let mut hand_on = |t: Notified| {
-            moved = true;
-            if let Err(t) = self.shared.inject.push(t) {
-                cancel_queued(t);
-            }
-        };
-        if let Some(t) = self.lifo.take() {
-            hand_on(t);
-        }
-        for t in self.deferred.take() {
-            hand_on(t);
-        }
+        let mut left: Vec<Notified> = self.lifo.take().into_iter().collect();
+        left.extend(self.deferred.take());
         // SAFETY: see `pinned_mut`; the deque is moved out before anything runs.
-        for t in std::mem::take(unsafe { self.pinned_mut() }) {
-            hand_on(t);
-        }
-        while let Some(t) = self.local.pop() {
-            hand_on(t);
-        }
-        if moved {
-            self.shared.notify_parked();
-        }
+        left.extend(std::mem::take(unsafe { self.pinned_mut() }));
+        left.extend(std::iter::from_fn(|| self.local.pop()));
+        self.shared.inject_all(left);
         self.shared.rescue_inbox(self.index);
         debug_assert!(
             self.remote().jobs.is_empty(),
