@@ -93,6 +93,7 @@ fib32_1t, fib32_<workers>t: fib(32) by recursive join, no cutoff, on 1 thread an
   seq is the plain recursion, which the compiler partly turns into loops (a reference).
 sort_10M: par_sort_unstable of 10,000,000 random u64 (seeded; a fresh copy per run, made
   outside the timing); seq: slice::sort_unstable. chili has no sort.
+stable_sort_10M: the same with the stable par_sort (rayon's par_sort); seq: slice::sort.
 sum_100M: (0..100_000_000u64).into_par_iter().map(|x| (x * 3) ^ 7).sum::<u64>() over the
   range itself (no slice); seq: the same with a sequential iterator. chili has none.
 Each measurement runs the computation untimed for >= 20 ms (at least once, k calls),
@@ -123,13 +124,16 @@ pub fn suite(opts: &Options) -> Suite {
     if workers != 1 {
         cases.push(fib_case(&fib_name, None));
     }
-    cases.push(sort_case());
+    cases.push(sort_case(SortKind::Unstable));
+    cases.push(sort_case(SortKind::Stable));
     cases.push(sum_case());
 
     let large = if opts.large { TREE_LARGE } else { TREE_MEDIUM };
     let mut checks = vec![
         Check::new(&tree_name(TREE_SMALL, Order::AsWritten), RAYON, 3.0),
         Check::new(&fib_name, RAYON, 3.0),
+        Check::new("stable_sort_10M", SEQ, 1.6),
+        Check::new("stable_sort_10M", RAYON, 1.5),
     ];
     for layers in [TREE_SMALL, TREE_MEDIUM, TREE_LARGE] {
         checks.push(Check::new(&tree_name(layers, Order::AsWritten), CHILI, 1.0));
@@ -534,6 +538,10 @@ mod weft_par {
         v.par_sort_unstable();
     }
 
+    pub fn stable_sort(v: &mut [u64]) {
+        v.par_sort();
+    }
+
     pub fn map_sum(n: u64) -> u64 {
         (0..n).into_par_iter().map(|x| (x * 3) ^ 7).sum::<u64>()
     }
@@ -546,6 +554,10 @@ mod rayon_par {
         v.par_sort_unstable();
     }
 
+    pub fn stable_sort(v: &mut [u64]) {
+        v.par_sort();
+    }
+
     pub fn map_sum(n: u64) -> u64 {
         (0..n).into_par_iter().map(|x| (x * 3) ^ 7).sum::<u64>()
     }
@@ -555,10 +567,33 @@ fn seq_map_sum(n: u64) -> u64 {
     (0..n).map(|x| (x * 3) ^ 7).sum::<u64>()
 }
 
-fn sort_case() -> Case {
+/// Which sort a sort case times.
+#[derive(Clone, Copy)]
+enum SortKind {
+    Unstable,
+    Stable,
+}
+
+/// `sort_10M` (unstable) or `stable_sort_10M`, each with its own input.
+fn sort_case(kind: SortKind) -> Case {
     let input: OnceCell<Arc<Vec<u64>>> = OnceCell::new();
     let metrics = vec![Metric::new("time", "sort", Unit::Ns)];
-    Case::new("sort_10M", metrics, move |index, opts| {
+    let (name, weft_sort, rayon_sort, seq_sort): (_, fn(&mut [u64]), fn(&mut [u64]), _) = match kind
+    {
+        SortKind::Unstable => (
+            "sort_10M",
+            weft_par::sort,
+            rayon_par::sort,
+            <[u64]>::sort_unstable as fn(&mut [u64]),
+        ),
+        SortKind::Stable => (
+            "stable_sort_10M",
+            weft_par::stable_sort,
+            rayon_par::stable_sort,
+            <[u64]>::sort as fn(&mut [u64]),
+        ),
+    };
+    Case::new(name, metrics, move |index, opts| {
         let src = input.get_or_init(|| {
             let mut rng = Rng::new(SEED);
             Arc::new((0..SORT_LEN).map(|_| rng.next_u64()).collect())
@@ -566,11 +601,11 @@ fn sort_case() -> Case {
         let ns = match index {
             WEFT => {
                 let src = src.clone();
-                on_weft(opts.workers, move || sort_timed(&src, weft_par::sort))
+                on_weft(opts.workers, move || sort_timed(&src, weft_sort))
             }
-            RAYON => on_rayon(opts.workers, || sort_timed(src, rayon_par::sort)),
+            RAYON => on_rayon(opts.workers, || sort_timed(src, rayon_sort)),
             CHILI => f64::NAN,
-            SEQ => sort_timed(src, <[u64]>::sort_unstable),
+            SEQ => sort_timed(src, seq_sort),
             SPLIT => f64::NAN,
             _ => unreachable!("no contender #{index}"),
         };
@@ -663,6 +698,9 @@ mod tests {
         let s = src.clone();
         assert!(on_weft(2, move || sort_timed(&s, weft_par::sort)) > 0.0);
         assert!(on_rayon(2, || sort_timed(&src, rayon_par::sort)) > 0.0);
+        let s = src.clone();
+        assert!(on_weft(2, move || sort_timed(&s, weft_par::stable_sort)) > 0.0);
+        assert!(on_rayon(2, || sort_timed(&src, rayon_par::stable_sort)) > 0.0);
     }
 
     #[test]
@@ -680,6 +718,7 @@ mod tests {
                 "fib32_1t",
                 "fib32_2t",
                 "sort_10M",
+                "stable_sort_10M",
                 "sum_100M"
             ]
         );
