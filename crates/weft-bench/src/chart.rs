@@ -19,7 +19,10 @@
 use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde_json::Value;
+
+use crate::harness::Unit;
 
 /// One bar: `label` names the case (and metric), `peer` the contender weft is
 /// set against, `speedup` how many times as fast weft is.
@@ -40,91 +43,159 @@ pub struct Chart {
 
 /// Whether higher or lower values of a metric are better.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Better {
+pub(crate) enum Better {
     Lower,
     Higher,
 }
 
-fn better(unit: &str) -> Option<Better> {
-    match unit {
-        "ns" => Some(Better::Lower),
-        "per_second" => Some(Better::Higher),
-        _ => None,
+impl Better {
+    /// The direction of `unit`: times and rates have one; counts and
+    /// percentages have none in general (an allocation count, a share of
+    /// spurious wake-ups), so they are left to the tables.
+    pub(crate) fn of(unit: Unit) -> Option<Better> {
+        match unit {
+            Unit::Ns => Some(Better::Lower),
+            Unit::Rate => Some(Better::Higher),
+            Unit::Count | Unit::Percent => None,
+        }
+    }
+
+    /// How many times as fast `ours` is as `theirs`: `theirs / ours` for
+    /// times, `ours / theirs` for rates.
+    pub(crate) fn speedup(self, ours: f64, theirs: f64) -> f64 {
+        match self {
+            Better::Lower => theirs / ours,
+            Better::Higher => ours / theirs,
+        }
     }
 }
 
 /// A median from a `{contender: number | null}` map.
-fn median_of(map: &Value, contender: &str) -> Option<f64> {
+pub(crate) fn median_of(map: &Value, contender: &str) -> Option<f64> {
     map.get(contender)?
         .as_f64()
         .filter(|x| x.is_finite() && *x > 0.0)
 }
 
+/// Whether contender `name` is one of weft's (`weft`, `weft-hyper`,
+/// `weft-k0`, ...) rather than a peer's.
+pub(crate) fn is_ours(name: &str) -> bool {
+    name.starts_with("weft")
+}
+
+/// A report's JSON, its contenders and its cases.
+pub(crate) struct Report<'a> {
+    pub json: &'a Value,
+    pub contenders: Vec<&'a str>,
+    pub cases: &'a [Value],
+}
+
+impl<'a> Report<'a> {
+    /// Checks that `json` has the fields every report has.
+    pub(crate) fn of(json: &'a Value) -> Result<Report<'a>, String> {
+        let contenders = json["contenders"]
+            .as_array()
+            .ok_or("the report has no contenders")?
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let cases = json["cases"].as_array().ok_or("the report has no cases")?;
+        Ok(Report {
+            json,
+            contenders,
+            cases,
+        })
+    }
+
+    /// The suite (`command`) that wrote the report.
+    pub(crate) fn command(&self) -> &'a str {
+        self.json["command"].as_str().unwrap_or("?")
+    }
+
+    /// A top-level count (`cores`, `workers`, `rounds`); 0 where missing.
+    pub(crate) fn count(&self, field: &str) -> u64 {
+        self.json[field].as_u64().unwrap_or(0)
+    }
+}
+
+/// Parses a report's text.
+pub(crate) fn parse_json(text: &str) -> Result<Value, String> {
+    serde_json::from_str(text).map_err(|e| format!("not a report: {e}"))
+}
+
+/// One metric of a case as a report holds it.
+pub(crate) struct MetricView<'a> {
+    /// The case's name, with the metric's in brackets when it has one.
+    pub label: String,
+    /// What one value covers (`iter`, `sum`, ...).
+    pub per: &'a str,
+    /// `None` for a unit name this harness does not know.
+    pub unit: Option<Unit>,
+    /// `{contender: number | null}`.
+    pub medians: &'a Value,
+}
+
+/// The metrics of one case of a report, in order.
+pub(crate) fn metrics(case: &Value) -> Vec<MetricView<'_>> {
+    fn view<'a>(case: &str, metric: &str, m: &'a Value, medians: &'a Value) -> MetricView<'a> {
+        let label = if metric.is_empty() {
+            case.to_string()
+        } else {
+            format!("{case} [{metric}]")
+        };
+        // Reports from before the case-level unit was written have times there.
+        let unit = m["unit"].as_str().map_or(Some(Unit::Ns), Unit::from_name);
+        MetricView {
+            label,
+            per: m["per"].as_str().unwrap_or(""),
+            unit,
+            medians,
+        }
+    }
+    let name = case["name"].as_str().unwrap_or("?");
+    match case.get("metrics").and_then(Value::as_array) {
+        Some(list) => list
+            .iter()
+            .map(|m| view(name, m["metric"].as_str().unwrap_or(""), m, &m["median"]))
+            .collect(),
+        // A case's only metric.
+        None => vec![view(name, "", case, &case["median_ns"])],
+    }
+}
+
 /// Reads the bars out of a report written by the harness.
 pub fn from_json(text: &str) -> Result<Chart, String> {
-    let v: Value = serde_json::from_str(text).map_err(|e| format!("not a report: {e}"))?;
-    let command = v["command"].as_str().unwrap_or("?");
-    let contenders: Vec<&str> = v["contenders"]
-        .as_array()
-        .ok_or("the report has no contenders")?
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    let (ours, peers): (Vec<&str>, Vec<&str>) =
-        contenders.iter().partition(|c| c.starts_with("weft"));
-    let cases = v["cases"].as_array().ok_or("the report has no cases")?;
+    let v = parse_json(text)?;
+    let report = Report::of(&v)?;
+    let (ours, peers): (Vec<&str>, Vec<&str>) = report.contenders.iter().partition(|c| is_ours(c));
 
     let mut bars = Vec::new();
-    for case in cases {
-        let name = case["name"].as_str().unwrap_or("?");
-        // (label suffix, unit, medians) per metric.
-        let mut metrics: Vec<(String, &str, &Value)> = Vec::new();
-        match case.get("metrics").and_then(Value::as_array) {
-            Some(list) => {
-                for m in list {
-                    let metric = m["metric"].as_str().unwrap_or("");
-                    let unit = m["unit"].as_str().unwrap_or("ns");
-                    metrics.push((metric.to_string(), unit, &m["median"]));
-                }
-            }
-            // A case's only metric; reports from before the case-level unit was
-            // written have times there.
-            None => {
-                let unit = case["unit"].as_str().unwrap_or("ns");
-                metrics.push((String::new(), unit, &case["median_ns"]));
-            }
-        }
-        for (metric, unit, medians) in metrics {
-            let Some(dir) = better(unit) else { continue };
-            let label = if metric.is_empty() {
-                name.to_string()
-            } else {
-                format!("{name} [{metric}]")
+    for case in report.cases {
+        for m in metrics(case) {
+            let Some(dir) = m.unit.and_then(Better::of) else {
+                continue;
             };
             for o in &ours {
-                let Some(w) = median_of(medians, o) else {
+                let Some(w) = median_of(m.medians, o) else {
                     continue;
                 };
                 for p in &peers {
-                    let Some(x) = median_of(medians, p) else {
+                    let Some(x) = median_of(m.medians, p) else {
                         continue;
                     };
-                    let speedup = match dir {
-                        Better::Lower => x / w,
-                        Better::Higher => w / x,
-                    };
                     bars.push(Bar {
-                        label: label.clone(),
+                        label: m.label.clone(),
                         ours: o.to_string(),
                         peer: p.to_string(),
-                        speedup,
+                        speedup: dir.speedup(w, x),
                     });
                 }
             }
         }
     }
-    let cores = v["cores"].as_u64().unwrap_or(0);
-    let workers = v["workers"].as_u64().unwrap_or(0);
+    let command = report.command();
+    let cores = report.count("cores");
+    let workers = report.count("workers");
     Ok(Chart {
         title: format!(
             "weft-bench {command}: weft's speed over each peer's ({cores} cores, {workers} workers)"
@@ -232,7 +303,7 @@ pub fn render(chart: &Chart, path: &Path) -> Result<(), String> {
         let (bx, by) = cc.backend_coord(&(b.speedup.clamp(lo, hi), row(i)));
         let (_, top) = cc.backend_coord(&(1.0, row(i) + 1));
         let mid = (by + top) / 2 - 6;
-        let value = format!("{:.2}x", b.speedup);
+        let value = speedup_text(b.speedup);
         let vx = if b.speedup >= 1.0 { bx + 4 } else { bx - 46 };
         plot.draw(&Text::new(value, (vx - LABELS as i32, mid), text.clone()))
             .map_err(err)?;
@@ -257,12 +328,22 @@ pub fn render(chart: &Chart, path: &Path) -> Result<(), String> {
             .draw(&Text::new(
                 line,
                 (LABELS as i32 - 8, mid),
-                style.pos(text_right()),
+                style.pos(anchored(HPos::Right)),
             ))
             .map_err(err)?;
     }
     root.present().map_err(err)?;
     Ok(())
+}
+
+/// A speed-up as `2.37x`, with a third decimal below 0.1 so that a large loss
+/// does not print as `0.00x`.
+pub(crate) fn speedup_text(x: f64) -> String {
+    if x < 0.1 {
+        format!("{x:.3}x")
+    } else {
+        format!("{x:.2}x")
+    }
 }
 
 /// Labels only the 1-2-5 ticks of the log axis; the others stay as grid lines.
@@ -278,9 +359,9 @@ fn tick_label(x: &f64) -> String {
     }
 }
 
-fn text_right() -> plotters::style::text_anchor::Pos {
-    use plotters::style::text_anchor::{HPos, Pos, VPos};
-    Pos::new(HPos::Right, VPos::Top)
+/// Text hanging from its anchor point, aligned left, centred or right by `h`.
+pub(crate) fn anchored(h: HPos) -> Pos {
+    Pos::new(h, VPos::Top)
 }
 
 /// Charts the report at `json` into the SVG beside it and returns its path.
@@ -361,6 +442,12 @@ mod tests {
             assert!(text.contains(needle), "{needle} missing from the chart");
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn speedups_keep_digits_when_small() {
+        assert_eq!(speedup_text(2.371), "2.37x");
+        assert_eq!(speedup_text(0.0081), "0.008x");
     }
 
     #[test]

@@ -84,7 +84,10 @@ pub enum Unit {
 }
 
 impl Unit {
-    fn name(self) -> &'static str {
+    const ALL: [Unit; 4] = [Unit::Ns, Unit::Count, Unit::Percent, Unit::Rate];
+
+    /// The unit's name in the JSON report.
+    pub fn name(self) -> &'static str {
         match self {
             Unit::Ns => "ns",
             Unit::Count => "count",
@@ -93,16 +96,50 @@ impl Unit {
         }
     }
 
-    fn format(self, x: f64) -> String {
+    /// The unit a report names `name` ([`Unit::name`]); `None` for a name
+    /// this harness never writes.
+    pub fn from_name(name: &str) -> Option<Unit> {
+        Unit::ALL.into_iter().find(|u| u.name() == name)
+    }
+
+    /// `x` as the tables print it, with a unit that keeps 3-4 significant
+    /// digits for times and rates.
+    pub fn format(self, x: f64) -> String {
         match self {
             Unit::Ns => format_ns(x),
             Unit::Count if x.abs() >= 100.0 => format!("{x:.0}"),
             Unit::Count => format!("{x:.2}"),
             Unit::Percent => format!("{x:.1} %"),
-            Unit::Rate if x >= 1e6 => format!("{:.2} M/s", x / 1e6),
-            Unit::Rate if x >= 1e3 => format!("{:.1} k/s", x / 1e3),
-            Unit::Rate => format!("{x:.0} /s"),
+            Unit::Rate => {
+                let (v, suffix) = self.scaled(x);
+                let digits = if x >= 1e6 {
+                    2
+                } else if x >= 1e3 {
+                    1
+                } else {
+                    0
+                };
+                format!("{v:.digits$} {suffix}")
+            }
         }
+    }
+
+    /// `x` in the largest multiple of the unit it is at least 1 of (`µs`,
+    /// `k/s`, ...) and that multiple's suffix; counts and percentages as
+    /// they are.
+    pub fn scaled(self, x: f64) -> (f64, &'static str) {
+        let steps: &[(f64, &'static str)] = match self {
+            Unit::Ns => &[(1.0, "ns"), (1e3, "µs"), (1e6, "ms"), (1e9, "s")],
+            Unit::Rate => &[(1.0, "/s"), (1e3, "k/s"), (1e6, "M/s")],
+            Unit::Count => &[(1.0, "")],
+            Unit::Percent => &[(1.0, "%")],
+        };
+        let (div, suffix) = steps
+            .iter()
+            .rev()
+            .find(|(div, _)| x >= *div)
+            .unwrap_or(&steps[0]);
+        (x / div, suffix)
     }
 }
 
@@ -652,15 +689,9 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 
 /// Formats nanoseconds with a unit that keeps 3-4 significant digits.
 pub fn format_ns(ns: f64) -> String {
-    if ns < 1e3 {
-        format!("{ns:.1} ns")
-    } else if ns < 1e6 {
-        format!("{:.2} µs", ns / 1e3)
-    } else if ns < 1e9 {
-        format!("{:.2} ms", ns / 1e6)
-    } else {
-        format!("{:.2} s", ns / 1e9)
-    }
+    let (v, suffix) = Unit::Ns.scaled(ns);
+    let digits = if ns < 1e3 { 1 } else { 2 };
+    format!("{v:.digits$} {suffix}")
 }
 
 // --------------------------------------------------------------- table ----
@@ -1066,6 +1097,13 @@ mod tests {
         assert_eq!(Unit::Percent.format(4.25), "4.2 %");
         assert_eq!(Unit::Rate.format(2_500_000.0), "2.50 M/s");
         assert_eq!(Unit::Count.format(0.5), "0.50");
+        assert_eq!(Unit::Rate.format(337_417.3), "337.4 k/s");
+        assert_eq!(Unit::Rate.format(12.4), "12 /s");
+        assert_eq!(format_ns(3e9), "3.00 s");
+        for u in Unit::ALL {
+            assert_eq!(Unit::from_name(u.name()), Some(u));
+        }
+        assert_eq!(Unit::from_name("furlongs"), None);
     }
 
     #[test]

@@ -19,6 +19,14 @@
 //! Each subcommand is a [`harness::Suite`]; add one by adding an entry to
 //! [`COMMANDS`]. `--json FILE` also draws `FILE.svg` (the [`chart`] of the
 //! report); `weft-bench chart FILE.json ...` draws it again for saved reports.
+//!
+//! ```text
+//! cargo run --release -p weft-bench -- scaling OUT.svg FILE.json...
+//! ```
+//!
+//! draws how one suite's medians change with the worker count from its
+//! reports at several `--workers` (one line per contender, a panel per case:
+//! see [`scaling`]) and prints them as a markdown table.
 
 mod alloc_count;
 mod cases_async;
@@ -44,6 +52,7 @@ mod harness;
 mod load;
 mod rng;
 mod runtimes;
+mod scaling;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -190,7 +199,10 @@ fn usage(command: Option<&Command>) -> String {
                 "    {:<10}draw FILE.svg beside each saved report FILE.json\n",
                 "chart"
             ));
-            s.push_str("\nRun 'weft-bench <COMMAND> --help' for what a command measures.\n");
+            s.push_str(&format!("    {:<10}{SCALING_ABOUT}\n", "scaling"));
+            s.push_str(&format!(
+                "\nRun 'weft-bench <COMMAND> --help' for what a command measures.\n\n{SCALING_USAGE}"
+            ));
         }
         Some(c) => {
             s.push_str(&format!(
@@ -316,6 +328,45 @@ fn positive(flag: &str, v: &str) -> Result<usize, String> {
     }
 }
 
+const SCALING_ABOUT: &str = "chart and tabulate one suite's reports at several worker counts";
+
+const SCALING_USAGE: &str = "\
+SCALING:
+    cargo run --release -p weft-bench -- scaling OUT.svg FILE.json...
+
+    FILE.json...: reports of one suite (--json) at different --workers, e.g.
+    forkjoin-w1.json ... forkjoin-w16.json, all from one machine. Draws
+    OUT.svg: a panel per case and metric measured as a time or a rate
+    (counts and percentages are left out), x = workers, y = the median (both
+    log scales), a line per contender. Prints a markdown table to stdout: each
+    contender's medians at each worker count, and weft's speed-up over the
+    fastest peer at the most workers.
+";
+
+/// `weft-bench scaling OUT.svg FILE.json ...`: draws the scaling chart of
+/// one suite's reports and prints their table.
+fn scaling_main(args: &[String]) -> ExitCode {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        print!("weft-bench scaling: {SCALING_ABOUT}\n\n{SCALING_USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let Some((out, files)) = args.split_first() else {
+        return usage_error("scaling needs OUT.svg and one or more JSON reports");
+    };
+    let files: Vec<&std::path::Path> = files.iter().map(std::path::Path::new).collect();
+    match scaling::scaling_files(std::path::Path::new(out), &files) {
+        Ok(table) => {
+            print!("{table}");
+            eprintln!("wrote {out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// `weft-bench chart FILE.json ...`: draws the chart of each saved report
 /// beside it (`FILE.svg`).
 fn chart_main(files: &[String]) -> ExitCode {
@@ -359,6 +410,9 @@ fn main() -> ExitCode {
     }
     if args.first().map(String::as_str) == Some("chart") {
         return chart_main(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("scaling") {
+        return scaling_main(&args[1..]);
     }
     match parse(&args) {
         Err(msg) => usage_error(&msg),
