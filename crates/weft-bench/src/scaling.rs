@@ -323,8 +323,13 @@ fn threads_stem(case: &str, workers: u64) -> Option<&str> {
     case.strip_suffix(&format!("_{workers}t"))
 }
 
+/// Contenders that are bounds rather than runtimes: forkjoin's `split` is the work cut
+/// by hand over plain threads, with no scheduler, the most the machine gives.
+const REFERENCES: &[&str] = &["split"];
+
 /// The contenders whose ratio column in some report is inverted
-/// (`X/weft` instead of `weft/X`): the harness's mark of a baseline.
+/// (`X/weft` instead of `weft/X`): the harness's mark of a baseline; and the
+/// [`REFERENCES`].
 fn baselines(runs: &[(&str, Report<'_>)], contenders: &[String]) -> Vec<String> {
     let Some(subject) = contenders.first() else {
         return Vec::new();
@@ -333,9 +338,11 @@ fn baselines(runs: &[(&str, Report<'_>)], contenders: &[String]) -> Vec<String> 
         .iter()
         .filter(|c| {
             let key = format!("{c}/{subject}");
-            runs.iter()
-                .flat_map(|(_, r)| r.cases)
-                .any(|case| case["ratios"].get(&key).is_some())
+            REFERENCES.contains(&c.as_str())
+                || runs
+                    .iter()
+                    .flat_map(|(_, r)| r.cases)
+                    .any(|case| case["ratios"].get(&key).is_some())
         })
         .cloned()
         .collect()
@@ -401,14 +408,20 @@ struct Look {
 /// Each contender's look: weft's bold in strong colours with dots, so that
 /// they stand out from the peers' thinner, muted lines whatever the order.
 fn looks(s: &Scaling) -> Vec<Look> {
-    let (mut ours, mut peers) = (0, 0);
+    let (mut ours, mut peers, mut baselines) = (0, 0, 0);
     (0..s.contenders.len())
         .map(|c| {
             if s.is_baseline(c) {
+                baselines += 1;
+                // Grey and dashed alike; the marker tells two baselines apart.
                 Look {
                     color: BASELINE,
                     width: 2,
-                    marker: Marker::Ring,
+                    marker: if baselines == 1 {
+                        Marker::Ring
+                    } else {
+                        Marker::Cross
+                    },
                     dashed: true,
                 }
             } else if is_ours(&s.contenders[c]) {
