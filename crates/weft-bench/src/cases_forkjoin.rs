@@ -578,19 +578,19 @@ enum SortKind {
 fn sort_case(kind: SortKind) -> Case {
     let input: OnceCell<Arc<Vec<u64>>> = OnceCell::new();
     let metrics = vec![Metric::new("time", "sort", Unit::Ns)];
-    let (name, weft_sort, rayon_sort, seq_sort): (_, fn(&mut [u64]), fn(&mut [u64]), _) = match kind
-    {
+    type Sort = fn(&mut [u64]);
+    let (name, weft_sort, rayon_sort, seq_sort): (_, Sort, Sort, Sort) = match kind {
         SortKind::Unstable => (
             "sort_10M",
             weft_par::sort,
             rayon_par::sort,
-            <[u64]>::sort_unstable as fn(&mut [u64]),
+            <[u64]>::sort_unstable,
         ),
         SortKind::Stable => (
             "stable_sort_10M",
             weft_par::stable_sort,
             rayon_par::stable_sort,
-            <[u64]>::sort as fn(&mut [u64]),
+            <[u64]>::sort,
         ),
     };
     Case::new(name, metrics, move |index, opts| {
