@@ -86,3 +86,29 @@ fn a_bounded_channel_of_large_messages_zeroes_only_its_stamps() {
     assert_eq!(got[12345], 7);
     assert_eq!(got.iter().map(|&b| usize::from(b)).sum::<usize>(), 7);
 }
+
+#[test]
+fn a_long_bounded_channel_gets_its_zeroed_stamps_without_the_allocator() {
+    // tokio's sync benchmark makes a `channel(1_000_000)` per iteration and sends 5,000
+    // values: 8 MiB of stamps that a reused heap block would have to clear each time.
+    const CAP: usize = 1_000_000;
+    COUNTING.with(|c| c.set(true));
+    ZEROED.store(0, Ordering::Relaxed);
+    let (tx, rx) = weft::chan::bounded::<usize>(CAP);
+    COUNTING.with(|c| c.set(false));
+    let zeroed = ZEROED.load(Ordering::Relaxed);
+    assert!(zeroed < 64 * 1024, "{zeroed} bytes zeroed by the allocator");
+
+    // Every slot starts free: the ring takes exactly CAP values, in order, and no more.
+    for i in 0..CAP {
+        tx.try_send(i).unwrap();
+    }
+    assert!(matches!(
+        tx.try_send(CAP),
+        Err(weft::chan::TrySendError::Full(_))
+    ));
+    for i in 0..CAP {
+        assert_eq!(rx.try_recv().unwrap(), i);
+    }
+    assert!(rx.try_recv().is_err());
+}

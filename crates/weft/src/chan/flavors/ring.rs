@@ -123,6 +123,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 
 use crossbeam_utils::CachePadded;
 
+use crate::base::zeroed::ZeroedWords;
 use crate::base::{AtomicUsize, UnsafeCell};
 
 /// Bit 0 of the tail word: set once the ring is closed. Positions are even, so they
@@ -170,10 +171,11 @@ enum NoValue {
 /// A lock-free bounded MPMC queue of `T`; see the module docs for the protocol.
 ///
 /// The stamps and the values are two arrays, not one array of (stamp, value) pairs:
-/// the stamps must start zeroed, and zeroed memory is only free when the allocator maps
-/// fresh pages; a reused heap block is cleared by `calloc`, which for a `bounded(1000)`
-/// of 32 KiB messages is 32 MiB of writes per channel. Kept apart, only the stamps
-/// (a word per slot) are zeroed and the values' pages are touched as values arrive.
+/// the stamps must start zeroed, and zeroed memory is only free when fresh pages are
+/// mapped; a reused heap block is cleared by `calloc`, which for a `bounded(1000)` of
+/// 32 KiB messages was 32 MiB of writes per channel. Kept apart, only the stamps (a
+/// word per slot, mapped when long: [`ZeroedWords`]) start zeroed, and the values'
+/// pages are touched as values arrive.
 pub(crate) struct Ring<T> {
     /// The next position to pop.
     head: CachePadded<AtomicUsize>,
@@ -181,7 +183,7 @@ pub(crate) struct Ring<T> {
     tail: CachePadded<AtomicUsize>,
     /// Which operation may use each slot next (see the module docs). In their own
     /// allocation: no stamp shares a cache line with `head` or `tail`.
-    stamps: Box<[AtomicUsize]>,
+    stamps: ZeroedWords,
     /// The slots' values, uninitialised until pushed.
     values: Box<[UnsafeCell<MaybeUninit<T>>]>,
     /// The distance between the same slot's positions in consecutive laps.
@@ -203,13 +205,9 @@ impl<T> Ring<T> {
         assert!(cap <= MAX_CAP, "ring capacity {cap} is too large");
         // Lap 0: every slot is free for the push of its first position, which its stamp
         // says by holding 0 (stamps are kept less their slot's index part: see
-        // `stamp`), so the stamps come from zeroed memory: a large ring costs no writes
-        // up front when its pages are fresh.
-        #[cfg(not(loom))]
-        // SAFETY: a zeroed `AtomicUsize` is a valid one holding 0.
-        let stamps = unsafe { Box::<[AtomicUsize]>::new_zeroed_slice(cap).assume_init() };
-        #[cfg(loom)]
-        let stamps = (0..cap).map(|_| AtomicUsize::new(0)).collect();
+        // `stamp`), so the stamps are zeroed words: a large ring costs no writes up
+        // front, and its pages are touched as values arrive.
+        let stamps = ZeroedWords::new(cap);
         // Uninitialised, never written here: a slot's value is written by the push that
         // claims it and read only by the pop of that position (the stamp protocol).
         #[cfg(not(loom))]
