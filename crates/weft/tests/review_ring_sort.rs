@@ -785,8 +785,17 @@ fn sort_is_stable_on_large_inputs_for_every_worker_count() {
 /// 4096 +- 1, 8192 +- 1, `pieces * 4096 +- 1` and `pieces * k +- 1` for larger `k`;
 /// inputs random with few keys, sorted with ends swapped, descending, all equal.
 #[test]
-fn sort_lengths_around_leaf_boundaries() {
-    for workers in [1usize, 2, 3, 4, 7] {
+fn sort_lengths_around_leaf_boundaries_1_2_3_workers() {
+    lengths_around_leaf_boundaries(&[1, 2, 3]);
+}
+
+#[test]
+fn sort_lengths_around_leaf_boundaries_4_7_workers() {
+    lengths_around_leaf_boundaries(&[4, 7]);
+}
+
+fn lengths_around_leaf_boundaries(worker_counts: &[usize]) {
+    for &workers in worker_counts {
         on_runtime(workers, move || {
             let pieces = (workers * 2).next_power_of_two();
             let mut lens = vec![4095usize, 4096, 4097, 8191, 8192, 8193, 12_289];
@@ -833,13 +842,27 @@ struct Elem {
 /// in the presorted check, in the parallel merge's binary search): afterwards the slice
 /// holds every element exactly once and nothing was dropped.
 #[test]
-fn sort_panicking_comparator_keeps_a_permutation() {
+fn sort_panicking_comparator_keeps_a_permutation_1_worker() {
+    panicking_comparator_keeps_a_permutation(1);
+}
+
+#[test]
+fn sort_panicking_comparator_keeps_a_permutation_2_workers() {
+    panicking_comparator_keeps_a_permutation(2);
+}
+
+#[test]
+fn sort_panicking_comparator_keeps_a_permutation_4_workers() {
+    panicking_comparator_keeps_a_permutation(4);
+}
+
+fn panicking_comparator_keeps_a_permutation(workers: usize) {
     let len = if cfg!(debug_assertions) {
         40_000
     } else {
         200_000
     };
-    for workers in [1usize, 2, 4] {
+    {
         on_runtime(workers, move || {
             let live = live();
             let mut rng = Rng(77 + workers as u64);
@@ -895,6 +918,8 @@ fn sort_panicking_comparator_keeps_a_permutation() {
     }
 }
 
+type ElemCmp<'a> = dyn Fn(&Elem, &Elem) -> CmpOrdering + Sync + 'a;
+
 /// Inconsistent comparators (random answers, "always less", "always greater"): any
 /// order may come out, but every element exactly once, and no hang.
 #[test]
@@ -915,7 +940,7 @@ fn sort_inconsistent_comparator_is_safe() {
                 })
                 .collect();
             let state = AtomicUsize::new(12345);
-            let cmps: [&(dyn Fn(&Elem, &Elem) -> CmpOrdering + Sync); 4] = [
+            let cmps: [&ElemCmp; 4] = [
                 &|a, b| {
                     let s = state.fetch_add(0x9E37_79B9, Ordering::Relaxed);
                     let h = (s ^ (a.id as usize).wrapping_mul(31) ^ b.id as usize) >> 3;
@@ -957,7 +982,7 @@ fn sort_inconsistent_comparator_is_safe() {
 #[test]
 fn sort_zero_sized_elements() {
     on_runtime(4, || {
-        let mut v = vec![(); 100_000];
+        let mut v = [(); 100_000];
         v.par_sort();
         v.par_sort_by(|_, _| CmpOrdering::Greater);
         assert_eq!(v.len(), 100_000);
@@ -1030,4 +1055,142 @@ fn sort_inside_nested_joins_and_fibers() {
             assert_stably_sorted(&f.join().unwrap(), &format!("fiber {k}"));
         }
     });
+}
+
+/// Over-aligned values through small rings: each arrives intact (the values array is
+/// allocated with the element's alignment).
+#[test]
+fn ring_of_over_aligned_values() {
+    #[repr(align(256))]
+    #[derive(Clone, Copy)]
+    struct Aligned(u64, [u8; 8]);
+    for cap in [1usize, 2, 3, 5] {
+        let (tx, rx) = chan::bounded::<Aligned>(cap);
+        let t = std::thread::spawn(move || {
+            for i in 0..2000u64 {
+                tx.send_blocking(Aligned(i, [i as u8; 8])).unwrap();
+            }
+        });
+        for i in 0..2000u64 {
+            let v = rx.recv_blocking().unwrap();
+            assert_eq!((&v as *const Aligned as usize) % 256, 0);
+            assert_eq!((v.0, v.1), (i, [i as u8; 8]));
+        }
+        t.join().unwrap();
+    }
+}
+
+/// The largest ring (`2^20` slots): filled to the brim, drained in order past the wrap.
+#[test]
+fn ring_of_the_largest_capacity() {
+    const CAP: usize = 1 << 20;
+    let (tx, rx) = chan::bounded::<u32>(CAP);
+    assert_eq!(tx.capacity(), Some(CAP));
+    for i in 0..CAP as u32 {
+        tx.try_send(i).unwrap();
+    }
+    assert!(tx.try_send(0).unwrap_err().is_full());
+    for i in 0..(CAP / 2) as u32 {
+        assert_eq!(rx.try_recv().unwrap(), i);
+    }
+    for i in CAP as u32..(CAP + CAP / 2) as u32 {
+        tx.try_send(i).unwrap();
+    }
+    assert!(tx.is_full());
+    for i in (CAP / 2) as u32..(CAP + CAP / 2) as u32 {
+        assert_eq!(rx.try_recv().unwrap(), i);
+    }
+    assert!(rx.try_recv().unwrap_err().is_empty());
+}
+
+/// Comparators that panic on every call from some point on, so that both arms of
+/// joins and both halves of split merges unwind at once: still a permutation, nothing
+/// dropped or duplicated.
+#[test]
+fn sort_comparator_panicking_everywhere_at_once() {
+    let len = if cfg!(debug_assertions) {
+        40_000
+    } else {
+        200_000
+    };
+    for workers in [2usize, 4, 7] {
+        on_runtime(workers, move || {
+            let live = live();
+            let mut rng = Rng(5 + workers as u64);
+            let mut v: Vec<Elem> = (0..len)
+                .map(|i| Elem {
+                    key: (rng.next() % 1000) as u32,
+                    id: i as u32,
+                    t: Tracked::new(i, &live),
+                })
+                .collect();
+            for from in [0usize, 3 * len, 6 * len, 9 * len, 12 * len] {
+                let calls = AtomicUsize::new(0);
+                let r = panic::catch_unwind(AssertUnwindSafe(|| {
+                    v.par_sort_by(|a, b| {
+                        assert!(a.t.alive && b.t.alive, "compared a dead element");
+                        if calls.fetch_add(1, Ordering::Relaxed) >= from {
+                            panic!("comparison panics from {from} on");
+                        }
+                        a.key.cmp(&b.key)
+                    })
+                }));
+                let _ = r;
+                let mut ids: Vec<u32> = v.iter().map(|e| e.id).collect();
+                ids.sort_unstable();
+                assert!(
+                    ids.iter().enumerate().all(|(i, &id)| i as u32 == id),
+                    "{workers} workers, panics from {from}: not a permutation"
+                );
+                assert_eq!(live.load(Ordering::SeqCst), len);
+                for i in 0..len / 4 {
+                    let j = (rng.next() % len as u64) as usize;
+                    v.swap(i, j);
+                }
+            }
+            drop(v);
+            assert_eq!(live.load(Ordering::SeqCst), 0);
+        });
+    }
+}
+
+/// Elements that are `Send` but not `Sync`, mutated by the comparator through a `Cell`:
+/// no element is ever compared on two threads at once (else increments would be lost,
+/// or worse), and every mutation survives the moves of the merge.
+#[test]
+fn sort_comparator_mutating_non_sync_elements() {
+    struct C {
+        key: u32,
+        idx: u32,
+        seen: std::cell::Cell<u64>,
+    }
+    let len = if cfg!(debug_assertions) {
+        60_000
+    } else {
+        400_000
+    };
+    for workers in [2usize, 4] {
+        on_runtime(workers, move || {
+            let mut rng = Rng(11);
+            let mut v: Vec<C> = (0..len)
+                .map(|i| C {
+                    key: (rng.next() % 500) as u32,
+                    idx: i as u32,
+                    seen: std::cell::Cell::new(0),
+                })
+                .collect();
+            let calls = AtomicUsize::new(0);
+            v.par_sort_by(|a, b| {
+                calls.fetch_add(1, Ordering::Relaxed);
+                a.seen.set(a.seen.get() + 1);
+                b.seen.set(b.seen.get() + 1);
+                a.key.cmp(&b.key)
+            });
+            let total: u64 = v.iter().map(|c| c.seen.get()).sum();
+            assert_eq!(total, 2 * calls.load(Ordering::Relaxed) as u64);
+            for w in v.windows(2) {
+                assert!(w[0].key < w[1].key || (w[0].key == w[1].key && w[0].idx < w[1].idx));
+            }
+        });
+    }
 }
