@@ -113,24 +113,26 @@ fn ring_drops_what_it_holds_after_wrap_around() {
 }
 
 /// A zero-sized value with a destructor that counts.
-struct Zst;
-static ZST_LIVE: AtomicUsize = AtomicUsize::new(0);
-impl Zst {
-    fn new() -> Zst {
-        ZST_LIVE.fetch_add(1, Ordering::SeqCst);
+/// Each test that counts them uses its own `K`, so that tests running at the same time
+/// do not see each other's values.
+struct Zst<const K: usize>;
+static ZST_LIVE: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
+impl<const K: usize> Zst<K> {
+    fn new() -> Zst<K> {
+        ZST_LIVE[K].fetch_add(1, Ordering::SeqCst);
         Zst
     }
 }
-impl Drop for Zst {
+impl<const K: usize> Drop for Zst<K> {
     fn drop(&mut self) {
-        ZST_LIVE.fetch_sub(1, Ordering::SeqCst);
+        ZST_LIVE[K].fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 #[test]
 fn ring_of_zero_sized_values() {
     for cap in [1usize, 2, 3, 17, 1 << 20] {
-        let (tx, rx) = chan::bounded::<Zst>(cap);
+        let (tx, rx) = chan::bounded::<Zst<0>>(cap);
         assert_eq!(tx.capacity(), Some(cap));
         let fill = cap.min(5000);
         for round in 0..3 {
@@ -144,9 +146,9 @@ fn ring_of_zero_sized_values() {
                 rx.try_recv().unwrap();
             }
         }
-        assert_eq!(ZST_LIVE.load(Ordering::SeqCst), rx.len());
+        assert_eq!(ZST_LIVE[0].load(Ordering::SeqCst), rx.len());
         drop((tx, rx));
-        assert_eq!(ZST_LIVE.load(Ordering::SeqCst), 0, "cap {cap}");
+        assert_eq!(ZST_LIVE[0].load(Ordering::SeqCst), 0, "cap {cap}");
     }
     // Plain `()` over threads.
     let (tx, rx) = chan::bounded::<()>(2);
@@ -987,8 +989,8 @@ fn sort_zero_sized_elements() {
         v.par_sort_by(|_, _| CmpOrdering::Greater);
         assert_eq!(v.len(), 100_000);
 
-        let before = ZST_LIVE.load(Ordering::SeqCst);
-        let mut z: Vec<Zst> = (0..50_000).map(|_| Zst::new()).collect();
+        let before = ZST_LIVE[1].load(Ordering::SeqCst);
+        let mut z: Vec<Zst<1>> = (0..50_000).map(|_| Zst::new()).collect();
         let calls = AtomicUsize::new(0);
         let r = panic::catch_unwind(AssertUnwindSafe(|| {
             z.par_sort_by(|_, _| {
@@ -1000,9 +1002,9 @@ fn sort_zero_sized_elements() {
         }));
         let _ = r;
         assert_eq!(z.len(), 50_000);
-        assert_eq!(ZST_LIVE.load(Ordering::SeqCst), before + 50_000);
+        assert_eq!(ZST_LIVE[1].load(Ordering::SeqCst), before + 50_000);
         drop(z);
-        assert_eq!(ZST_LIVE.load(Ordering::SeqCst), before);
+        assert_eq!(ZST_LIVE[1].load(Ordering::SeqCst), before);
     });
 }
 
@@ -1250,4 +1252,51 @@ fn sort_while_the_runtime_shuts_down() {
             }
         }
     });
+}
+
+/// Small enough for Miri (`cargo +nightly miri test -p weft --test review_ring_sort
+/// ring_small_`), which checks that no slot of the uninitialised values array is read
+/// or dropped before it is written: fill, wrap, close, drop while holding values, on one
+/// thread and across two, for small, odd and zero-sized values.
+#[test]
+fn ring_small_lifecycle_for_miri() {
+    for cap in [1usize, 2, 3, 5] {
+        for left in [0, 1, cap] {
+            let live = live();
+            let (tx, rx) = chan::bounded::<Tracked>(cap);
+            let mut next = 0;
+            for _ in 0..2 * cap + 1 {
+                tx.try_send(Tracked::new(next, &live)).unwrap();
+                next += 1;
+                drop(rx.try_recv().unwrap());
+            }
+            for _ in 0..left {
+                tx.try_send(Tracked::new(next, &live)).unwrap();
+                next += 1;
+            }
+            if left == 1 {
+                tx.close();
+            }
+            drop((tx, rx));
+            assert_eq!(live.load(Ordering::SeqCst), 0, "cap {cap} left {left}");
+        }
+    }
+    let (tx, rx) = chan::bounded::<(u8, u16, String)>(3);
+    let t = std::thread::spawn(move || {
+        for i in 0..20u8 {
+            tx.send_blocking((i, 7, i.to_string())).unwrap();
+        }
+    });
+    for i in 0..20u8 {
+        assert_eq!(rx.recv_blocking().unwrap(), (i, 7, i.to_string()));
+    }
+    t.join().unwrap();
+    let before = ZST_LIVE[2].load(Ordering::SeqCst);
+    let (tx, rx) = chan::bounded::<Zst<2>>(2);
+    tx.try_send(Zst::new()).unwrap();
+    drop(rx.try_recv().unwrap());
+    tx.try_send(Zst::new()).unwrap();
+    tx.try_send(Zst::new()).unwrap();
+    drop((tx, rx));
+    assert_eq!(ZST_LIVE[2].load(Ordering::SeqCst), before);
 }
