@@ -1300,3 +1300,52 @@ fn ring_small_lifecycle_for_miri() {
     drop((tx, rx));
     assert_eq!(ZST_LIVE[2].load(Ordering::SeqCst), before);
 }
+
+/// 8193 elements from a plain thread (the global runtime) take the split path at every
+/// level (leaves of 2048/2049/4096 elements, a parallel merge above `MERGE_SEQUENTIAL`),
+/// sorted stably; then a comparison panics in the merges and the slice still holds each
+/// element once. (Not under Miri: the runtime's workers call `sigaltstack`.)
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "the runtime's workers call sigaltstack, unsupported by Miri"
+)]
+fn sort_small_split_paths_panic_in_merge() {
+    let len = 8193;
+    let mut v = keyed(len, 16, 42);
+    v.par_sort_by_key(|p| p.0);
+    assert_stably_sorted(&v, "plain thread, 8193");
+    let live = live();
+    let mut v: Vec<Elem> = keyed(len, 16, 43)
+        .into_iter()
+        .map(|(key, id)| Elem {
+            key,
+            id,
+            t: Tracked::new(id as usize, &live),
+        })
+        .collect();
+    // Count the comparisons of the same sort, and panic near its end: in the merges.
+    let total = AtomicUsize::new(0);
+    keyed(len, 16, 43).par_sort_by(|a, b| {
+        total.fetch_add(1, Ordering::Relaxed);
+        a.0.cmp(&b.0)
+    });
+    let at = total.into_inner() * 19 / 20;
+    let calls = AtomicUsize::new(0);
+    let r = panic::catch_unwind(AssertUnwindSafe(|| {
+        v.par_sort_by(|a, b| {
+            assert!(a.t.alive && b.t.alive);
+            if calls.fetch_add(1, Ordering::Relaxed) == at {
+                panic!("comparison {at} panics");
+            }
+            a.key.cmp(&b.key)
+        })
+    }));
+    assert!(r.is_err(), "comparison {at} did not panic");
+    let mut ids: Vec<u32> = v.iter().map(|e| e.id).collect();
+    ids.sort_unstable();
+    assert!(ids.iter().enumerate().all(|(i, &id)| i as u32 == id));
+    assert_eq!(live.load(Ordering::SeqCst), len);
+    drop(v);
+    assert_eq!(live.load(Ordering::SeqCst), 0);
+}
