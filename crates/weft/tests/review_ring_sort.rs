@@ -1349,3 +1349,28 @@ fn sort_small_split_paths_panic_in_merge() {
     drop(v);
     assert_eq!(live.load(Ordering::SeqCst), 0);
 }
+
+/// Stable sorts inside fibers with small stacks (64 KiB): the large leaves are sorted by
+/// the standard sort on the fiber's stack, the joins add frames; no overflow, and the
+/// result is stable.
+#[test]
+fn sort_inside_small_stack_fibers() {
+    common::with_timeout(|| {
+        let rt = common::workers(2);
+        let _g = rt.enter();
+        let fibers: Vec<_> = (0..3u64)
+            .map(|s| {
+                weft::fiber::Builder::new()
+                    .stack_size(64 * 1024)
+                    .spawn(move || {
+                        let mut v = keyed(50_000, 30, 200 + s);
+                        v.par_sort_by_key(|p| p.0);
+                        v
+                    })
+            })
+            .collect();
+        for (k, f) in fibers.into_iter().enumerate() {
+            assert_stably_sorted(&f.join().unwrap(), &format!("fiber {k}"));
+        }
+    });
+}
