@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::{live, Tracked};
+
 use std::cmp::Ordering as CmpOrdering;
 use std::future::Future;
 use std::panic::{self, AssertUnwindSafe};
@@ -18,37 +20,6 @@ use std::time::Duration;
 
 use weft::chan::{self, Select, TrySendError};
 use weft::prelude::*;
-
-/// A value that counts itself live in `live` and detects a second drop.
-#[derive(Debug)]
-struct Tracked {
-    id: usize,
-    live: Arc<AtomicUsize>,
-    alive: bool,
-}
-
-impl Tracked {
-    fn new(id: usize, live: &Arc<AtomicUsize>) -> Tracked {
-        live.fetch_add(1, Ordering::SeqCst);
-        Tracked {
-            id,
-            live: live.clone(),
-            alive: true,
-        }
-    }
-}
-
-impl Drop for Tracked {
-    fn drop(&mut self) {
-        assert!(self.alive, "double drop of value {}", self.id);
-        self.alive = false;
-        self.live.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-fn live() -> Arc<AtomicUsize> {
-    Arc::new(AtomicUsize::new(0))
-}
 
 fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> Poll<F::Output> {
     let mut cx = Context::from_waker(Waker::noop());

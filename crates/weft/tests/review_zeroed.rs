@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::{live, Tracked};
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -18,37 +20,6 @@ use weft::chan::{self, TryRecvError, TrySendError};
 const MAPPED: usize = (1 << 20) / std::mem::size_of::<usize>();
 /// The channel's largest ring; one more buffers in a list.
 const RING_MAX: usize = 1 << 20;
-
-/// A value that counts itself live and detects a second drop.
-#[derive(Debug)]
-struct Tracked {
-    id: usize,
-    live: Arc<AtomicUsize>,
-    alive: bool,
-}
-
-impl Tracked {
-    fn new(id: usize, live: &Arc<AtomicUsize>) -> Tracked {
-        live.fetch_add(1, Ordering::SeqCst);
-        Tracked {
-            id,
-            live: live.clone(),
-            alive: true,
-        }
-    }
-}
-
-impl Drop for Tracked {
-    fn drop(&mut self) {
-        assert!(self.alive, "double drop of value {}", self.id);
-        self.alive = false;
-        self.live.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-fn live() -> Arc<AtomicUsize> {
-    Arc::new(AtomicUsize::new(0))
-}
 
 /// A field of /proc/self/status in kB.
 fn status_kb(field: &str) -> usize {

@@ -155,3 +155,35 @@ impl Blocker {
         self.handle.join().unwrap();
     }
 }
+
+/// A value that counts itself live in `live` and detects a second drop.
+#[derive(Debug)]
+pub struct Tracked {
+    pub id: usize,
+    live: Arc<AtomicUsize>,
+    pub alive: bool,
+}
+
+impl Tracked {
+    pub fn new(id: usize, live: &Arc<AtomicUsize>) -> Tracked {
+        live.fetch_add(1, Ordering::SeqCst);
+        Tracked {
+            id,
+            live: live.clone(),
+            alive: true,
+        }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        assert!(self.alive, "double drop of value {}", self.id);
+        self.alive = false;
+        self.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A fresh live count for [`Tracked`] values.
+pub fn live() -> Arc<AtomicUsize> {
+    Arc::new(AtomicUsize::new(0))
+}
