@@ -113,11 +113,11 @@ impl Drop for ZeroedWords {
             #[cfg(unix)]
             {
                 let bytes = std::mem::size_of_val(&**self);
+                // `munmap` fails only when the process is at its mapping limit and the
+                // hole would split a region; the pages then stay mapped (a leak, as
+                // `free` would accept), which is no reason to panic in a destructor.
                 // SAFETY: the mapping was made by `map` with exactly this address and
-                // length, and nothing borrows it any more (`&mut self`). `munmap` fails
-                // only when the process is at its mapping limit and the hole would split
-                // a region; the pages then stay mapped (a leak, as `free` would accept),
-                // which is no reason to panic in a destructor.
+                // length, and nothing borrows it any more (`&mut self`).
                 unsafe { libc::munmap(self.words.as_ptr().cast(), bytes) };
             }
         } else {

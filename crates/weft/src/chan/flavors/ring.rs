@@ -211,9 +211,8 @@ impl<T> Ring<T> {
         // Uninitialised, never written here: a slot's value is written by the push that
         // claims it and read only by the pop of that position (the stamp protocol).
         #[cfg(not(loom))]
-        // SAFETY: `UnsafeCell<MaybeUninit<T>>` has no invalid bit pattern (a cell is its
-        // one field, and `MaybeUninit` may hold any bytes), so uninitialised memory is a
-        // valid array of them.
+        // SAFETY: `UnsafeCell<MaybeUninit<T>>` has no invalid bit pattern (`MaybeUninit`
+        // may hold any bytes), so uninitialised memory is a valid array of them.
         let values =
             unsafe { Box::<[UnsafeCell<MaybeUninit<T>>]>::new_uninit_slice(cap).assume_init() };
         #[cfg(loom)]
