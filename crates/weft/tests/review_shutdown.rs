@@ -13,7 +13,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use common::{counter, load, wait_until, with_timeout, DropCounter};
+use common::{counter, load, never_ending, wait_until, with_timeout, DropCounter};
 use weft::fiber::{self, SpawnErrorKind};
 use weft::{Builder, Handle, JoinHandle, Pool, Runtime, ShutdownReport};
 
@@ -106,11 +106,7 @@ fn shutdown_timeout_with_duration_max_does_not_overflow() {
     with_timeout(|| {
         let rt = runtime();
         let drops = counter();
-        let guard = DropCounter(drops.clone());
-        let h = rt.spawn(async move {
-            let _g = guard;
-            std::future::pending::<()>().await
-        });
+        let h = rt.spawn(never_ending(&drops));
         rt.shutdown_timeout(Duration::MAX);
         assert!(h.join().unwrap_err().is_cancelled());
         assert_eq!(load(&drops), 1);
@@ -139,11 +135,7 @@ fn graceful_with_zero_timeout_still_unwinds_parked_fibers() {
                 }));
             }
         }
-        let g = DropCounter(drops.clone());
-        handles.push(rt.spawn(async move {
-            let _g = g;
-            std::future::pending::<()>().await
-        }));
+        handles.push(rt.spawn(never_ending(&drops)));
         wait_until("all four are parked", || parked(&rt) == 4);
         let start = Instant::now();
         let report = rt.shutdown_graceful(Duration::ZERO);
@@ -177,11 +169,7 @@ fn graceful_from_inside_one_of_its_tasks() {
         let rt = runtime();
         let handle = rt.handle().clone();
         let drops = counter();
-        let g = DropCounter(drops.clone());
-        let stuck = rt.spawn(async move {
-            let _g = g;
-            std::future::pending::<()>().await
-        });
+        let stuck = rt.spawn(never_ending(&drops));
         let (_keep, never) = weft::chan::unbounded::<()>();
         let g = DropCounter(drops.clone());
         let parked_fiber = {
@@ -228,11 +216,7 @@ fn graceful_from_inside_a_fiber() {
         let rt = runtime();
         let handle = rt.handle().clone();
         let drops = counter();
-        let g = DropCounter(drops.clone());
-        let stuck = rt.spawn(async move {
-            let _g = g;
-            std::future::pending::<()>().await
-        });
+        let stuck = rt.spawn(never_ending(&drops));
         let (give, take) = weft::chan::bounded::<Runtime>(1);
         let (report_tx, report_rx) = mpsc::channel();
         let caller = {
@@ -607,11 +591,7 @@ fn the_report_is_exact_for_a_known_mix() {
                     panic!("a quick task panics");
                 }
             }));
-            let g = DropCounter(drops.clone());
-            stuck.push(rt.spawn_on(pool, async move {
-                let _g = g;
-                std::future::pending::<()>().await
-            }));
+            stuck.push(rt.spawn_on(pool, never_ending(&drops)));
         }
         // Aborted and joined before the call: not counted.
         for _ in 0..3 {

@@ -50,15 +50,7 @@ fn drop_runtime_drops_tasks_still_in_the_queue() {
         let release_tx = block_a_worker(&rt).release;
         // The only worker is blocked, so these stay queued.
         let drops = counter();
-        let handles: Vec<_> = (0..1000)
-            .map(|_| {
-                let guard = DropCounter(drops.clone());
-                rt.spawn(async move {
-                    let _guard = guard;
-                    std::future::pending::<()>().await
-                })
-            })
-            .collect();
+        let handles: Vec<_> = (0..1000).map(|_| rt.spawn(never_ending(&drops))).collect();
         let releaser = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(50));
             release_tx.send(()).unwrap();

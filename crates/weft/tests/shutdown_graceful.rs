@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{counter, load, wait_until, with_timeout, DropCounter};
+use common::{counter, load, never_ending, wait_until, with_timeout, DropCounter};
 use weft::fiber::{self, SpawnErrorKind};
 use weft::{Builder, Runtime};
 
@@ -39,15 +39,7 @@ fn finished_and_cancelled_are_counted() {
                 })
             })
             .collect();
-        let stuck_tasks: Vec<_> = (0..3)
-            .map(|_| {
-                let guard = DropCounter(drops.clone());
-                rt.spawn(async move {
-                    let _guard = guard;
-                    std::future::pending::<()>().await
-                })
-            })
-            .collect();
+        let stuck_tasks: Vec<_> = (0..3).map(|_| rt.spawn(never_ending(&drops))).collect();
         let quick_fibers: Vec<_> = (0..2)
             .map(|i| {
                 let guard = DropCounter(drops.clone());

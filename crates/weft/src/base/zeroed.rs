@@ -4,9 +4,10 @@
 //! reuses from the heap it clears byte by byte. glibc raises its mapping threshold to
 //! the size of the last large block freed, so a program that makes and drops one
 //! `bounded(1_000_000)` channel after another gets heap blocks, and every channel
-//! costs an 8 MiB clear (about 0.3 ms here) even if it carries five values. Long
-//! arrays are therefore mapped directly: anonymous pages read as zero until written,
-//! and only the pages used are ever touched.
+//! costs an 8 MiB clear however few values it carries (the sync suite's
+//! `mpsc_uncontended_bounded`, 5,000 values a channel: 1.0 ms an iteration with the
+//! clear, 0.4 ms without). Long arrays are therefore mapped directly: anonymous pages
+//! read as zero until written, and only the pages used are ever touched.
 
 use std::ops::Deref;
 

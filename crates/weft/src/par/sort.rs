@@ -73,7 +73,7 @@ fn mergesort_leaf(len: usize) -> usize {
 /// Few, large leaves: the sequential sort works within the caches, while each level of
 /// merging streams the whole slice through memory, read and written, which is what
 /// bounds the sort on two cores (10M `u64` on 2 workers: 12 levels of 4,096-element
-/// leaves made it 1.2x the sequential sort; 2 levels, 1.6-1.8x). Two leaves per worker
+/// leaves made it 1.2x the sequential sort; 2 levels, 1.4-1.6x). Two leaves per worker
 /// leave stealing room to even out a worker that runs late.
 fn leaf_for(len: usize, workers: usize) -> usize {
     let pieces = (workers.max(1) * LEAVES_PER_WORKER).next_power_of_two();

@@ -187,3 +187,15 @@ impl Drop for Tracked {
 pub fn live() -> Arc<AtomicUsize> {
     Arc::new(AtomicUsize::new(0))
 }
+
+/// A future that never finishes and holds a [`DropCounter`] on `drops`: a task stuck
+/// for ever, whose drop (by an abort or a shutdown) the counter records.
+pub fn never_ending(
+    drops: &Arc<AtomicUsize>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let guard = DropCounter(drops.clone());
+    async move {
+        let _guard = guard;
+        std::future::pending::<()>().await
+    }
+}

@@ -140,7 +140,7 @@ impl Core {
         timeout: Option<Duration>,
         holds_driver: bool,
     ) -> Option<Duration> {
-        if !self.shared.is_temporary(self.index) || !self.may_retire() {
+        if !self.may_retire() {
             return timeout;
         }
         let time = &self.shared.time;
