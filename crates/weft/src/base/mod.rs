@@ -9,6 +9,7 @@ pub(crate) mod futex;
 #[cfg(all(test, loom))]
 pub(crate) mod loom_harness;
 pub(crate) mod park;
+pub(crate) mod prefault;
 pub(crate) mod zeroed;
 
 #[cfg(loom)]

@@ -511,13 +511,18 @@ impl<T> Receiver<T> {
     /// assert_eq!(rx.recv_blocking(), Ok(9));
     /// ```
     pub fn recv_blocking(&self) -> Result<T, RecvError> {
-        let attempt = || match self.try_recv() {
-            Ok(v) => Some(Ok(v)),
-            Err(TryRecvError::Disconnected) => Some(Err(RecvError)),
-            Err(TryRecvError::Empty) => None,
-        };
         match &self.flavor {
-            Flavor::Chan(_) => match spin_try(attempt) {
+            Flavor::Chan(c) => match spin_try(|| {
+                // While it spins, a receive only looks (see `nothing_to_take`).
+                if c.nothing_to_take() {
+                    return None;
+                }
+                match self.try_recv() {
+                    Ok(v) => Some(Ok(v)),
+                    Err(TryRecvError::Disconnected) => Some(Err(RecvError)),
+                    Err(TryRecvError::Empty) => None,
+                }
+            }) {
                 Some(r) => r,
                 None => wait_spinning(self.recv(), RecvFuture::is_notified),
             },

@@ -123,6 +123,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 
 use crossbeam_utils::CachePadded;
 
+use crate::base::prefault::populate;
 use crate::base::zeroed::ZeroedWords;
 use crate::base::{AtomicUsize, UnsafeCell};
 
@@ -154,6 +155,24 @@ pub(crate) enum Pop<T> {
     /// A push has claimed the head slot but not yet written it (a push in progress); the
     /// value will be there within nanoseconds.
     Busy,
+}
+
+/// Rings smaller than this (stamps and values together) are not prefaulted: their few
+/// pages fault in quickly, and small rings are made often (a call per channel).
+const PREFAULT_MIN_BYTES: usize = 256 << 10;
+
+/// Bytes of values per prefault step: one `madvise` per this much of the first lap.
+const PREFAULT_STEP_BYTES: usize = 64 << 10;
+
+/// [`Ring::prefault_step`] for a ring of `cap` values of `T`.
+fn prefault_step<T>(cap: usize) -> usize {
+    let slot = std::mem::size_of::<T>() + std::mem::size_of::<usize>();
+    if cap.saturating_mul(slot) < PREFAULT_MIN_BYTES {
+        return 0;
+    }
+    let per_step = (PREFAULT_STEP_BYTES / slot).max(1);
+    // The largest power of two not above `per_step`.
+    1 << (usize::BITS - 1 - per_step.leading_zeros())
 }
 
 /// Why `claim_tail` claimed nothing.
@@ -188,6 +207,9 @@ pub(crate) struct Ring<T> {
     values: Box<[UnsafeCell<MaybeUninit<T>>]>,
     /// The distance between the same slot's positions in consecutive laps.
     one_lap: usize,
+    /// Slots per prefault step (a power of two), or 0 when the ring is too small to
+    /// bother: see [`Ring::prefault_ahead`].
+    prefault_step: usize,
 }
 
 // SAFETY: a value enters the ring by value from one thread and leaves it by value to
@@ -219,13 +241,18 @@ impl<T> Ring<T> {
         let values = (0..cap)
             .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
             .collect();
-        Ring {
+        let ring = Ring {
             head: CachePadded::new(AtomicUsize::new(0)),
             tail: CachePadded::new(AtomicUsize::new(0)),
             stamps,
             values,
             one_lap: cap.next_power_of_two() << 1,
+            prefault_step: prefault_step::<T>(cap),
+        };
+        if ring.prefault_step != 0 {
+            ring.prefault(0, 2 * ring.prefault_step);
         }
+        ring
     }
 
     pub(crate) fn capacity(&self) -> usize {
@@ -236,12 +263,44 @@ impl<T> Ring<T> {
     /// `Closed` once [`close`](Self::close) has marked the ring.
     pub(crate) fn try_push(&self, v: T) -> Result<(), PushError<T>> {
         match self.claim_tail() {
-            // SAFETY: `claim_tail` just gave this position to us alone.
-            Ok(pos) => unsafe { self.publish(pos, v) },
+            Ok(pos) => {
+                // SAFETY: `claim_tail` just gave this position to us alone.
+                unsafe { self.publish(pos, v) };
+                self.prefault_ahead(pos);
+            }
             Err(NoRoom::Full) => return Err(PushError::Full(v)),
             Err(NoRoom::Closed) => return Err(PushError::Closed(v)),
         }
         Ok(())
+    }
+
+    /// During the first lap, every `prefault_step`-th push, once its value is
+    /// published, faults in the pages of the slots two steps ahead (creation did the
+    /// first two steps). So the first write to each page of the ring happens here,
+    /// outside any push's claim-to-publish window, instead of inside one while a pop
+    /// spins on that slot (`base/prefault.rs` has the measurements). Positions below
+    /// `one_lap` are the first lap's; each index is pushed once there, so each step is
+    /// faulted in once.
+    fn prefault_ahead(&self, pos: usize) {
+        let step = self.prefault_step;
+        if step != 0 && pos < self.one_lap {
+            let index = self.index(pos);
+            if index & (step - 1) == 0 {
+                self.prefault(index + 2 * step, step);
+            }
+        }
+    }
+
+    /// Faults in the stamps and values of slots `from..from + len` (clipped to the ring).
+    fn prefault(&self, from: usize, len: usize) {
+        let end = from.saturating_add(len).min(self.capacity());
+        if from >= end {
+            return;
+        }
+        let stamps = &self.stamps[from..end];
+        populate(stamps.as_ptr().cast(), std::mem::size_of_val(stamps));
+        let values = &self.values[from..end];
+        populate(values.as_ptr().cast(), std::mem::size_of_val(values));
     }
 
     /// Takes the oldest value.
@@ -252,6 +311,17 @@ impl<T> Ring<T> {
             Err(NoValue::Empty) => Pop::Empty,
             Err(NoValue::Busy) => Pop::Busy,
         }
+    }
+
+    /// Whether the value at the head was written (a moment ago), without claiming it.
+    /// It reads `head` and one stamp but not `tail`: a receiver that polls an empty
+    /// ring at the sender's heels then shares only the head slot's stamp with the
+    /// sender, not the word every push claims from (polling with `try_pop`, which
+    /// reads `tail` to tell empty from busy, made a one-sender `bounded(n)` 2-5x
+    /// slower a message).
+    pub(crate) fn head_written(&self) -> bool {
+        let head = self.head.load(SeqCst);
+        self.stamp(head) == head.wrapping_add(1)
     }
 
     /// Marks the ring closed (a bit in the tail word, so a push either claimed its slot
@@ -346,6 +416,7 @@ impl<T> Ring<T> {
     /// [`publish`](Self::publish) before the ring is dropped.
     fn claim_tail(&self) -> Result<usize, NoRoom> {
         let mut tail = self.tail.load(SeqCst);
+        let mut contention = Contention::new();
         loop {
             if tail & CLOSED != 0 {
                 return Err(NoRoom::Closed);
@@ -359,7 +430,10 @@ impl<T> Ring<T> {
                     .compare_exchange(tail, self.advance(tail), SeqCst, SeqCst)
                 {
                     Ok(_) => return Ok(tail),
-                    Err(now) => tail = now,
+                    Err(now) => {
+                        tail = now;
+                        contention.spin();
+                    }
                 }
             } else if ahead < 0 {
                 // The previous lap still uses the slot. A lap of values between head and
@@ -405,6 +479,7 @@ impl<T> Ring<T> {
     /// [`take`](Self::take) before the ring is dropped.
     fn claim_head(&self) -> Result<usize, NoValue> {
         let mut head = self.head.load(SeqCst);
+        let mut contention = Contention::new();
         loop {
             let stamp = self.stamp(head);
             let ahead = stamp.wrapping_sub(head + 1) as isize;
@@ -415,7 +490,10 @@ impl<T> Ring<T> {
                     .compare_exchange(head, self.advance(head), SeqCst, SeqCst)
                 {
                     Ok(_) => return Ok(head),
-                    Err(now) => head = now,
+                    Err(now) => {
+                        head = now;
+                        contention.spin();
+                    }
                 }
             } else if ahead < 0 {
                 // Nothing written at `head` yet. If tail is still there, nothing is
@@ -456,6 +534,26 @@ impl<T> Ring<T> {
         // Release: the next lap's push, which acquires this stamp, writes after our read.
         self.set_stamp(pos, pos.wrapping_add(self.one_lap));
         v
+    }
+}
+
+/// Backs off after a lost claim: the winner's line is still travelling between cores,
+/// and retrying at once only pulls it back before the winner has used it.
+struct Contention(u32);
+
+impl Contention {
+    fn new() -> Contention {
+        Contention(0)
+    }
+
+    fn spin(&mut self) {
+        #[cfg(loom)]
+        loom::thread::yield_now();
+        #[cfg(not(loom))]
+        for _ in 0..(1u32 << self.0.min(6)) {
+            std::hint::spin_loop();
+        }
+        self.0 += 1;
     }
 }
 
@@ -645,6 +743,92 @@ mod tests {
         assert_eq!(unsafe { ring.take(pos) }, 5);
         ring.try_push(9).unwrap();
         assert_eq!(pop_value(&ring), 9);
+    }
+
+    /// `head_written` sees a value only once its push has published it (a claimed,
+    /// unwritten slot reads as not written, though `try_pop` calls it `Busy`), and
+    /// not after it was popped, over several laps.
+    #[test]
+    fn head_written_only_for_published_values() {
+        let ring = Ring::new(2);
+        assert!(!ring.head_written());
+        let pos = ring.claim_tail().ok().unwrap();
+        assert!(!ring.head_written());
+        assert_eq!(ring.try_pop(), Pop::Busy);
+        // SAFETY: `pos` is our unpublished claim.
+        unsafe { ring.publish(pos, 7) };
+        ring.try_push(8).unwrap();
+        assert!(ring.head_written());
+        assert_eq!(pop_value(&ring), 7);
+        assert!(ring.head_written());
+        assert_eq!(pop_value(&ring), 8);
+        assert!(!ring.head_written());
+        for v in 0..10 {
+            ring.try_push(v).unwrap();
+            assert!(ring.head_written());
+            assert_eq!(pop_value(&ring), v);
+            assert!(!ring.head_written());
+        }
+        assert!(ring.is_empty());
+    }
+
+    /// Steps are powers of two of about 64 KiB of slots; small rings get none.
+    #[test]
+    fn prefault_steps() {
+        assert_eq!(prefault_step::<u64>(1000), 0);
+        assert_eq!(prefault_step::<u64>(400_000), 4096);
+        assert_eq!(prefault_step::<[u8; 32 << 10]>(1000), 1);
+        assert_eq!(prefault_step::<[u8; 16 << 10]>(1000), 2);
+        assert_eq!(prefault_step::<[u8; 1 << 20]>(1), 1);
+        assert_eq!(prefault_step::<()>(1 << 20), 8192);
+        for cap in [1usize, 100, 40_000, 1 << 20] {
+            let step = prefault_step::<u32>(cap);
+            assert!(step == 0 || step.is_power_of_two());
+        }
+    }
+
+    /// Over a large ring the first lap keeps its pages faulted in ahead of the tail
+    /// (on Linux 5.14 and later, where the kernel takes the advice), and the values
+    /// are untouched by it: every value arrives, in order, over several laps.
+    #[test]
+    fn prefaulting_keeps_values_and_runs_ahead_of_the_tail() {
+        let cap = 300_000;
+        let ring = Ring::<u64>::new(cap);
+        let step = ring.prefault_step;
+        assert_ne!(step, 0);
+        #[cfg(target_os = "linux")]
+        let resident = |from: usize, to: usize| {
+            let page = 4096usize;
+            let start = std::ptr::from_ref(&ring.stamps[from]) as usize & !(page - 1);
+            let end = std::ptr::from_ref(&ring.stamps[to - 1]) as usize + 8;
+            let pages = (end - start).div_ceil(page);
+            let mut vec = vec![0u8; pages];
+            // SAFETY: the range lies within the stamps' pages; `vec` has a byte each.
+            let r = unsafe {
+                libc::mincore(start as *mut libc::c_void, pages * page, vec.as_mut_ptr())
+            };
+            r == 0 && vec.iter().all(|b| b & 1 != 0)
+        };
+        for v in 0..(cap as u64 / 2) {
+            ring.try_push(v).unwrap();
+        }
+        #[cfg(target_os = "linux")]
+        if crate::base::prefault::linux_supported() {
+            // Pushed up to cap / 2: the next step beyond the tail is resident already.
+            assert!(resident(cap / 2, cap / 2 + step));
+        }
+        for v in 0..(cap as u64 / 2) {
+            assert_eq!(pop_value(&ring), v);
+        }
+        for lap in 0..3u64 {
+            for v in 0..cap as u64 {
+                ring.try_push(lap * 1_000_000 + v).unwrap();
+            }
+            for v in 0..cap as u64 {
+                assert_eq!(pop_value(&ring), lap * 1_000_000 + v);
+            }
+        }
+        assert!(ring.is_empty());
     }
 
     /// Records its id in a shared log when dropped, and panics if told to.
@@ -947,6 +1131,52 @@ mod loom_tests {
             assert!(accepted.contains(&true), "both pushes refused");
             assert!(ring.is_empty() && !ring.is_full());
             assert_eq!(ring.len(), 0);
+        });
+    }
+
+    /// A receiver that pops only when `head_written` says so, against a producer
+    /// filling two slots over two laps: `head_written` never claims a value that is
+    /// not there to take, and every value arrives exactly once, in order.
+    #[test]
+    fn loom_head_written_against_push() {
+        loom::model(|| {
+            let ring = Arc::new(Ring::new(2));
+            let producer = {
+                let ring = ring.clone();
+                thread::spawn(move || {
+                    let mut sent = 0;
+                    for v in 0..3u32 {
+                        for _ in 0..2 {
+                            if ring.try_push(v).is_ok() {
+                                sent += 1;
+                                break;
+                            }
+                            thread::yield_now();
+                        }
+                        if sent as u32 != v + 1 {
+                            break;
+                        }
+                    }
+                    sent
+                })
+            };
+            let mut got = Vec::new();
+            for _ in 0..3 {
+                if ring.head_written() {
+                    // Only this thread pops: a written head stays until it takes it.
+                    match ring.try_pop() {
+                        Pop::Value(v) => got.push(v),
+                        other => panic!("head_written, but {other:?}"),
+                    }
+                }
+                thread::yield_now();
+            }
+            let sent = producer.join().unwrap();
+            while let Pop::Value(v) = ring.try_pop() {
+                got.push(v);
+            }
+            assert_eq!(got, (0..sent as u32).collect::<Vec<_>>());
+            assert!(ring.is_empty());
         });
     }
 
