@@ -365,6 +365,93 @@ mod tests {
         }
     }
 
+    /// Tasks of every kind of cell (cached classes, too large, over-aligned) spawned on
+    /// one worker, run and freed on others, joined, detached or dropped unjoined from
+    /// another thread: each returns its own output with its payload intact, and each
+    /// future and output is dropped exactly once.
+    #[test]
+    fn runtime_tasks_of_every_cell_kind_recycle_intact() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        use std::sync::Arc;
+
+        struct Payload<const N: usize> {
+            bytes: [u8; N],
+            drops: Arc<AtomicUsize>,
+        }
+        impl<const N: usize> Drop for Payload<N> {
+            fn drop(&mut self) {
+                self.drops.fetch_add(1, SeqCst);
+            }
+        }
+        #[repr(align(64))]
+        struct Aligned(u64);
+
+        const N: usize = 2_000;
+        let rt = crate::runtime::Builder::new()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let drops = Arc::new(AtomicUsize::new(0));
+
+        fn payload_task<const M: usize>(
+            i: usize,
+            drops: &Arc<AtomicUsize>,
+        ) -> impl std::future::Future<Output = Payload<M>> + Send + 'static {
+            let p = Payload::<M> {
+                bytes: [i as u8; M],
+                drops: drops.clone(),
+            };
+            async move {
+                crate::task::yield_now().await;
+                assert!(p.bytes.iter().all(|&b| b == i as u8), "payload changed");
+                p
+            }
+        }
+
+        let d = drops.clone();
+        let dropped_unjoined = rt
+            .block_on(rt.spawn(async move {
+                let mut small = Vec::new();
+                let mut large = Vec::new();
+                let mut aligned = Vec::new();
+                for i in 0..N {
+                    small.push(crate::spawn(payload_task::<40>(i, &d)));
+                    large.push(crate::spawn(payload_task::<700>(i, &d)));
+                    aligned.push(crate::spawn(async move {
+                        let a = Aligned(i as u64);
+                        crate::task::yield_now().await;
+                        assert_eq!(&a as *const Aligned as usize % 64, 0);
+                        a.0
+                    }));
+                }
+                for (i, h) in small.into_iter().enumerate() {
+                    let p = h.await.unwrap();
+                    assert!(p.bytes.iter().all(|&b| b == i as u8));
+                }
+                for (i, h) in aligned.into_iter().enumerate() {
+                    assert_eq!(h.await.unwrap(), i as u64);
+                }
+                large
+            }))
+            .unwrap();
+        // Half the large tasks are dropped unjoined here (off the runtime), the rest
+        // joined from this thread.
+        for (i, h) in dropped_unjoined.into_iter().enumerate() {
+            if i % 2 == 0 {
+                drop(h);
+            } else {
+                let p = rt.block_on(h).unwrap();
+                assert!(p.bytes.iter().all(|&b| b == i as u8));
+            }
+        }
+        drop(rt);
+        assert_eq!(
+            drops.load(SeqCst),
+            2 * N,
+            "every payload dropped exactly once"
+        );
+    }
+
     /// Many threads allocating, writing, handing over and freeing blocks of one class
     /// at once never see one block twice (each live block carries its owner's mark).
     #[test]
