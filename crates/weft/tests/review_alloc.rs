@@ -15,6 +15,7 @@ mod common;
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
@@ -215,6 +216,13 @@ fn over_aligned_cells_stay_aligned() {
     });
 }
 
+/// A waker that counts how many clones of it exist (the cell keeps one as its join
+/// waker until it is freed).
+struct CountingWaker;
+impl Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {}
+}
+
 /// Polls `h` once with `w` (registering it as the join waker); `Some` if ready.
 fn poll_with<T>(h: &mut JoinHandle<T>, w: &Waker) -> Option<Result<T, weft::JoinError>> {
     let mut cx = Context::from_waker(w);
@@ -276,6 +284,43 @@ fn drops_that_panic_are_reported_and_the_cell_freed_once() {
         assert_eq!(load(&drops), 600);
         assert!(!bad.load(SeqCst));
         assert_eq!(load(&ok), made);
+    });
+}
+
+/// Finding (not the allocator's: `JoinHandle::drop` on main too; fixed). A handle
+/// dropped after its task completed drops the unread output; when that drop panicked,
+/// the panic reached the dropping code (as documented) but the handle's reference was
+/// never released, so the cell (and everything it holds: here the join waker) leaked.
+/// The output is still dropped exactly once (no second drop when the cell is freed).
+#[test]
+fn handle_drop_whose_output_drop_panics_still_frees_the_cell() {
+    with_timeout(|| {
+        let rt = rt(2);
+        let drops = counter();
+        let w = Arc::new(CountingWaker);
+        let waker = Waker::from(w.clone());
+        for _ in 0..20 {
+            let (tx, rx) = futures_channel::oneshot::channel::<()>();
+            let d = drops.clone();
+            let mut h = rt.spawn(async move {
+                // Held until the join waker is registered.
+                let _ = rx.await;
+                PanicOnDrop { drops: d }
+            });
+            assert!(poll_with(&mut h, &waker).is_none());
+            tx.send(()).unwrap();
+            wait_until("the task completes", || h.is_finished());
+            let res = catch_unwind(AssertUnwindSafe(|| drop(h)));
+            assert!(res.is_err(), "the output's drop panic reaches the dropper");
+        }
+        assert_eq!(load(&drops), 20);
+        drop(waker);
+        drop(rt);
+        assert_eq!(
+            Arc::strong_count(&w),
+            1,
+            "every cell was freed, with the join waker it held"
+        );
     });
 }
 
