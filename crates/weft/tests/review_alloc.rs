@@ -756,6 +756,7 @@ fn child_process_entry() {
     match case.as_str() {
         "bursts" => child_bursts(),
         "threads" => child_threads(),
+        "waker_drop_panic" => child_waker_drop_panic(),
         other => panic!("unknown child case {other:?}"),
     }
     println!("CHILD done=ok");
@@ -843,4 +844,63 @@ fn memory_is_bounded_after_spawn_bursts() {
 fn memory_is_bounded_after_many_short_lived_threads() {
     let out = run_child("threads");
     assert!(out.report("rss").is_some());
+}
+
+/// A join waker whose `Drop` panics: the cell keeps the waker until it is freed, and
+/// the task's completion frees it on a worker, outside any `catch_unwind`.
+struct PanicOnDropWaker;
+impl Wake for PanicOnDropWaker {
+    fn wake(self: Arc<Self>) {}
+}
+impl Drop for PanicOnDropWaker {
+    fn drop(&mut self) {
+        panic!("review_alloc: PanicOnDropWaker");
+    }
+}
+
+/// Each round: a task registers such a waker through its (then dropped) handle,
+/// spawns 50 tasks onto its worker and completes; every one of the 50 must run.
+fn child_waker_drop_panic() {
+    let rt = rt(2);
+    let done = counter();
+    for round in 0..4 {
+        let (go, gate) = futures_channel::oneshot::channel::<()>();
+        let d = done.clone();
+        let mut h = rt.spawn(async move {
+            let _ = gate.await;
+            for _ in 0..50 {
+                let d = d.clone();
+                drop(weft::spawn(async move {
+                    d.fetch_add(1, SeqCst);
+                }));
+            }
+        });
+        assert!(poll_with(&mut h, &Waker::from(Arc::new(PanicOnDropWaker))).is_none());
+        drop(h);
+        go.send(()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(4);
+        while load(&done) < 50 * (round + 1) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        println!("CHILD round{round}={}", load(&done));
+        assert_eq!(load(&done), 50 * (round + 1), "tasks were stranded");
+    }
+    std::mem::forget(rt);
+}
+
+/// FINDING (on main too, not the allocator's): the panic unwinds out of the worker
+/// loop and ends the worker thread; the task in its LIFO slot is never run (49 of 50
+/// in the first round), and after a few such deaths no task runs at all (the runtime
+/// hangs). The wake of the join waker in `complete` is not guarded either (a panic
+/// there also skips the reference release). What should happen needs a decision (catch
+/// and report through the panic hook only, as for other drops?), so it is left open.
+#[test]
+#[ignore = "finding: a join waker whose Drop panics kills the worker that frees the task and strands its queued tasks (on main too)"]
+fn a_join_waker_whose_drop_panics_strands_no_task() {
+    let out = common::child::run(
+        "child_process_entry",
+        &[(CHILD, "waker_drop_panic")],
+        Duration::from_secs(25),
+    );
+    out.assert_finished();
 }
