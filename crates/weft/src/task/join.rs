@@ -131,13 +131,24 @@ impl<T> Future for JoinHandle<T> {
 
 impl<T> Drop for JoinHandle<T> {
     fn drop(&mut self) {
+        /// Releases the handle's reference even when the output's drop panics: the
+        /// panic reaches the dropper, the cell must still be freed (found in review:
+        /// it leaked, with everything it held).
+        struct Release(NonNull<Header>);
+        impl Drop for Release {
+            fn drop(&mut self) {
+                // SAFETY: the handle owns one reference, released exactly once, here.
+                unsafe { drop_reference(self.0) };
+            }
+        }
+        let _release = Release(self.raw);
         if self.header().state.unset_join_interest().is_err() {
             // SAFETY: the task is complete and still had join interest: the unread
-            // output is ours to drop.
+            // output is ours to drop. If its drop panics, the stage has been
+            // overwritten all the same (an assignment's unwind path stores the new
+            // value), so freeing the cell later drops nothing twice.
             unsafe { (self.header().vtable.drop_output)(self.raw) };
         }
-        // SAFETY: the handle owns one reference.
-        unsafe { drop_reference(self.raw) };
     }
 }
 

@@ -21,6 +21,7 @@
 //! it may be touched; a test that tries to break the claim from safe code sits with
 //! the tests of that type.
 
+pub(crate) mod alloc;
 pub(crate) mod current;
 pub(crate) mod diag;
 pub(crate) mod header;

@@ -1,6 +1,7 @@
 //! The concrete task allocation (`Cell`), the poll harness and the owning pointer types
 //! the scheduler moves around.
 
+use std::alloc::Layout;
 use std::future::Future;
 use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -11,7 +12,7 @@ use std::task::{Context, Poll, Waker};
 use super::header::{Header, Id, OwnedLinks, Vtable};
 use super::join::JoinError;
 use super::state::{Idle, Run, State};
-use super::{current, waker};
+use super::{alloc, current, waker};
 use crate::base::{AtomicU32, UnsafeCell};
 
 /// What a task needs from the scheduler that runs it.
@@ -117,7 +118,7 @@ where
     /// Allocates a SCHEDULED task with three references: the owned list's, the
     /// `JoinHandle`'s and the returned `Notified`'s.
     pub(crate) fn allocate(future: F, scheduler: S, id: Id, fiber: bool) -> NonNull<Header> {
-        let cell = Box::new(Cell {
+        let cell = Cell {
             header: Header {
                 state: State::new(),
                 vtable: &Self::VTABLE,
@@ -132,8 +133,12 @@ where
             scheduler,
             stage: UnsafeCell::new(Stage::Running(future)),
             join_waker: UnsafeCell::new(None),
-        });
-        NonNull::from(Box::leak(cell)).cast()
+        };
+        // SAFETY: the block is freed only by `dealloc` below, with the same layout.
+        let block = unsafe { alloc::alloc(Layout::new::<Self>()) }.cast::<Self>();
+        // SAFETY: the block is fresh, sized and aligned for `Self`.
+        unsafe { block.as_ptr().write(cell) };
+        block.cast()
     }
 
     /// # Safety
@@ -299,9 +304,20 @@ where
     F::Output: Send + 'static,
     S: Schedule,
 {
-    // SAFETY: the reference count reached zero, so this is the only pointer left; it
-    // came from `Box::leak` in `allocate`.
-    drop(unsafe { Box::from_raw(ptr.cast::<Cell<F, S>>().as_ptr()) });
+    /// Frees the block even if a drop below panics (as a `Box` would).
+    struct FreeOnDrop<T>(NonNull<T>);
+    impl<T> Drop for FreeOnDrop<T> {
+        fn drop(&mut self) {
+            // SAFETY: the block came from `alloc::alloc` with `T`'s layout (`allocate`)
+            // and its contents have been dropped (or their drop unwound) by now.
+            unsafe { alloc::free(self.0.cast(), Layout::new::<T>()) }
+        }
+    }
+    let cell = ptr.cast::<Cell<F, S>>();
+    let _free = FreeOnDrop(cell);
+    // SAFETY: the reference count reached zero, so this is the only pointer left; the
+    // cell was written by `allocate` and is dropped exactly once, here.
+    unsafe { std::ptr::drop_in_place(cell.as_ptr()) };
 }
 
 unsafe fn try_read_output<F, S>(ptr: NonNull<Header>, dst: *mut (), waker: &Waker)
