@@ -284,16 +284,19 @@ impl Runtime {
 
 /// How long a blocking operation keeps its core before it sleeps: a partner on
 /// another core often completes it within a microsecond, far less than a futex park
-/// and wake (about 40 us here). A plain thread spins, then yields its core a few times
-/// (the partner may be waiting for it, with more threads than cores). A worker with
-/// nothing else ready spins about 20 us (a started fiber is woken on its own worker,
-/// through a futex when that worker sleeps); one with other work ready suspends at
-/// once.
+/// and wake (about 40 us here). A plain thread spins a few microseconds, then parks.
+/// It does not `sched_yield` in between: the kernel (6.x, EEVDF) puts a yielding
+/// thread behind its run queue for about a slice, so with more busy threads than
+/// cores a receiver that yielded while its sender kept the core could wait
+/// milliseconds a message (`chan_cancel`'s rendezvous cases: 30-55 values a second
+/// under load, timing out; and `bounded(1)` thread cases ran 1.5-3x slower than
+/// parking at once). A worker with nothing else ready spins about 20 us (a started
+/// fiber is woken on its own worker, through a futex when that worker sleeps); one
+/// with other work ready suspends at once.
 pub(crate) struct Backoff {
     step: u32,
     limit: u32,
-    /// Spin instead of yielding past the first rounds (a worker never yields its
-    /// thread).
+    /// Keep spinning at the longest spin past the first rounds (an idle worker).
     on_worker: bool,
 }
 
@@ -301,12 +304,10 @@ impl Backoff {
     const SPINS: u32 = 7;
     /// Extra rounds of the longest spin for an idle worker (about 20 us in all).
     const IDLE_SPINS: u32 = 24;
-    /// Rounds of `yield_now` for a plain thread.
-    const YIELDS: u32 = 4;
 
     pub(crate) fn new() -> Backoff {
         let (on_worker, limit) = crate::scheduler::worker::with_current(|core| match core {
-            None => (false, Self::SPINS + Self::YIELDS),
+            None => (false, Self::SPINS),
             Some(c) if c.has_ready_work() => (true, 0),
             Some(_) => (true, Self::SPINS + Self::IDLE_SPINS),
         });
@@ -330,12 +331,10 @@ impl Backoff {
         {
             return false;
         }
-        if self.step < Self::SPINS || self.on_worker {
-            for _ in 0..(1u32 << self.step.min(Self::SPINS)) {
-                std::hint::spin_loop();
-            }
-        } else {
-            std::thread::yield_now();
+        // A plain thread's limit is `SPINS`, so only an idle worker gets past it, at
+        // the longest spin.
+        for _ in 0..(1u32 << self.step.min(Self::SPINS)) {
+            std::hint::spin_loop();
         }
         self.step += 1;
         true
