@@ -904,7 +904,11 @@ fn child_waker_drop_panic() {
             wait_for(4, || WAKER_DROPS.load(SeqCst) > round),
             "the cell holding the join waker was not freed"
         );
-        assert_eq!(WAKER_DROPS.load(SeqCst), round + 1, "a join waker dropped twice");
+        assert_eq!(
+            WAKER_DROPS.load(SeqCst),
+            round + 1,
+            "a join waker dropped twice"
+        );
     }
     // Every worker is still there to be joined.
     drop(rt);
