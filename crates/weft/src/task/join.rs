@@ -19,8 +19,9 @@ use super::state::Abort;
 ///
 /// The waker of the last poll that returned `Pending` is woken when the task
 /// completes and dropped when the task's memory is freed, both usually on a worker
-/// thread. A panic in that waker's wake or drop during completion is caught and
-/// ignored (the panic hook prints it as usual); the worker goes on.
+/// thread. A panic in that waker's wake or drop during completion (or when the task
+/// is freed, wherever that happens) is caught and ignored (the panic hook prints it
+/// as usual); the worker goes on.
 ///
 /// ```
 /// let rt = weft::Runtime::new().unwrap();
