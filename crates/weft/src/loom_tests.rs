@@ -195,6 +195,26 @@ fn loom_task_abort_vs_wake() {
     });
 }
 
+/// The join waker handed over against completion: a handle awaited on one thread
+/// (it registers its waker and parks) while the task completes on another, and the
+/// spawner's last reference goes on that other thread meanwhile. The handle is woken
+/// (a lost wake parks its thread for ever: loom reports a deadlock), and whichever
+/// side frees the cell takes the waker out of its slot ordered after the handle's
+/// write (loom checks the slot's accesses).
+#[test]
+fn loom_task_join_waker_vs_complete() {
+    loom::model(|| {
+        let rec = Arc::new(Recorder::default());
+        let (task, handle) = new_task(async { 7u32 }, rec.clone());
+        let ptr = NonNull::from(task.header());
+        let joiner = thread::spawn(move || crate::base::loom_harness::block_on(handle));
+        task.run();
+        // SAFETY: the spawner's owned-list reference (never linked here) is ours.
+        unsafe { crate::task::raw::drop_reference(ptr) };
+        assert_eq!(joiner.join().unwrap().unwrap(), 7);
+    });
+}
+
 /// A rendezvous commit (`waitlist::Node::commit`: a receiver takes a parked send's
 /// value) racing the send's task being aborted and polled: the receiver commits only
 /// if the harness will poll the task (so its send returns `Ok`), and it does not

@@ -17,6 +17,12 @@ use super::state::Abort;
 /// Awaiting it yields `Ok(output)`, or a [`JoinError`] if the task panicked or was
 /// aborted. Dropping it detaches the task: it keeps running, and its output is dropped.
 ///
+/// The waker of the last poll that returned `Pending` is woken when the task
+/// completes and dropped when the task's memory is freed, both usually on a worker
+/// thread. A panic in that waker's wake or drop during completion (or when the task
+/// is freed, wherever that happens) is caught and ignored (the panic hook prints it
+/// as usual); the worker goes on.
+///
 /// ```
 /// let rt = weft::Runtime::new().unwrap();
 /// let out = rt.block_on(async {

@@ -217,7 +217,10 @@ where
                 // SAFETY: JOIN_WAKER was set, so the handle wrote the waker before it
                 // published the bit and will not touch the slot again.
                 if let Some(w) = unsafe { &*w } {
-                    w.wake_by_ref();
+                    // The handle's poller gave this waker. A panic in it must not skip
+                    // the release below (the cell would leak) nor unwind out of the
+                    // worker; the waker stays in the slot and goes with the cell.
+                    waker::ignore_panic(|| w.wake_by_ref());
                 }
             });
         }
@@ -315,6 +318,19 @@ where
     }
     let cell = ptr.cast::<Cell<F, S>>();
     let _free = FreeOnDrop(cell);
+    // The join waker is the handle's poller's and is dropped wherever the last
+    // reference goes: often on a worker (a completing task, a queue entry, another
+    // task dropping a waker clone), where a panic in its `Drop` would end the worker or
+    // fail an unrelated task. Taken out first and dropped under `catch_unwind`; the
+    // slot is left `None`, so the drop below does not see it again.
+    // SAFETY: the reference count reached zero, so nothing else reads the slot.
+    let join_waker = unsafe { cell.as_ref() }
+        .join_waker
+        // SAFETY: as above; exclusive access to the slot.
+        .with_mut(|w| unsafe { (*w).take() });
+    if let Some(w) = join_waker {
+        waker::ignore_panic(move || drop(w));
+    }
     // SAFETY: the reference count reached zero, so this is the only pointer left; the
     // cell was written by `allocate` and is dropped exactly once, here.
     unsafe { std::ptr::drop_in_place(cell.as_ptr()) };

@@ -1,6 +1,7 @@
 //! `std::task::Waker`s over a task header: clone takes a reference, drop releases one,
 //! wake schedules the task through the state word's notified protocol.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 use std::task::{RawWaker, RawWakerVTable, Waker};
 
@@ -59,4 +60,13 @@ fn wake(data: *const ()) {
 fn drop_waker(data: *const ()) {
     // SAFETY: an owned waker holds one reference.
     unsafe { drop_reference(ptr(data)) }
+}
+
+/// Runs `f`, a call into a user's waker (its wake or its drop) made where a panic has
+/// nobody to go to: a worker completing or freeing a task. The panic is caught and
+/// ignored (the panic hook has already printed it), so that the caller releases the
+/// task's references and the worker goes on.
+#[inline]
+pub(crate) fn ignore_panic(f: impl FnOnce()) {
+    let _ = catch_unwind(AssertUnwindSafe(f));
 }
