@@ -961,3 +961,41 @@ fn loom_chan_review_closed_drain_two_receivers() {
         assert_eq!(got, vec![1, 2]);
     });
 }
+
+/// Review: once a receiver saw a closed channel disconnected, it stays so, even while
+/// a select's quick pass (which counts a value in flight before its pop) races a
+/// plain receive for the last value. The failing schedule needs three preemptions
+/// (the select looks at the head, the plain receive takes the value, this receiver
+/// sees the channel drained, the select counts the value, this receiver looks
+/// again), so this model runs at CI's bound of 3, not `model_bound2`.
+#[test]
+fn loom_chan_review_disconnected_stays() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        tx.try_send(1).unwrap();
+        assert!(tx.close());
+        let rx_s = rx.clone();
+        let sel = thread::spawn(move || {
+            let mut sel = Select::new();
+            sel.recv(&rx_s);
+            let got = match sel.try_select() {
+                Ok(op) => op.recv(&rx_s).ok(),
+                Err(_) => None,
+            };
+            drop(rx_s);
+            got
+        });
+        let rx_b = rx.clone();
+        let taker = thread::spawn(move || rx_b.try_recv().ok());
+        let first = rx.try_recv();
+        if first == Err(TryRecvError::Disconnected) {
+            assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+        }
+        let got: Vec<u32> = [first.ok(), sel.join().unwrap(), taker.join().unwrap()]
+            .into_iter()
+            .flatten()
+            .collect();
+        assert_eq!(got, vec![1]);
+        drop(tx);
+    });
+}
