@@ -67,6 +67,14 @@ fn mark(seen: &[AtomicBool], v: u64, what: &str) {
 /// when another receiver takes that value first, the count lingers a moment, and a
 /// receiver that had already seen `Disconnected` then got `Empty` from `try_recv`
 /// (cap 1, within a few rounds).
+///
+/// Second finding (fixed on this branch, `Chan::won_state`): a select waiting to
+/// receive that the close woke reported `Disconnected` without checking that the
+/// channel was drained: a fast send could push a value just before the close (its
+/// settle then found nobody on the list), so the select said `Disconnected` while a
+/// value was still buffered (here: its own `try_recv` then found the channel not
+/// drained, about one run in 30 after the first fix; the blocking receive re-checks
+/// after a `Close` wake and never did this).
 #[test]
 fn closed_mpmc_drain_mixed_receivers_exactly_once() {
     watchdog(240, || {

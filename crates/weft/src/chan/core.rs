@@ -1435,13 +1435,21 @@ impl<T> Chan<T> {
         waker: Option<&std::task::Waker>,
     ) -> Option<Won> {
         let mut wakes = WakeBatch::new();
-        let _st = self.lock();
+        let st = self.lock();
         // SAFETY: under the lock.
         unsafe {
             if let Some(w) = waker {
                 node.set_waker(w, WaitOn::Chan, &mut wakes);
             }
             match node.reason() {
+                // The close woke every waiting receive, but a receive is done only
+                // once the channel is drained: a fast send may have pushed a value
+                // just before the close (its settle then finds no receiver on the
+                // list), or a value may still be on its way to another receiver. As
+                // a plain receive does after a `Close` wake, the select tries again
+                // (the round starts afresh and finds the value, or waits for the
+                // last `taken`).
+                Reason::Close if recv && !self.is_drained(&st) => None,
                 Reason::Close => Some(Won::Closed),
                 Reason::Data if recv => Some(Won::Value),
                 Reason::Data if !node.partner().is_null() => Some(Won::Partner),
