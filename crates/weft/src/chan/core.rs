@@ -202,6 +202,9 @@ pub(crate) struct State<T> {
     observers: usize,
     /// What `Chan::slow` was last set to.
     slow: bool,
+    /// Set once the channel was seen closed and drained (see [`Chan::is_drained`]). A
+    /// `Cell`: noted by readers of the state, all under the lock.
+    drained: std::cell::Cell<bool>,
 }
 
 impl<T> State<T> {
@@ -294,6 +297,7 @@ impl<T> Chan<T> {
                 receivers: WaitList::default(),
                 observers: 0,
                 slow: false,
+                drained: std::cell::Cell::new(false),
             })),
             cap,
             senders: AtomicUsize::new(1),
@@ -584,10 +588,27 @@ impl<T> Chan<T> {
     }
 
     /// Closed, and no value is on its way to a receiver.
+    ///
+    /// Once drained, the channel stays so, whatever `in_flight` says later: the
+    /// buffer is closed to pushes and empty, `front` and `over` are empty and nothing
+    /// is on its way, so no value can appear any more, but a select's quick pass on
+    /// the closed channel (the fast path is open there) may still count a value it
+    /// then fails to pop (another receiver took it first). Without the note, a
+    /// receiver that had seen `Disconnected` would see `Empty` (or wait) during that
+    /// window. The values themselves are still checked: one given back after a
+    /// panicking wake (uncounted) is not hidden.
     fn is_drained(&self, st: &State<T>) -> bool {
+        if !st.closed || self.has_values(st) {
+            return false;
+        }
+        if st.drained.get() {
+            return true;
+        }
         // The buffer before the count: a select's quick pass counts a value before it
         // pops it, so a value seen gone from the buffer is seen counted.
-        st.closed && !self.has_values(st) && self.in_flight.load(Acquire) == 0
+        let drained = self.in_flight.load(Acquire) == 0;
+        st.drained.set(drained);
+        drained
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -1414,13 +1435,21 @@ impl<T> Chan<T> {
         waker: Option<&std::task::Waker>,
     ) -> Option<Won> {
         let mut wakes = WakeBatch::new();
-        let _st = self.lock();
+        let st = self.lock();
         // SAFETY: under the lock.
         unsafe {
             if let Some(w) = waker {
                 node.set_waker(w, WaitOn::Chan, &mut wakes);
             }
             match node.reason() {
+                // The close woke every waiting receive, but a receive is done only
+                // once the channel is drained: a fast send may have pushed a value
+                // just before the close (its settle then finds no receiver on the
+                // list), or a value may still be on its way to another receiver. As
+                // a plain receive does after a `Close` wake, the select tries again
+                // (the round starts afresh and finds the value, or waits for the
+                // last `taken`).
+                Reason::Close if recv && !self.is_drained(&st) => None,
                 Reason::Close => Some(Won::Closed),
                 Reason::Data if recv => Some(Won::Value),
                 Reason::Data if !node.partner().is_null() => Some(Won::Partner),

@@ -890,3 +890,112 @@ fn loom_chan_fast_send_vs_select_registering() {
         assert_eq!(census(&rx), (0, 0, 0, 0));
     });
 }
+
+/// Review (closed channels keep the fast path): a select's quick pass holds the last
+/// buffered value (`recv_fast_held`: counted in `in_flight`) while the channel closes
+/// and another receiver blocks. The blocked receiver either gets the value (never,
+/// here: the select took it) or `Disconnected` once the select took it, woken by the
+/// last `taken` or by the close; it never hangs and never sees `Disconnected` while
+/// the value could still come back.
+#[test]
+fn loom_chan_review_close_vs_select_held_last_value() {
+    model_bound2(|| {
+        let (tx, rx) = bounded::<u32>(2);
+        tx.try_send(1).unwrap();
+        let rx2 = rx.clone();
+        let sel = thread::spawn(move || {
+            let mut sel = Select::new();
+            sel.recv(&rx2);
+            let op = block_on(sel.select_async());
+            let v = op.recv(&rx2);
+            (v, rx2)
+        });
+        let closer = thread::spawn(move || {
+            assert!(tx.close());
+        });
+        let mine = block_on(rx.recv());
+        let (theirs, _rx2) = sel.join().unwrap();
+        closer.join().unwrap();
+        let mut got: Vec<u32> = [mine, theirs].into_iter().filter_map(Result::ok).collect();
+        got.sort_unstable();
+        assert_eq!(got, vec![1]);
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// Review: a closed channel with two buffered values, drained by a plain receive and
+/// a select's quick pass at once: each value exactly once, and `Disconnected` only
+/// after both were taken.
+#[test]
+fn loom_chan_review_closed_drain_two_receivers() {
+    model_bound2(|| {
+        let (tx, rx) = bounded::<u32>(2);
+        tx.try_send(1).unwrap();
+        tx.try_send(2).unwrap();
+        assert!(tx.close());
+        let rx2 = rx.clone();
+        let sel = thread::spawn(move || {
+            let mut got = Vec::new();
+            for _ in 0..2 {
+                let mut sel = Select::new();
+                sel.recv(&rx2);
+                let op = block_on(sel.select_async());
+                match op.recv(&rx2) {
+                    Ok(v) => got.push(v),
+                    Err(RecvError) => break,
+                }
+            }
+            got
+        });
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            match block_on(rx.recv()) {
+                Ok(v) => got.push(v),
+                Err(RecvError) => break,
+            }
+        }
+        let theirs = sel.join().unwrap();
+        got.extend(theirs);
+        got.sort_unstable();
+        assert_eq!(got, vec![1, 2]);
+    });
+}
+
+/// Review: once a receiver saw a closed channel disconnected, it stays so, even while
+/// a select's quick pass (which counts a value in flight before its pop) races a
+/// plain receive for the last value. The failing schedule needs three preemptions
+/// (the select looks at the head, the plain receive takes the value, this receiver
+/// sees the channel drained, the select counts the value, this receiver looks
+/// again), so this model runs at CI's bound of 3, not `model_bound2`.
+#[test]
+fn loom_chan_review_disconnected_stays() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        tx.try_send(1).unwrap();
+        assert!(tx.close());
+        let rx_s = rx.clone();
+        let sel = thread::spawn(move || {
+            let mut sel = Select::new();
+            sel.recv(&rx_s);
+            let got = match sel.try_select() {
+                Ok(op) => op.recv(&rx_s).ok(),
+                Err(_) => None,
+            };
+            drop(rx_s);
+            got
+        });
+        let rx_b = rx.clone();
+        let taker = thread::spawn(move || rx_b.try_recv().ok());
+        let first = rx.try_recv();
+        if first == Err(TryRecvError::Disconnected) {
+            assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+        }
+        let got: Vec<u32> = [first.ok(), sel.join().unwrap(), taker.join().unwrap()]
+            .into_iter()
+            .flatten()
+            .collect();
+        assert_eq!(got, vec![1]);
+        drop(tx);
+    });
+}
