@@ -63,11 +63,11 @@ mod linux {
             return;
         };
         let last = end.div_ceil(page) * page;
+        // The range is the caller's allocation widened to whole pages; those pages are
+        // mapped (they hold part of the allocation), and if any were not the call
+        // fails with `ENOMEM` and does nothing harmful.
         // SAFETY: `MADV_POPULATE_WRITE` only faults pages in (as a write would) and
-        // never changes their contents, so it cannot disturb memory in use. The range
-        // is the caller's allocation widened to whole pages; those pages are mapped
-        // (they hold part of the allocation), and if any were not the call fails with
-        // `ENOMEM` and does nothing harmful.
+        // never changes their contents, so it cannot disturb memory in use.
         let r = unsafe {
             libc::madvise(
                 first as *mut libc::c_void,

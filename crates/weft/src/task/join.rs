@@ -149,10 +149,11 @@ impl<T> Drop for JoinHandle<T> {
         }
         let _release = Release(self.raw);
         if self.header().state.unset_join_interest().is_err() {
+            // If the output's drop panics, the stage has been overwritten all the same
+            // (an assignment's unwind path stores the new value), so freeing the cell
+            // later drops nothing twice.
             // SAFETY: the task is complete and still had join interest: the unread
-            // output is ours to drop. If its drop panics, the stage has been
-            // overwritten all the same (an assignment's unwind path stores the new
-            // value), so freeing the cell later drops nothing twice.
+            // output is ours to drop.
             unsafe { (self.header().vtable.drop_output)(self.raw) };
         }
     }
