@@ -6,10 +6,10 @@
 
 use std::time::Duration;
 
-use weft::chan::{self, RecvError, Select, TryRecvError};
+use weft::chan::{RecvError, Select, TryRecvError};
 
 mod chan_common;
-use chan_common::fiber_on;
+use chan_common::{fiber_on, make};
 
 fn flavours() -> Vec<(Option<usize>, &'static str)> {
     vec![
@@ -20,20 +20,13 @@ fn flavours() -> Vec<(Option<usize>, &'static str)> {
     ]
 }
 
-fn make(cap: Option<usize>) -> (chan::Sender<u64>, chan::Receiver<u64>) {
-    match cap {
-        Some(c) => chan::bounded(c),
-        None => chan::unbounded(),
-    }
-}
-
 /// Values buffered before a close come out in order through every kind of receive,
 /// then the channel reads as disconnected (not empty) at once.
 #[test]
 fn a_closed_channel_drains_then_disconnects() {
     for (cap, name) in flavours() {
         let n = cap.unwrap_or(1000).min(1000) as u64;
-        let (tx, rx) = make(cap);
+        let (tx, rx) = make::<u64>(cap);
         for v in 0..n {
             tx.try_send(v).unwrap();
         }
@@ -76,7 +69,7 @@ fn a_closed_channel_drains_then_disconnects() {
 fn close_wakes_a_blocked_receiver_after_the_last_value() {
     for (cap, name) in flavours() {
         for delay_ms in [0u64, 20] {
-            let (tx, rx) = make(cap);
+            let (tx, rx) = make::<u64>(cap);
             let r = std::thread::spawn(move || {
                 let first = rx.recv_blocking();
                 let second = rx.recv_blocking();
@@ -98,7 +91,7 @@ fn close_wakes_a_blocked_receiver_after_the_last_value() {
 #[test]
 fn ready_then_try_recv_never_finds_it_empty() {
     for (cap, name) in flavours() {
-        let (tx, rx) = make(cap);
+        let (tx, rx) = make::<u64>(cap);
         let n = 20_000u64;
         let s = std::thread::spawn(move || {
             for v in 0..n {
@@ -125,7 +118,7 @@ fn one_sender_one_receiver_in_every_context_keeps_order() {
     for (cap, name) in flavours() {
         let n = 200_000u64;
         for ctx in ["threads", "fibers", "tasks"] {
-            let (tx, rx) = make(cap);
+            let (tx, rx) = make::<u64>(cap);
             let send = move || {
                 for v in 0..n {
                     tx.send_blocking(v).unwrap();
@@ -171,7 +164,7 @@ fn one_sender_one_receiver_in_every_context_keeps_order() {
 fn spinning_receivers_see_every_close() {
     for (cap, name) in flavours() {
         for round in 0..20u64 {
-            let (tx, rx) = make(cap);
+            let (tx, rx) = make::<u64>(cap);
             let receivers: Vec<_> = (0..2)
                 .map(|_| {
                     let rx = rx.clone();

@@ -11,17 +11,10 @@ use std::sync::{Arc, Barrier};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use weft::chan::{self, Receiver, RecvError, Select, Sender, TryRecvError};
+use weft::chan::{self, RecvError, Select, TryRecvError};
 
 mod chan_common;
-use chan_common::{fiber_on, join_within, watchdog, Rng};
-
-fn make<T>(cap: Option<usize>) -> (Sender<T>, Receiver<T>) {
-    match cap {
-        Some(c) => chan::bounded(c),
-        None => chan::unbounded(),
-    }
-}
+use chan_common::{fiber_on, join_within, make, watchdog, Rng};
 
 /// Busy-waits a pseudo-random short while (no sleep: the point is to land inside the
 /// other side's spin).

@@ -46,6 +46,7 @@ use crossbeam_utils::CachePadded;
 
 use super::flavors::list::{self, List};
 use super::flavors::ring::{self, PushError, Ring};
+use super::flavors::Backoff;
 use crate::base::{fence, AtomicBool, AtomicUsize};
 use crate::task::TaskRef;
 use crate::waitlist::{Kind, Lock, LockGuard, Node, Reason, WaitList, WaitOn, WakeBatch};
@@ -117,6 +118,17 @@ impl<T> Buffer<T> {
         }
     }
 
+    /// Whether a receiver may poll this buffer while it spins, and answer "empty"
+    /// without the lock: only a ring, whose head slot can be looked at without
+    /// reading `tail` ([`Ring::head_written`]). A list cannot look at its head slot
+    /// without claiming it (the block may be freed under a look), and its emptiness
+    /// check reads `tail`, which every push writes: a receiver that polled it without
+    /// the lock in between made one-sender `unbounded()` go from 50 to 150 ns a
+    /// message (measured), so a list's spin keeps the lock's pace.
+    fn polls_head(&self) -> bool {
+        matches!(self, Buffer::Ring(_))
+    }
+
     /// Whether a pop might find a value now: `false` only when it would not (for a
     /// ring, the head slot holds no written value: [`Ring::head_written`]).
     fn may_have_written(&self) -> bool {
@@ -129,11 +141,11 @@ impl<T> Buffer<T> {
     /// Pops, waiting out a push caught between claiming its place and writing it (a
     /// few instructions of another thread).
     fn pop_settled(&self) -> Option<T> {
-        let mut spins = 0u32;
+        let mut backoff = Backoff::new();
         loop {
             match self.pop() {
                 Ok(v) => return v,
-                Err(()) => snooze(&mut spins),
+                Err(()) => backoff.snooze(),
             }
         }
     }
@@ -166,23 +178,6 @@ impl<T> Buffer<T> {
             Buffer::List(l) => l.len(),
         }
     }
-}
-
-/// Waits a moment for another thread to finish a step it has begun.
-fn snooze(spins: &mut u32) {
-    #[cfg(loom)]
-    loom::thread::yield_now();
-    #[cfg(not(loom))]
-    {
-        if *spins < 6 {
-            for _ in 0..(1u32 << *spins) {
-                std::hint::spin_loop();
-            }
-        } else {
-            std::thread::yield_now();
-        }
-    }
-    *spins += 1;
 }
 
 pub(crate) struct State<T> {
@@ -365,10 +360,7 @@ impl<T> Chan<T> {
             return Err(());
         }
         match self.buffer.pop()? {
-            // Empty and closed: only the lock can tell drained from a value handed to
-            // a receiver that may still give it back.
-            None if self.closed.load(Acquire) => Err(()),
-            None => Ok(None),
+            None => self.empty_fast(),
             Some(v) => {
                 if self.met_waiter() {
                     // Given back if a wake panics. Not counted in `in_flight`: the
@@ -436,11 +428,7 @@ impl<T> Chan<T> {
             return Err(());
         }
         if !self.buffer.may_have_written() {
-            return if self.closed.load(Acquire) {
-                Err(())
-            } else {
-                Ok(None)
-            };
+            return self.empty_fast();
         }
         self.handed();
         match self.recv_fast_probe() {
@@ -452,17 +440,23 @@ impl<T> Chan<T> {
         }
     }
 
+    /// The fast path's answer for an empty buffer: "empty" while the channel is open;
+    /// once it is closed only the lock can tell drained from a value handed to a
+    /// receiver that may still give it back (`Err`: undecided).
+    fn empty_fast(&self) -> Result<Option<T>, ()> {
+        if self.closed.load(Acquire) {
+            Err(())
+        } else {
+            Ok(None)
+        }
+    }
+
     /// Nothing a receive could take now, as far as the fast path can tell without
     /// touching what senders write (the lock's state unused, the channel open, the
     /// head not written): what a blocking receive polls while it spins before trying
-    /// a receive (see [`Ring::head_written`]). `false` means "try".
-    ///
-    /// Only a ring can tell this cheaply: a list cannot look at its head slot without
-    /// claiming it (the block may be freed under a look), and its emptiness check
-    /// reads `tail`, so for a list this is always `false` and the spin goes through
-    /// `try_recv` (and its lock) at the pace it always did.
+    /// a receive (see [`Buffer::polls_head`]). `false` means "try".
     pub(crate) fn nothing_to_take(&self) -> bool {
-        matches!(self.buffer, Buffer::Ring(_))
+        self.buffer.polls_head()
             && !self.slow.load(Acquire)
             && !self.closed.load(Acquire)
             && !self.buffer.may_have_written()
@@ -566,8 +560,9 @@ impl<T> Chan<T> {
         // Only the last value's taker reads `closed`. Its fence is the decrement
         // itself: a SeqCst read-modify-write followed by a SeqCst load, against the
         // close's SeqCst fence, is ordered as a fence would order it (the argument of
-        // `met_waiter`), and an `mfence` here cost a select's quick receive about a
-        // tenth of its time. loom models SeqCst accesses as AcqRel, so its builds
+        // `met_waiter`). An `mfence` here took about half of this function's
+        // samples, some 5% of a select's quick receive (perf, one receiver selecting
+        // over four rings). loom models SeqCst accesses as AcqRel, so its builds
         // fence explicitly.
         if self.in_flight.fetch_sub(1, SeqCst) == 1 && {
             #[cfg(loom)]
@@ -845,12 +840,9 @@ impl<T> Chan<T> {
         match self.recv_fast_probe() {
             Ok(Some(v)) => return Ok(v),
             // Empty with `slow` clear and the channel open: no sender waits, nothing
-            // was given back, so the locked path could only answer the same. Only
-            // for a ring: a list's emptiness check reads `tail`, which every push
-            // writes, and a spinning receiver that skipped the lock polled it so
-            // often that one-sender `unbounded()` went from 50 to 150 ns a message
-            // (measured); through the lock it polls at the pace it did before.
-            Ok(None) if matches!(self.buffer, Buffer::Ring(_)) => return Err(Fail::NotReady),
+            // was given back, so the locked path could only answer the same (but a
+            // list's spin keeps the lock's pace: `Buffer::polls_head`).
+            Ok(None) if self.buffer.polls_head() => return Err(Fail::NotReady),
             Ok(None) | Err(()) => {}
         }
         // The common case needs no node: a value in the buffer or a waiting sender,

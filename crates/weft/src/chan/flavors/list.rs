@@ -157,6 +157,8 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 
 use crossbeam_utils::CachePadded;
 
+use super::Backoff;
+
 use crate::base::{AtomicPtr, AtomicUsize, UnsafeCell};
 
 /// Values per block.
@@ -354,42 +356,6 @@ impl<T> Drop for Spare<T> {
         if let Some(block) = self.0 {
             // SAFETY: never published: no other thread has seen it.
             unsafe { Block::free(block.as_ptr()) };
-        }
-    }
-}
-
-/// Backoff for the two bounded waits of the module doc: a few rounds of spinning, then
-/// yielding the core in case the partner was preempted.
-struct Backoff {
-    #[cfg(not(loom))]
-    step: u32,
-}
-
-impl Backoff {
-    #[cfg(not(loom))]
-    const SPIN_ROUNDS: u32 = 6;
-
-    fn new() -> Backoff {
-        Backoff {
-            #[cfg(not(loom))]
-            step: 0,
-        }
-    }
-
-    #[cfg(loom)]
-    fn snooze(&mut self) {
-        loom::thread::yield_now();
-    }
-
-    #[cfg(not(loom))]
-    fn snooze(&mut self) {
-        if self.step < Self::SPIN_ROUNDS {
-            for _ in 0..1u32 << self.step {
-                std::hint::spin_loop();
-            }
-            self.step += 1;
-        } else {
-            std::thread::yield_now();
         }
     }
 }

@@ -123,6 +123,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 
 use crossbeam_utils::CachePadded;
 
+use super::Backoff;
 use crate::base::prefault::populate;
 use crate::base::zeroed::ZeroedWords;
 use crate::base::{AtomicUsize, UnsafeCell};
@@ -416,7 +417,7 @@ impl<T> Ring<T> {
     /// [`publish`](Self::publish) before the ring is dropped.
     fn claim_tail(&self) -> Result<usize, NoRoom> {
         let mut tail = self.tail.load(SeqCst);
-        let mut contention = Contention::new();
+        let mut contention = Backoff::new();
         loop {
             if tail & CLOSED != 0 {
                 return Err(NoRoom::Closed);
@@ -479,7 +480,7 @@ impl<T> Ring<T> {
     /// [`take`](Self::take) before the ring is dropped.
     fn claim_head(&self) -> Result<usize, NoValue> {
         let mut head = self.head.load(SeqCst);
-        let mut contention = Contention::new();
+        let mut contention = Backoff::new();
         loop {
             let stamp = self.stamp(head);
             let ahead = stamp.wrapping_sub(head + 1) as isize;
@@ -534,26 +535,6 @@ impl<T> Ring<T> {
         // Release: the next lap's push, which acquires this stamp, writes after our read.
         self.set_stamp(pos, pos.wrapping_add(self.one_lap));
         v
-    }
-}
-
-/// Backs off after a lost claim: the winner's line is still travelling between cores,
-/// and retrying at once only pulls it back before the winner has used it.
-struct Contention(u32);
-
-impl Contention {
-    fn new() -> Contention {
-        Contention(0)
-    }
-
-    fn spin(&mut self) {
-        #[cfg(loom)]
-        loom::thread::yield_now();
-        #[cfg(not(loom))]
-        for _ in 0..(1u32 << self.0.min(6)) {
-            std::hint::spin_loop();
-        }
-        self.0 += 1;
     }
 }
 
