@@ -8,6 +8,7 @@ pub(crate) mod clock;
 pub(crate) mod futex;
 #[cfg(all(test, loom))]
 pub(crate) mod loom_harness;
+pub(crate) mod page;
 pub(crate) mod park;
 pub(crate) mod prefault;
 pub(crate) mod zeroed;

@@ -32,32 +32,16 @@ pub(crate) fn populate(start: *const u8, len: usize) {
 #[cfg(all(target_os = "linux", not(loom)))]
 mod linux {
     use std::sync::atomic::AtomicBool;
-    use std::sync::atomic::AtomicUsize;
     use std::sync::atomic::Ordering::Relaxed;
 
     /// Cleared once the kernel has refused the advice as unknown (older than 5.14).
     pub(super) static SUPPORTED: AtomicBool = AtomicBool::new(true);
-    /// The page size, once read.
-    static PAGE: AtomicUsize = AtomicUsize::new(0);
-
-    fn page_size() -> usize {
-        match PAGE.load(Relaxed) {
-            0 => {
-                // SAFETY: `sysconf` only reads a system constant.
-                let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-                let p = if p > 0 { p as usize } else { 4096 };
-                PAGE.store(p, Relaxed);
-                p
-            }
-            p => p,
-        }
-    }
 
     pub(super) fn populate(start: *const u8, len: usize) {
         if len == 0 || !SUPPORTED.load(Relaxed) {
             return;
         }
-        let page = page_size();
+        let page = crate::base::page::size();
         let first = start as usize & !(page - 1);
         let Some(end) = (start as usize).checked_add(len) else {
             return;

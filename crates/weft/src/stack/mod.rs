@@ -18,7 +18,7 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::OnceLock;
 
-use corosensei::stack::{StackPointer, STACK_ALIGNMENT};
+use corosensei::stack::StackPointer;
 
 pub(crate) mod error;
 pub(crate) mod overflow;
@@ -54,22 +54,8 @@ static MAPPED: AtomicUsize = AtomicUsize::new(0);
 static RESERVED: AtomicU64 = AtomicU64::new(0);
 static POOLED: AtomicUsize = AtomicUsize::new(0);
 
-/// The system page size.
-pub(crate) fn page_size() -> usize {
-    static PAGE: AtomicUsize = AtomicUsize::new(0);
-    let cached = PAGE.load(Relaxed);
-    if cached != 0 {
-        return cached;
-    }
-    // SAFETY: sysconf only reads a system constant.
-    let raw = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    let page = usize::try_from(raw)
-        .ok()
-        .filter(|p| p.is_power_of_two() && p % STACK_ALIGNMENT == 0)
-        .expect("the page size is a power of two");
-    PAGE.store(page, Relaxed);
-    page
-}
+/// The system page size (a power of two, so a multiple of the stack alignment).
+pub(crate) use crate::base::page::size as page_size;
 
 /// `size` raised to [`MIN_STACK_SIZE`] and rounded up to whole pages, or `None` when it
 /// is above [`MAX_STACK_SIZE`].
@@ -525,7 +511,7 @@ mod thread_cache {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use corosensei::stack::Stack as _;
+    use corosensei::stack::{Stack as _, STACK_ALIGNMENT};
 
     use super::*;
     use crate::stack::error::SpawnErrorKind;
