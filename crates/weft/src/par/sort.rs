@@ -8,12 +8,12 @@
 //! recursion `sort_into` sorts both halves with `join`, each half leaving its result in
 //! the array the merge reads from, then merges the two runs into the other array, so
 //! that the data alternates between the slice and the buffer from one level to the next
-//! and the top level ends in the slice. The leaves are large, about the slice's length
-//! over twice the number of workers (at least `MERGESORT_LEAF` elements), and are sorted
-//! in place with `slice::sort_by` (stable): each level of merging costs a pass over
-//! memory, so few levels matter more than many small parallel pieces (`leaf_for`). Two
-//! runs that are already in order (or in strictly reverse order) are just copied. A sequential
-//! merge works from both ends at once (`merge_sequential`). A merge larger than
+//! and the top level ends in the slice. The leaves (at most 2 MiB of elements, at least
+//! eight per worker, an even number of levels below the top: `leaf_for`) are sorted in
+//! place with `slice::sort_by` (stable). Two runs that are already in order (or in
+//! strictly reverse order) are just copied. A sequential merge works from both ends at
+//! once (`merge_sequential`), which makes a level of merging cheaper per element than
+//! the sequential sort's own upper levels. A merge larger than
 //! `MERGE_SEQUENTIAL` is itself split: the middle element of the longer run is located
 //! in the shorter run by binary search, which cuts both runs into a part that goes
 //! before and a part that goes after, and the two smaller merges run with `join`.
@@ -45,11 +45,14 @@ use std::ptr;
 
 use crate::forkjoin::{self, join};
 
-/// The merge sort's smallest leaf: pieces of at most this many elements are always
-/// sorted sequentially.
+/// The merge sort's leaves have at least this many elements (so slices of fewer than
+/// twice as many are sorted sequentially).
 const MERGESORT_LEAF: usize = 4096;
-/// Leaves of the merge sort per worker (at least; rounded up to a power of two in all).
-const LEAVES_PER_WORKER: usize = 2;
+/// Leaves of the merge sort per worker, at least: room for stealing to even out a
+/// worker that runs late.
+const LEAVES_PER_WORKER: usize = 8;
+/// Bytes of elements in a merge sort leaf, at most (before the rounding in `leaf_for`).
+const LEAF_BYTES: usize = 2 << 20;
 /// Merges of at most this many elements in all run sequentially.
 const MERGE_SEQUENTIAL: usize = 8192;
 /// Pieces of at most this many elements are sorted sequentially by the quicksort.
@@ -61,27 +64,47 @@ where
     T: Send,
     F: Fn(&T, &T) -> Ordering + Sync,
 {
-    mergesort_with(v, compare, mergesort_leaf(v.len()), MERGE_SEQUENTIAL);
+    mergesort_with(v, compare, mergesort_leaf::<T>(v.len()), MERGE_SEQUENTIAL);
 }
 
-/// The leaf size of the merge sort of `len` elements on the workers `join` spreads to.
-fn mergesort_leaf(len: usize) -> usize {
-    leaf_for(len, forkjoin::current_num_threads())
+/// The leaf size of the merge sort of `len` elements of `T` on the workers `join`
+/// spreads to.
+fn mergesort_leaf<T>(len: usize) -> usize {
+    leaf_for(len, mem::size_of::<T>(), forkjoin::current_num_threads())
 }
 
-/// The leaf size of the merge sort of `len` elements over `workers` workers.
+/// The leaf size of the merge sort of `len` elements of `size` bytes over `workers`
+/// workers.
 ///
-/// Few, large leaves: the sequential sort works within the caches, while each level of
-/// merging streams the whole slice through memory, read and written, which is what
-/// bounds the sort on two cores (10M `u64` on 2 workers: 12 levels of 4,096-element
-/// leaves made it 1.2x the sequential sort; 2 levels, 1.4-1.6x). Two leaves per worker
-/// leave stealing room to even out a worker that runs late.
-fn leaf_for(len: usize, workers: usize) -> usize {
-    let pieces = (workers.max(1) * LEAVES_PER_WORKER).next_power_of_two();
+/// Leaves of at most `LEAF_BYTES`, and at least `LEAVES_PER_WORKER` per worker. The
+/// sequential sort of a large leaf spends more per element than a merge level does
+/// here (one pass of the two-ended merge): sorting 10M `u64` in 2, 4, ..., 64 pieces
+/// instead of one saved 30-45 ms a halving down to 16 pieces (1.25 MB each) and then
+/// about 10, while a merge level costs some 19 ms of one core. On the 16-core machine,
+/// 2 workers sorted 10M `u64` in 160-212 ms with 64 leaves against 270-321 ms with 4,
+/// and 16 workers in 48-52 ms with 256 leaves against 62-65 with 64 (rayon: 76-80).
+///
+/// The depth, log2 of the number of leaves, is rounded up to an even number: the data
+/// moves between the slice and the buffer at every level, so at an odd depth the leaves
+/// would be sorted in place and then copied into the buffer, one more pass.
+fn leaf_for(len: usize, size: usize, workers: usize) -> usize {
+    let by_size = len.saturating_mul(size) / LEAF_BYTES;
+    let by_workers = workers.max(1).saturating_mul(LEAVES_PER_WORKER);
+    let wanted = by_size.max(by_workers).next_power_of_two().trailing_zeros();
+    // Leaves of at least `MERGESORT_LEAF` elements: at most `max_depth` levels.
+    let max_depth = (len / MERGESORT_LEAF).checked_ilog2().unwrap_or(0);
+    let mut depth = wanted.min(max_depth);
+    if depth % 2 == 1 {
+        depth = if depth < max_depth {
+            depth + 1
+        } else {
+            depth - 1
+        };
+    }
     // Each level of the recursion cuts a piece into `n / 2` and `n - n / 2` elements, so
-    // after `log2(pieces)` levels the longest piece has exactly `len / pieces` elements
+    // after `depth` levels the longest piece has exactly `len / 2^depth` elements
     // rounded up: with that as the leaf, the recursion stops there.
-    MERGESORT_LEAF.max(len.div_ceil(pieces))
+    len.div_ceil(1 << depth)
 }
 
 /// Unstable parallel sort of `v` by `compare`.
@@ -663,37 +686,48 @@ mod tests {
     }
 
     #[test]
-    fn leaves_are_two_per_worker_rounded_to_a_power_of_two() {
+    fn leaves_are_small_enough_many_enough_and_at_an_even_depth() {
         for workers in [0usize, 1, 2, 3, 4, 7, 8, 16, 100] {
-            let pieces = (workers.max(1) * 2).next_power_of_two();
-            for len in [
-                1,
-                4096,
-                4097,
-                100_000,
-                999_999,
-                1 << 20,
-                (1 << 20) + 1,
-                10_000_000,
-            ] {
-                let leaf = leaf_for(len, workers);
-                assert!(leaf >= MERGESORT_LEAF);
-                let depth = leaf_depth(len, leaf);
-                if len / pieces >= MERGESORT_LEAF {
-                    // Exactly log2(pieces) levels: no stray level of tiny pieces.
-                    assert_eq!(
-                        depth,
-                        pieces.trailing_zeros(),
-                        "len {len}, {workers} workers"
-                    );
-                } else {
-                    assert!(
-                        depth <= pieces.trailing_zeros(),
-                        "len {len}, {workers} workers"
-                    );
+            for size in [1usize, 8, 24, 512] {
+                for len in [
+                    1,
+                    4096,
+                    8191,
+                    8192,
+                    20_480,
+                    100_000,
+                    999_999,
+                    1 << 20,
+                    (1 << 20) + 1,
+                    10_000_000,
+                ] {
+                    let leaf = leaf_for(len, size, workers);
+                    let depth = leaf_depth(len, leaf);
+                    let what = format!("len {len}, size {size}, {workers} workers: leaf {leaf}");
+                    assert_eq!(depth % 2, 0, "{what}: odd depth {depth}");
+                    if len < 2 * MERGESORT_LEAF {
+                        assert_eq!(depth, 0, "{what}");
+                        continue;
+                    }
+                    // Exactly `depth` levels, so no leaf is much shorter than `leaf`.
+                    assert!(len >> depth >= MERGESORT_LEAF, "{what}: leaves too small");
+                    assert_eq!(leaf, len.div_ceil(1 << depth), "{what}");
+                    // Enough leaves for the workers and small enough ones, unless that
+                    // would take leaves below `MERGESORT_LEAF` elements.
+                    let room = len / MERGESORT_LEAF >= 4 << depth;
+                    if room {
+                        assert!(
+                            1 << depth >= workers.max(1) * LEAVES_PER_WORKER,
+                            "{what}: too few leaves"
+                        );
+                        assert!(leaf * size <= LEAF_BYTES, "{what}: leaves too large");
+                    }
                 }
             }
         }
+        // The measured cases: 64 leaves on 2 workers, 256 on 16, for 10M `u64`.
+        assert_eq!(leaf_for(10_000_000, 8, 2), 10_000_000usize.div_ceil(64));
+        assert_eq!(leaf_for(10_000_000, 8, 16), 10_000_000usize.div_ceil(256));
     }
     use std::cell::Cell;
     use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
