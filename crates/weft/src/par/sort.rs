@@ -1017,4 +1017,499 @@ mod tests {
         }
         assert_eq!(LIVE.load(AtomicOrdering::SeqCst), before);
     }
+
+    // ---- Adversarial review of the two-ended `merge_sequential` (79dc69d) ----
+    //
+    // These use their own live counters (not the shared `LIVE`), so that they stay exact
+    // while other tests run on other threads.
+
+    /// An element that records the comparisons made on it (through interior
+    /// mutability), counts live instances in its own counter and detects double drops.
+    struct Probe<'a> {
+        id: usize,
+        marks: Cell<u32>,
+        live: &'a Cell<usize>,
+        alive: bool,
+    }
+
+    impl<'a> Probe<'a> {
+        fn new(id: usize, live: &'a Cell<usize>) -> Self {
+            live.set(live.get() + 1);
+            Probe {
+                id,
+                marks: Cell::new(0),
+                live,
+                alive: true,
+            }
+        }
+    }
+
+    impl Drop for Probe<'_> {
+        fn drop(&mut self) {
+            assert!(self.alive, "double drop of element {}", self.id);
+            self.alive = false;
+            self.live.set(self.live.get() - 1);
+        }
+    }
+
+    /// Merges `ll` elements with `rl` elements by a comparison whose `i`-th answer is
+    /// `Less` if bit `i` of `bits` is set (else `Greater`), panicking at call `panic_at`.
+    /// Checks: every comparison gets a right-run element first and a left-run element
+    /// second, both in the source (never in `dest`), never more than `ll + rl - 1`
+    /// calls, every element out exactly once, every comparison's marks kept, no drop.
+    fn review_merge_scripted(ll: usize, rl: usize, bits: u64, panic_at: Option<usize>) {
+        let live = Cell::new(0usize);
+        let n = ll + rl;
+        {
+            let v: Vec<Probe<'_>> = (0..n).map(|i| Probe::new(i, &live)).collect();
+            let base = v.as_ptr() as usize;
+            let size = mem::size_of::<Probe<'_>>();
+            let (lo, mid, hi) = (base, base + ll * size, base + n * size);
+            let calls = Cell::new(0usize);
+            let compare = |a: &Probe<'_>, b: &Probe<'_>| {
+                let (pa, pb) = (
+                    a as *const Probe<'_> as usize,
+                    b as *const Probe<'_> as usize,
+                );
+                assert!(mid <= pa && pa < hi, "first argument not in the right run");
+                assert!(lo <= pb && pb < mid, "second argument not in the left run");
+                assert!(a.alive && b.alive);
+                let i = calls.get();
+                calls.set(i + 1);
+                assert!(i + 1 < n.max(1), "more than n - 1 comparisons");
+                a.marks.set(a.marks.get() + 1);
+                b.marks.set(b.marks.get() + 1);
+                if Some(i) == panic_at {
+                    panic!("scripted panic");
+                }
+                if bits >> i & 1 == 1 {
+                    Ordering::Less
+                } else {
+                    Ordering::Greater
+                }
+            };
+            let r = panic::catch_unwind(AssertUnwindSafe(|| merge_pair(v, ll, compare)));
+            let what = format!("ll {ll} rl {rl} bits {bits:b} panic_at {panic_at:?}");
+            let out = match r {
+                Ok(out) => {
+                    assert!(
+                        panic_at.is_none_or(|p| p >= calls.get()),
+                        "{what}: lost panic"
+                    );
+                    out
+                }
+                Err(_) => {
+                    assert_eq!(Some(calls.get() - 1), panic_at, "{what}");
+                    // `merge_pair` moved everything back before re-raising, but the
+                    // vector went with the unwinding: rebuild the check from `live`.
+                    assert_eq!(live.get(), 0, "{what}: elements leaked or double-dropped");
+                    return;
+                }
+            };
+            assert_eq!(live.get(), n, "{what}");
+            let mut ids: Vec<usize> = out.iter().map(|p| p.id).collect();
+            ids.sort_unstable();
+            assert_eq!(ids, (0..n).collect::<Vec<_>>(), "{what}: not a permutation");
+            let marks: usize = out.iter().map(|p| p.marks.get() as usize).sum();
+            assert_eq!(
+                marks,
+                2 * calls.get(),
+                "{what}: a comparison's mark was lost"
+            );
+        }
+        assert_eq!(live.get(), 0, "ll {ll} rl {rl}: leak or double drop");
+    }
+
+    #[test]
+    fn review_merge_every_answer_sequence_small_runs() {
+        // The merge only distinguishes `Less` from not-`Less`, and makes at most
+        // `n - 1` comparisons: this covers every comparison behaviour, consistent or
+        // not, for runs of 0..=6 elements on either side.
+        for ll in 0..=6usize {
+            for rl in 0..=6usize {
+                let max_calls = (ll + rl).saturating_sub(1);
+                for bits in 0u64..(1 << max_calls) {
+                    review_merge_scripted(ll, rl, bits, None);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn review_merge_every_answer_sequence_with_a_panic_at_every_call() {
+        // A panic at every call index (front step and back step of every round, and in
+        // the one-ended tail), under every answer sequence, runs of 0..=4 elements (the
+        // next test goes to 5, checking the elements left in place).
+        for ll in 0..=4usize {
+            for rl in 0..=4usize {
+                let max_calls = (ll + rl).saturating_sub(1);
+                for bits in 0u64..(1 << max_calls) {
+                    for p in 0..max_calls {
+                        review_merge_scripted(ll, rl, bits, Some(p));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The panic case of `review_merge_scripted` keeps the elements: check the
+    /// permutation in the vector that the merge moved back into, with an outer guard.
+    #[test]
+    fn review_merge_panic_leaves_every_element_in_place_once() {
+        for ll in 0..=5usize {
+            for rl in 0..=5usize {
+                let n = ll + rl;
+                let max_calls = n.saturating_sub(1);
+                for bits in 0u64..(1 << max_calls) {
+                    for p in 0..max_calls {
+                        let live = Cell::new(0usize);
+                        let mut v: Vec<Probe<'_>> = (0..n).map(|i| Probe::new(i, &live)).collect();
+                        let calls = Cell::new(0usize);
+                        let compare = |a: &Probe<'_>, b: &Probe<'_>| {
+                            let i = calls.get();
+                            calls.set(i + 1);
+                            a.marks.set(a.marks.get() + 1);
+                            b.marks.set(b.marks.get() + 1);
+                            if i == p {
+                                panic!("scripted panic");
+                            }
+                            if bits >> i & 1 == 1 {
+                                Ordering::Less
+                            } else {
+                                Ordering::Greater
+                            }
+                        };
+                        let mut buf: Vec<Probe<'_>> = Vec::with_capacity(n);
+                        let scratch = &mut buf.spare_capacity_mut()[..n];
+                        // SAFETY: as in `merge_pair`: the merge takes the elements and
+                        // its drop guard puts them all into `scratch`, also on a panic;
+                        // they are moved back before `v` is used again.
+                        let r = unsafe {
+                            let slots = &mut *(v.as_mut_slice() as *mut [Probe<'_>]
+                                as *mut [MaybeUninit<Probe<'_>>]);
+                            let (l, rr) = slots.split_at_mut(ll);
+                            let r = panic::catch_unwind(AssertUnwindSafe(|| {
+                                merge_sequential(l, rr, scratch, &compare)
+                            }));
+                            move_slots(scratch, slots);
+                            r
+                        };
+                        let what = format!("ll {ll} rl {rl} bits {bits:b} panic at {p}");
+                        if r.is_ok() {
+                            // This answer sequence ends the merge before call `p`.
+                            assert!(calls.get() <= p, "{what}: the panic was swallowed");
+                        } else {
+                            assert_eq!(calls.get(), p + 1, "{what}");
+                        }
+                        let mut ids: Vec<usize> = v.iter().map(|e| e.id).collect();
+                        ids.sort_unstable();
+                        assert_eq!(ids, (0..n).collect::<Vec<_>>(), "{what}: not a permutation");
+                        let marks: usize = v.iter().map(|e| e.marks.get() as usize).sum();
+                        assert_eq!(marks, 2 * calls.get(), "{what}: a mark was lost");
+                        assert_eq!(live.get(), n);
+                        drop(v);
+                        assert_eq!(live.get(), 0, "{what}: double drop or leak");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn review_merge_every_sorted_key_pattern_is_stable() {
+        // Every pair of sorted runs over keys {0, 1, 2} with up to 6 elements a side:
+        // the merge must equal the standard stable sort (ids in order among equals).
+        fn sorted_runs(len: usize) -> Vec<Vec<u32>> {
+            if len == 0 {
+                return vec![vec![]];
+            }
+            let mut out = Vec::new();
+            for mut run in sorted_runs(len - 1) {
+                let last = run.last().copied().unwrap_or(0);
+                for k in last..3 {
+                    let mut r = run.clone();
+                    r.push(k);
+                    out.push(r);
+                }
+                run.clear();
+            }
+            out
+        }
+        for ll in 0..=6usize {
+            for rl in 0..=6usize {
+                for l in sorted_runs(ll) {
+                    for r in sorted_runs(rl) {
+                        let v: Vec<(u32, usize)> =
+                            l.iter().chain(r.iter()).copied().zip(0..).collect();
+                        let mut expected = v.clone();
+                        expected.sort_by_key(|p| p.0);
+                        let merged =
+                            merge_pair(v.clone(), ll, |a: &(u32, usize), b: &(u32, usize)| {
+                                a.0.cmp(&b.0)
+                            });
+                        assert_eq!(merged, expected, "{v:?} split at {ll}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn review_merge_huge_elements_stable_and_intact() {
+        // 512-byte elements: key in word 0, id in word 1, the rest a pattern of the id.
+        let mut rng = Rng(99);
+        for (len, mid) in [
+            (2, 1),
+            (4, 2),
+            (5, 2),
+            (5, 3),
+            (9, 4),
+            (100, 37),
+            (257, 128),
+        ] {
+            let mut v: Vec<[u64; 64]> = (0..len)
+                .map(|i| {
+                    let mut e = [0u64; 64];
+                    e[0] = rng.next() % 3;
+                    e[1] = i as u64;
+                    for (w, x) in e.iter_mut().enumerate().skip(2) {
+                        *x = (i as u64).wrapping_mul(0x9E37_79B9) ^ w as u64;
+                    }
+                    e
+                })
+                .collect();
+            v[..mid].sort_by_key(|e| e[0]);
+            v[mid..].sort_by_key(|e| e[0]);
+            let mut expected = v.clone();
+            expected.sort_by_key(|e| e[0]);
+            let merged = merge_pair(v, mid, |a: &[u64; 64], b: &[u64; 64]| a[0].cmp(&b[0]));
+            assert!(merged == expected, "len {len} mid {mid}");
+        }
+    }
+
+    #[test]
+    fn review_merge_zero_sized_elements_with_drop() {
+        // `mergesort_with` sends zero-sized types to the standard sort, but the merge's
+        // contract covers them too: pointer steps are no-ops, no element may be lost.
+        thread_local!(static ZLIVE: Cell<isize> = const { Cell::new(0) });
+        struct Z;
+        impl Drop for Z {
+            fn drop(&mut self) {
+                ZLIVE.with(|c| c.set(c.get() - 1));
+            }
+        }
+        for ll in 0..=5usize {
+            for rl in 0..=5usize {
+                let n = ll + rl;
+                for bits in 0u64..(1 << n.saturating_sub(1)) {
+                    for panic_at in [None, Some(0usize), Some(1), Some(3)] {
+                        ZLIVE.with(|c| c.set(n as isize));
+                        let v: Vec<Z> = (0..n).map(|_| Z).collect();
+                        let calls = Cell::new(0usize);
+                        let compare = |_: &Z, _: &Z| {
+                            let i = calls.get();
+                            calls.set(i + 1);
+                            if Some(i) == panic_at {
+                                panic!("zst panic");
+                            }
+                            if bits >> i & 1 == 1 {
+                                Ordering::Less
+                            } else {
+                                Ordering::Greater
+                            }
+                        };
+                        let r =
+                            panic::catch_unwind(AssertUnwindSafe(|| merge_pair(v, ll, compare)));
+                        if let Ok(out) = r {
+                            assert_eq!(out.len(), n);
+                            assert_eq!(ZLIVE.with(Cell::get), n as isize);
+                        }
+                        // Whatever happened, after everything is dropped none is left
+                        // and none was dropped twice.
+                        assert_eq!(ZLIVE.with(Cell::get), 0, "ll {ll} rl {rl} {panic_at:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A `Sync` element for `mergesort_with`: marks through an atomic, its own live count.
+    struct SyncProbe<'a> {
+        key: u32,
+        id: usize,
+        marks: AtomicUsize,
+        live: &'a AtomicUsize,
+        alive: bool,
+    }
+
+    impl Drop for SyncProbe<'_> {
+        fn drop(&mut self) {
+            assert!(self.alive, "double drop of element {}", self.id);
+            self.alive = false;
+            self.live.fetch_sub(1, AtomicOrdering::SeqCst);
+        }
+    }
+
+    fn sync_probes(len: usize, distinct: u64, seed: u64, live: &AtomicUsize) -> Vec<SyncProbe<'_>> {
+        let mut rng = Rng(seed | 1);
+        (0..len)
+            .map(|i| {
+                live.fetch_add(1, AtomicOrdering::SeqCst);
+                SyncProbe {
+                    key: (rng.next() % distinct) as u32,
+                    id: i,
+                    marks: AtomicUsize::new(0),
+                    live,
+                    alive: true,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn review_mergesort_small_cutoffs_panic_at_every_call() {
+        // The whole merge sort with tiny leaves and sequential-merge cut-offs, so that
+        // the two-ended merge runs on runs of every small length, with a panic at every
+        // comparison index in turn: a permutation, every mark kept, nothing dropped.
+        for len in [2usize, 3, 4, 5, 6, 7, 9, 13, 17, 24] {
+            for (leaf, merge) in [(1, 2), (2, 3), (3, 8), (1, 64)] {
+                for distinct in [2u64, 1000] {
+                    let seed = (len * 131 + leaf * 7 + merge) as u64 + distinct;
+                    // First a clean run to learn how many comparisons there are.
+                    let live = AtomicUsize::new(0);
+                    let total = {
+                        let mut v = sync_probes(len, distinct, seed, &live);
+                        let calls = AtomicUsize::new(0);
+                        mergesort_with(
+                            &mut v,
+                            &|a: &SyncProbe<'_>, b: &SyncProbe<'_>| {
+                                calls.fetch_add(1, AtomicOrdering::Relaxed);
+                                a.key.cmp(&b.key)
+                            },
+                            leaf,
+                            merge,
+                        );
+                        assert!(v
+                            .windows(2)
+                            .all(|w| (w[0].key, w[0].id) <= (w[1].key, w[1].id)));
+                        calls.into_inner()
+                    };
+                    assert_eq!(live.load(AtomicOrdering::SeqCst), 0);
+                    for p in 0..=total {
+                        let mut v = sync_probes(len, distinct, seed, &live);
+                        let calls = AtomicUsize::new(0);
+                        let compare = |a: &SyncProbe<'_>, b: &SyncProbe<'_>| {
+                            assert!(a.alive && b.alive);
+                            a.marks.fetch_add(1, AtomicOrdering::Relaxed);
+                            b.marks.fetch_add(1, AtomicOrdering::Relaxed);
+                            if calls.fetch_add(1, AtomicOrdering::Relaxed) == p {
+                                panic!("panic at {p}");
+                            }
+                            a.key.cmp(&b.key)
+                        };
+                        let r = panic::catch_unwind(AssertUnwindSafe(|| {
+                            mergesort_with(&mut v, &compare, leaf, merge)
+                        }));
+                        let what =
+                            format!("len {len} leaf {leaf} merge {merge} panic at {p}/{total}");
+                        assert_eq!(r.is_err(), p < total, "{what}");
+                        let mut ids: Vec<usize> = v.iter().map(|e| e.id).collect();
+                        ids.sort_unstable();
+                        assert_eq!(
+                            ids,
+                            (0..len).collect::<Vec<_>>(),
+                            "{what}: not a permutation"
+                        );
+                        let marks: usize = v
+                            .iter()
+                            .map(|e| e.marks.load(AtomicOrdering::Relaxed))
+                            .sum();
+                        assert_eq!(
+                            marks,
+                            2 * calls.load(AtomicOrdering::Relaxed),
+                            "{what}: lost mark"
+                        );
+                        assert_eq!(live.load(AtomicOrdering::SeqCst), len, "{what}");
+                        if r.is_ok() {
+                            assert!(
+                                v.windows(2)
+                                    .all(|w| (w[0].key, w[0].id) <= (w[1].key, w[1].id)),
+                                "{what}: unstable"
+                            );
+                        }
+                        drop(v);
+                        assert_eq!(live.load(AtomicOrdering::SeqCst), 0, "{what}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn review_mergesort_small_cutoffs_inconsistent_comparisons() {
+        // Random answers, always Less, always Greater, always Equal, and a cyclic
+        // (non-transitive) order, with tiny cut-offs: permutation, marks, no drop.
+        for len in [2usize, 3, 4, 5, 7, 9, 16, 33, 100, 300] {
+            for (leaf, merge) in [(1, 2), (2, 3), (4, 8), (1, 1000)] {
+                for kind in 0..5u64 {
+                    for seed in 0..8u64 {
+                        let live = AtomicUsize::new(0);
+                        let mut v = sync_probes(len, 10, seed + 1, &live);
+                        let state = AtomicUsize::new(seed as usize * 0x9E37_79B9 + 1);
+                        let calls = AtomicUsize::new(0);
+                        let compare = |a: &SyncProbe<'_>, b: &SyncProbe<'_>| {
+                            calls.fetch_add(1, AtomicOrdering::Relaxed);
+                            a.marks.fetch_add(1, AtomicOrdering::Relaxed);
+                            b.marks.fetch_add(1, AtomicOrdering::Relaxed);
+                            match kind {
+                                0 => {
+                                    let s = state.fetch_add(0x9E37_79B9, AtomicOrdering::Relaxed);
+                                    [Ordering::Less, Ordering::Equal, Ordering::Greater]
+                                        [(s.wrapping_mul(0x2545_F491) >> 7) % 3]
+                                }
+                                1 => Ordering::Less,
+                                2 => Ordering::Greater,
+                                3 => Ordering::Equal,
+                                _ => match (a.key + 10 - b.key) % 10 {
+                                    0 => Ordering::Equal,
+                                    d if d < 5 => Ordering::Greater,
+                                    _ => Ordering::Less,
+                                },
+                            }
+                        };
+                        // The standard sort (the leaves) may panic on a non-total order.
+                        let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                            mergesort_with(&mut v, &compare, leaf, merge)
+                        }));
+                        let what = format!("len {len} leaf {leaf} merge {merge} kind {kind}");
+                        let mut ids: Vec<usize> = v.iter().map(|e| e.id).collect();
+                        ids.sort_unstable();
+                        assert_eq!(
+                            ids,
+                            (0..len).collect::<Vec<_>>(),
+                            "{what}: not a permutation"
+                        );
+                        let marks: usize = v
+                            .iter()
+                            .map(|e| e.marks.load(AtomicOrdering::Relaxed))
+                            .sum();
+                        assert_eq!(
+                            marks,
+                            2 * calls.load(AtomicOrdering::Relaxed),
+                            "{what}: lost mark"
+                        );
+                        if kind == 3 {
+                            // Everything equal: stability means the input order.
+                            assert!(
+                                v.iter().enumerate().all(|(i, e)| e.id == i),
+                                "{what}: unstable"
+                            );
+                        }
+                        drop(v);
+                        assert_eq!(live.load(AtomicOrdering::SeqCst), 0, "{what}");
+                    }
+                }
+            }
+        }
+    }
 }
