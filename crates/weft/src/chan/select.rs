@@ -41,6 +41,18 @@ trait Handle: Send + Sync {
     fn try_fast(&self, index: usize) -> Fast<'_>;
 }
 
+/// The order in which a select's quick pass tried its operations (indices into the
+/// select's operations, removed ones included), for the full round after it.
+struct Drawn {
+    order: [u8; Drawn::MAX],
+    len: usize,
+}
+
+impl Drawn {
+    /// Selects of more operations skip the quick pass.
+    const MAX: usize = 32;
+}
+
 /// What a first-pass attempt found.
 enum Fast<'s> {
     Done(Box<dyn OpNode + 's>),
@@ -412,13 +424,12 @@ impl<'a> Select<'a> {
     /// order. `Err((order, true))` when every operation was found not ready.
     ///
     /// [`Chan::send_selected`]: super::core::Chan::send_selected
-    fn quick(&self) -> Result<SelectedOperation<'a>, (Option<Vec<usize>>, bool)> {
-        const MAX: usize = 32;
+    fn quick(&self) -> Result<SelectedOperation<'a>, (Option<Drawn>, bool)> {
         let n = self.ops.len();
-        if n > MAX {
+        if n > Drawn::MAX {
             return Err((None, false));
         }
-        let mut order = [0u8; MAX];
+        let mut order = [0u8; Drawn::MAX];
         for (i, o) in order.iter_mut().enumerate().take(n) {
             *o = i as u8;
         }
@@ -428,18 +439,9 @@ impl<'a> Select<'a> {
                 order.swap(i, j);
             }
         }
-        let end = |none_ready: bool| {
-            Err((
-                Some(
-                    order[..n]
-                        .iter()
-                        .map(|&i| usize::from(i))
-                        .filter(|&i| self.ops[i].is_some())
-                        .collect(),
-                ),
-                none_ready,
-            ))
-        };
+        // The order travels inline: a blocking select repeats this pass while it backs
+        // off, and a `Vec` here cost an allocation and a free per pass.
+        let end = |none_ready: bool| Err((Some(Drawn { order, len: n }), none_ready));
         for &i in &order[..n] {
             let i = usize::from(i);
             let Some(e) = self.ops[i] else { continue };
@@ -490,8 +492,12 @@ impl<'a> Select<'a> {
             }
         };
         let mut m = Machine::new(self, Kind::Select);
-        if let Some(order) = order {
-            m.order = order;
+        if let Some(drawn) = order {
+            m.order = drawn.order[..drawn.len]
+                .iter()
+                .map(|&i| usize::from(i))
+                .filter(|&i| self.ops[i].is_some())
+                .collect();
             m.drawn = true;
         }
         Err(m)
