@@ -54,6 +54,8 @@ mod macros;
 mod ops;
 mod ordered;
 mod select;
+#[cfg(all(test, not(loom)))]
+mod tests;
 mod timer;
 
 use std::fmt;
