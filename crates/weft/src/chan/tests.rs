@@ -129,3 +129,82 @@ fn blocking_rendezvous_send_registers_without_spinning_first() {
         "a rendezvous send took {register:?} to register (an idle worker's spin: {spin:?})"
     );
 }
+
+/// The fastest of [`TRIALS`] runs of: fiber P, woken from this thread, receives on a
+/// rendezvous channel while the only fiber that will send is R, which yielded on the
+/// same (only) worker just before; how long P's `recv_blocking` takes. Everything
+/// measured runs on the one worker, so no other thread's pace enters the figure.
+fn receive_behind_a_yielded_sender(rt: &crate::Runtime) -> Duration {
+    use std::sync::atomic::AtomicBool;
+    let _in_rt = rt.enter();
+    let mut best = Duration::MAX;
+    for i in 0..TRIALS as u64 {
+        let (tx, rx) = super::bounded::<u64>(0);
+        let go = Arc::new(AtomicBool::new(false));
+        let opened = Arc::new(AtomicBool::new(false));
+        let r_running = Arc::new(AtomicBool::new(false));
+        let p_waker: Arc<std::sync::Mutex<Option<std::task::Waker>>> = Arc::default();
+        let (g, pw) = (go.clone(), p_waker.clone());
+        let p = crate::fiber::spawn(move || {
+            // Suspends until this thread opens the gate: its wake then goes to the
+            // worker's inbox, ahead of the deferred R.
+            crate::wait(std::future::poll_fn(|cx| {
+                *pw.lock().unwrap() = Some(cx.waker().clone());
+                if g.load(SeqCst) {
+                    std::task::Poll::Ready(())
+                } else {
+                    std::task::Poll::Pending
+                }
+            }));
+            let t = Instant::now();
+            let v = rx.recv_blocking();
+            (t.elapsed(), v)
+        });
+        spin_until("P at its gate", || p_waker.lock().unwrap().is_some());
+        let (o, rr) = (opened.clone(), r_running.clone());
+        let r = crate::fiber::spawn(move || {
+            rr.store(true, SeqCst);
+            // Holds the worker until P's wake is queued, then yields: R waits in the
+            // deferred list while P runs and waits for R's value.
+            spin_until("the gate to open", || o.load(SeqCst));
+            crate::fiber::yield_now();
+            tx.send_blocking(i)
+        });
+        spin_until("R running", || r_running.load(SeqCst));
+        go.store(true, SeqCst);
+        if let Some(w) = p_waker.lock().unwrap().take() {
+            w.wake();
+        }
+        opened.store(true, SeqCst);
+        assert_eq!(r.join().expect("sender fiber failed"), Ok(()));
+        let (took, got) = p.join().expect("receiver fiber failed");
+        assert_eq!(got, Ok(i));
+        best = best.min(took);
+    }
+    best
+}
+
+/// A fiber's blocking wait does not spin while a yielded task (R, the one it waits
+/// for) is ready on its worker: yielded tasks count as ready work for the spin's
+/// check. They did not, so the waiter kept the worker for its whole spin before R could
+/// run (seen in `fibers_bounded0_mpsc`: a receiver woken during its own spin is
+/// rescheduled as a yielded task, and a sender on its worker then spun a whole
+/// spin per message).
+///
+/// Robust as the test above: the fastest of many trials, all on one worker, against
+/// half the idle spin measured here. Before the fix P's receive could not end before
+/// its spin did; now P suspends at once and R runs and sends (a few microseconds).
+#[test]
+fn a_blocking_wait_does_not_spin_while_a_yielded_task_is_ready() {
+    let rt = crate::Builder::new()
+        .worker_threads(1)
+        .interactive_threads(0)
+        .build()
+        .unwrap();
+    let spin = idle_worker_spin(&rt);
+    let took = receive_behind_a_yielded_sender(&rt);
+    assert!(
+        took < spin / 2,
+        "a receive behind a yielded sender took {took:?} (an idle worker's spin: {spin:?})"
+    );
+}
