@@ -1322,3 +1322,141 @@ fn rendezvous_abort_blocking_tasks_at_the_wait() {
         drop(tx);
     });
 }
+
+/// Async `Stream` receivers (observer nodes) next to blocking receivers on a
+/// rendezvous channel fed by blocking senders in threads and fibers; some stream
+/// receivers are dropped mid-way: every value exactly once.
+#[test]
+fn rendezvous_stream_receivers_with_blocking_senders() {
+    use futures_core::Stream;
+    watchdog(60, || {
+        let rt = rt2();
+        const SENDERS: usize = 4;
+        const PER: usize = 100;
+        let (tx, rx) = chan::bounded::<Msg>(0);
+        let mut sends = Vec::new();
+        for id in 0..SENDERS {
+            sends.push(start_sender(&rt, [Ctx::Thread, Ctx::Fiber][id % 2], tx.clone(), id, PER));
+        }
+        drop(tx);
+        let mut recvs: Vec<Joiner<Vec<Msg>>> = Vec::new();
+        for k in 0..4 {
+            let mut rx = rx.clone();
+            // Streams 0 and 1 give up after a few values (dropped between polls).
+            let limit = if k < 2 { 7 + k * 5 } else { usize::MAX };
+            recvs.push(Joiner::Weft(rt.spawn(async move {
+                let mut log = Vec::new();
+                while log.len() < limit {
+                    let next = std::future::poll_fn(|cx| Pin::new(&mut rx).poll_next(cx)).await;
+                    match next {
+                        Some(v) => log.push(v),
+                        None => break,
+                    }
+                }
+                log
+            })));
+        }
+        recvs.push(start_receiver(&rt, Ctx::Fiber, rx.clone()));
+        recvs.push(start_receiver(&rt, Ctx::Thread, rx.clone()));
+        drop(rx);
+        for s in sends {
+            s.join(30);
+        }
+        let logs: Vec<_> = recvs.into_iter().map(|r| r.join(30)).collect();
+        check_exactly_once(&logs, SENDERS, PER);
+    });
+}
+
+/// `Select::ready` (observer) followed by `try_recv`, racing blocking receivers, on a
+/// rendezvous channel fed by blocking senders: every value exactly once; the
+/// observer-based receiver makes progress or sees the disconnect.
+#[test]
+fn rendezvous_select_ready_observers_race_blocking() {
+    watchdog(60, || {
+        let rt = rt2();
+        const SENDERS: usize = 4;
+        const PER: usize = 100;
+        let (tx, rx) = chan::bounded::<Msg>(0);
+        let mut sends = Vec::new();
+        for id in 0..SENDERS {
+            sends.push(start_sender(&rt, [Ctx::Fiber, Ctx::Thread][id % 2], tx.clone(), id, PER));
+        }
+        drop(tx);
+        let mut recvs = Vec::new();
+        for k in 0..2 {
+            let rx = rx.clone();
+            recvs.push(start(
+                &rt,
+                [Ctx::Fiber, Ctx::Thread][k],
+                Box::new(move || {
+                    let mut log = Vec::new();
+                    let mut sel = Select::new();
+                    sel.recv(&rx);
+                    loop {
+                        let _ = sel.ready_timeout(Duration::from_millis(50));
+                        match rx.try_recv() {
+                            Ok(v) => log.push(v),
+                            Err(chan::TryRecvError::Disconnected) => return log,
+                            Err(chan::TryRecvError::Empty) => {}
+                        }
+                    }
+                }),
+                Box::pin(async { Vec::new() }),
+            ));
+        }
+        recvs.push(start_receiver(&rt, Ctx::Fiber, rx.clone()));
+        recvs.push(start_receiver(&rt, Ctx::Thread, rx.clone()));
+        drop(rx);
+        for s in sends {
+            s.join(30);
+        }
+        let logs: Vec<_> = recvs.into_iter().map(|r| r.join(30)).collect();
+        check_exactly_once(&logs, SENDERS, PER);
+    });
+}
+
+/// The runtime dropped while yield-looping tasks and fibers fill the deferred lists
+/// and fibers wait on rendezvous channels: the drop ends and every value is dropped
+/// exactly once.
+#[test]
+fn runtime_dropped_with_yielders_and_rendezvous_waiters() {
+    watchdog(60, || {
+        for workers in [1, 2] {
+            const K: usize = 8;
+            let drops = Drops::new(K);
+            let rt = weft::Builder::new().worker_threads(workers).build().unwrap();
+            let (tx, rx) = chan::bounded::<Tracked>(0);
+            {
+                let _g = rt.enter();
+                for _ in 0..4 {
+                    rt.spawn(async {
+                        loop {
+                            weft::task::yield_now().await;
+                        }
+                    });
+                    weft::fiber::spawn(|| loop {
+                        weft::fiber::yield_now();
+                    });
+                }
+                for id in 0..K {
+                    let tx = tx.clone();
+                    let v = drops.make(id);
+                    weft::fiber::spawn(move || {
+                        let _ = tx.send_blocking(v);
+                    });
+                }
+            }
+            drop(tx);
+            std::thread::sleep(Duration::from_millis(20));
+            // One value taken while the yielders run.
+            let v = rx.recv_timeout(Duration::from_secs(10)).expect("a waiting sender starved");
+            drop(v);
+            drop(rt);
+            wait_for("every value dropped", 10, || drops.total() >= K);
+            for id in 0..K {
+                assert_eq!(drops.get(id), 1, "value {id} dropped {} times", drops.get(id));
+            }
+            assert!(rx.recv_timeout(Duration::from_secs(5)).unwrap_err().is_disconnected());
+        }
+    });
+}
