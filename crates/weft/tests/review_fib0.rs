@@ -1460,3 +1460,137 @@ fn runtime_dropped_with_yielders_and_rendezvous_waiters() {
         }
     });
 }
+
+/// Async sends and receives dropped mid-wait (the `select!`-style cancellation, after
+/// a few polls) racing blocking partners that now register at once, on a rendezvous
+/// channel: no value is received twice, every value is dropped exactly once, and the
+/// blocking side finishes.
+#[test]
+fn rendezvous_cancelled_async_ops_race_blocking_partners() {
+    use chan_common::drop_after;
+    watchdog(60, || {
+        let rt = rt2();
+        const N: usize = 300;
+        let drops = Drops::new(N);
+        let got = Arc::new((0..N).map(|_| AtomicUsize::new(0)).collect::<Vec<_>>());
+        let (tx, rx) = chan::bounded::<Tracked>(0);
+        // Async senders that give up after 0..4 polls, and blocking senders.
+        let mut sends = Vec::new();
+        for k in 0..4usize {
+            let tx = tx.clone();
+            let drops = drops.clone();
+            let ids: Vec<usize> = (k..N).step_by(4).collect();
+            if k % 2 == 0 {
+                sends.push(Joiner::Weft(rt.spawn(async move {
+                    let mut rng = Rng::new(seed() ^ k as u64);
+                    for id in ids {
+                        // Given up sends drop their value (with the future).
+                        let _ = drop_after(rng.below(4), tx.send(drops.make(id))).await;
+                    }
+                })));
+            } else {
+                sends.push(start(
+                    &rt,
+                    [Ctx::Fiber, Ctx::Thread][k / 2],
+                    Box::new(move || {
+                        for id in ids {
+                            tx.send_blocking(drops.make(id)).unwrap();
+                        }
+                    }),
+                    Box::pin(async {}),
+                ));
+            }
+        }
+        drop(tx);
+        let mut recvs = Vec::new();
+        for k in 0..4usize {
+            let rx = rx.clone();
+            let got = got.clone();
+            if k % 2 == 0 {
+                recvs.push(Joiner::Weft(rt.spawn(async move {
+                    let mut rng = Rng::new(seed() ^ (9 + k) as u64);
+                    loop {
+                        match drop_after(rng.below(4), rx.recv()).await {
+                            Some(Ok(v)) => {
+                                got[v.id].fetch_add(1, SeqCst);
+                            }
+                            Some(Err(_)) => return,
+                            None => {}
+                        }
+                    }
+                })));
+            } else {
+                recvs.push(start(
+                    &rt,
+                    [Ctx::Fiber, Ctx::Thread][k / 2],
+                    Box::new(move || {
+                        while let Ok(v) = rx.recv_blocking() {
+                            got[v.id].fetch_add(1, SeqCst);
+                        }
+                    }),
+                    Box::pin(async {}),
+                ));
+            }
+        }
+        drop(rx);
+        for s in sends {
+            s.join(30);
+        }
+        for r in recvs {
+            r.join(30);
+        }
+        for i in 0..N {
+            assert!(got[i].load(SeqCst) <= 1, "value {i} received twice");
+            assert_eq!(drops.get(i), 1, "value {i} dropped {} times", drops.get(i));
+            if i % 4 == 1 || i % 4 == 3 {
+                assert_eq!(got[i].load(SeqCst), 1, "blocking-sent value {i} lost");
+            }
+        }
+    });
+}
+
+/// Blocking rendezvous operations inside fork-join `join` halves (their waits cannot
+/// be set aside and dispatch in place), partnered by a plain thread, from a fiber, an
+/// async task and a plain thread, on one and two workers. (Halves that partner each
+/// other hang on one worker: `b` sits in `a`'s private frame until `a` returns, which
+/// is inherent to `join`, not part of this review.)
+#[test]
+fn rendezvous_inside_forkjoin_join() {
+    watchdog(60, || {
+        for rt in [rt1(), rt2()] {
+            let body = || {
+                let (tx, rx) = chan::bounded::<usize>(0);
+                let (btx, brx) = chan::bounded::<usize>(0);
+                let partner = std::thread::spawn(move || {
+                    let mut sum = 0;
+                    for _ in 0..50 {
+                        sum += rx.recv_blocking().unwrap();
+                        sum += rx.recv_blocking().unwrap();
+                        btx.send_blocking(7).unwrap();
+                    }
+                    sum
+                });
+                for _ in 0..50 {
+                    let (a, b) = weft::join(
+                        || tx.send_blocking(1),
+                        || {
+                            tx.send_blocking(2).unwrap();
+                            brx.recv_blocking()
+                        },
+                    );
+                    a.unwrap();
+                    assert_eq!(b, Ok(7));
+                }
+                assert_eq!(partner.join().unwrap(), 150);
+            };
+            let f = {
+                let _g = rt.enter();
+                weft::fiber::spawn(body)
+            };
+            join_within(f, 20).unwrap();
+            join_within(rt.spawn(async move { body() }), 20).unwrap();
+            let _g = rt.enter();
+            body();
+        }
+    });
+}
