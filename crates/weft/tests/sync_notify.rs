@@ -138,3 +138,73 @@ fn random_cancellation_loses_no_notification() {
         }
     });
 }
+
+/// A plain thread and a task hand a turn back and forth through two `Notify`s, the
+/// thread's `notify_one` racing the task's registration every round (the lock-free
+/// permit against the waiter's move to WAITING): a lost wake-up hangs the pair, which
+/// the watchdog reports.
+#[test]
+fn ping_pong_between_a_thread_and_a_task_loses_no_wake() {
+    const ROUNDS: usize = 10_000;
+    watchdog(60, || {
+        let rt = rt2();
+        let ping = Arc::new(Notify::new());
+        let pong = Arc::new(Notify::new());
+        let (ping2, pong2) = (ping.clone(), pong.clone());
+        let task = rt.spawn(async move {
+            for _ in 0..ROUNDS {
+                ping2.notified().await;
+                pong2.notify_one();
+            }
+        });
+        for _ in 0..ROUNDS {
+            ping.notify_one();
+            pong.notified_blocking();
+        }
+        join_within(task, 20).unwrap();
+        // Every notification was consumed: nothing is stored on either side.
+        assert_eq!(poll_once(ping.notified()), None);
+        assert_eq!(poll_once(pong.notified()), None);
+    });
+}
+
+/// `notify_waiters` from a plain thread, over and over, while tasks make their
+/// `notified()` futures and register them: each future made before a call completes
+/// (the call's lock-free generation step against a waiter's move to WAITING).
+#[test]
+fn notify_waiters_from_a_thread_reaches_every_future_made_before_it() {
+    const ROUNDS: usize = 500;
+    const TASKS: usize = 4;
+    watchdog(60, || {
+        let rt = rt2();
+        let n = Arc::new(Notify::new());
+        let made = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(AtomicUsize::new(0));
+        let mut hs = vec![];
+        for _ in 0..TASKS {
+            let (n, made, done) = (n.clone(), made.clone(), done.clone());
+            hs.push(rt.spawn(async move {
+                for _ in 0..ROUNDS {
+                    let f = n.notified();
+                    made.fetch_add(1, SeqCst);
+                    f.await;
+                    done.fetch_add(1, SeqCst);
+                }
+            }));
+        }
+        for round in 1..=ROUNDS {
+            // Every task of this round has made its future (some may be registered,
+            // some not polled yet): one call must complete them all.
+            wait_for("the round's futures", 20, || {
+                made.load(SeqCst) == round * TASKS
+            });
+            n.notify_waiters();
+            wait_for("the round's wake-ups", 20, || {
+                done.load(SeqCst) == round * TASKS
+            });
+        }
+        for h in hs {
+            join_within(h, 20).unwrap();
+        }
+    });
+}

@@ -140,3 +140,64 @@ fn loom_sync_watch_changed_vs_send() {
         drop(tx);
     });
 }
+
+/// The lock-free permit (`notify_one` with nobody waiting: EMPTY -> NOTIFIED) races a
+/// waiter registering under the lock (EMPTY -> WAITING): whichever wins, the waiter
+/// ends (it consumes the permit, or it is on the list when `notify_one` looks).
+#[test]
+fn loom_sync_notify_lock_free_permit_vs_register() {
+    loom::model(|| {
+        let n = Arc::new(Notify::new());
+        let n1 = n.clone();
+        let t = thread::spawn(move || block_on(n1.notified()));
+        n.notify_one();
+        t.join().unwrap();
+    });
+}
+
+/// The last waiter withdraws (WAITING -> EMPTY under the lock) while `notify_one`
+/// runs: the notification is consumed by that waiter's poll or left as the permit,
+/// exactly one of the two.
+#[test]
+fn loom_sync_notify_last_waiter_dropped_vs_notify_one() {
+    loom::model(|| {
+        let n = Arc::new(Notify::new());
+        let n1 = n.clone();
+        let t = thread::spawn(move || {
+            let task = Task::new();
+            let mut f = pin!(n1.notified());
+            task.poll(f.as_mut()).is_ready()
+        });
+        n.notify_one();
+        let consumed = t.join().unwrap();
+        let task = Task::new();
+        let mut f = pin!(n.notified());
+        let permit_left = task.poll(f.as_mut()).is_ready();
+        assert!(consumed != permit_left, "{consumed} {permit_left}");
+    });
+}
+
+/// `notify_waiters` (a generation bump, lock-free permit moves beside it) races a
+/// `notified()` made before it that registers, and a `notify_one`: the waiter ends,
+/// and the `notify_one` is not lost (the waiter took it, or it is the stored permit).
+#[test]
+fn loom_sync_notify_waiters_vs_register_and_permit() {
+    loom::model(|| {
+        let n = Arc::new(Notify::new());
+        let n1 = n.clone();
+        let t = thread::spawn(move || n1.notify_waiters());
+        let n2 = n.clone();
+        let t2 = thread::spawn(move || n2.notify_one());
+        block_on(n.notified());
+        t.join().unwrap();
+        t2.join().unwrap();
+        // One notification (the `notify_waiters` or the `notify_one`) ended the wait;
+        // if it was `notify_waiters`, the `notify_one` is still here as the permit, or
+        // it went to the waiter and nothing is left. Never two permits.
+        let task = Task::new();
+        let mut f = pin!(n.notified());
+        let _ = task.poll(f.as_mut());
+        let mut g = pin!(n.notified());
+        assert!(task.poll(g.as_mut()).is_pending(), "at most one permit");
+    });
+}

@@ -1,6 +1,27 @@
 //! `Notify`: one stored permit, a FIFO of waiters, and a generation counted by
 //! `notify_waiters` (a `Notified` made before a `notify_waiters` call completes even if
 //! it was never polled before the call).
+//!
+//! The permit, "somebody waits" and the generation live in one atomic word, so that
+//! `notify_one` with nobody waiting (store the permit, or find it already stored) and
+//! `notified()` that finds the permit take no lock: a thread that notifies in a loop
+//! (a producer outside the pool) would otherwise hold the waiters' lock most of the
+//! time, and the woken waiters, spinning on that lock to re-register, convoy behind it.
+//!
+//! The protocol (`state`: generation << 2 | EMPTY, WAITING or NOTIFIED):
+//! * WAITING holds exactly while the wait list is non-empty. Only a holder of the lock
+//!   moves the word into or out of WAITING, and nobody else writes the word while it
+//!   is WAITING (the lock-free moves below start from EMPTY or NOTIFIED), so under the
+//!   lock a WAITING word can be stored outright.
+//! * EMPTY <-> NOTIFIED move lock-free, by CAS: `notify_one` stores the permit,
+//!   `notified()` consumes it. EMPTY -> WAITING is a CAS under the lock (a lock-free
+//!   `notify_one` may turn EMPTY into NOTIFIED at the same time: then the waiter
+//!   consumes that permit instead of registering).
+//! * `notify_waiters` adds to the generation: by CAS without the lock while nobody
+//!   waits, under the lock (draining the list) while the word is WAITING. A waiter
+//!   that registers CASes EMPTY -> WAITING under the lock before it goes on the list,
+//!   so it either sees the new generation (its CAS failed) or is on the list when the
+//!   call, finding WAITING, takes the lock and drains it.
 
 use std::fmt;
 use std::future::Future;
@@ -31,15 +52,29 @@ use crate::waitlist::{Lock, Reason, WaitList, WakeBatch};
 /// waiter.join().unwrap();
 /// ```
 pub struct Notify {
-    state: Lock<State>,
-    /// A copy of `State::generation` for `notified()` to read without the lock.
-    generation: AtomicUsize,
+    /// The waiters; [`state`](Self::state) is WAITING exactly while it is non-empty.
+    waiters: Lock<WaitList<()>>,
+    /// `generation << GEN_SHIFT | EMPTY, WAITING or NOTIFIED` (see the module's
+    /// protocol).
+    state: AtomicUsize,
 }
 
-struct State {
-    permit: bool,
-    generation: usize,
-    waiters: WaitList<()>,
+/// Nobody waits and no permit is stored.
+const EMPTY: usize = 0;
+/// The wait list is non-empty (so no permit is stored).
+const WAITING: usize = 1;
+/// A permit is stored (so nobody waits).
+const NOTIFIED: usize = 2;
+const STATE_MASK: usize = 3;
+/// `notify_waiters` adds this to the word: the generation is the bits above the state.
+const GEN_ONE: usize = 4;
+
+fn with_state(word: usize, state: usize) -> usize {
+    (word & !STATE_MASK) | state
+}
+
+fn generation(word: usize) -> usize {
+    word & !STATE_MASK
 }
 
 /// The future of [`Notify::notified`].
@@ -72,12 +107,8 @@ impl Notify {
     /// ```
     pub fn new() -> Notify {
         Notify {
-            state: Lock::new(State {
-                permit: false,
-                generation: 0,
-                waiters: WaitList::default(),
-            }),
-            generation: AtomicUsize::new(0),
+            waiters: Lock::new(WaitList::default()),
+            state: AtomicUsize::new(EMPTY),
         }
     }
 
@@ -94,7 +125,7 @@ impl Notify {
     pub fn notified(&self) -> Notified<'_> {
         Notified {
             notify: self,
-            generation: self.generation.load(SeqCst),
+            generation: generation(self.state.load(SeqCst)),
             waiter: Waiter::new(crate::waitlist::WaitOn::Sync),
             done: false,
         }
@@ -124,16 +155,52 @@ impl Notify {
     /// n.notified_blocking();
     /// ```
     pub fn notify_one(&self) {
+        let mut word = self.state.load(SeqCst);
+        // Nobody waits: store the permit without the lock (or find it stored: a load
+        // only, so a caller that notifies in a loop keeps the word's line shared).
+        loop {
+            match word & STATE_MASK {
+                NOTIFIED => return,
+                EMPTY => match self.state.compare_exchange(
+                    word,
+                    with_state(word, NOTIFIED),
+                    SeqCst,
+                    SeqCst,
+                ) {
+                    Ok(_) => return,
+                    Err(now) => word = now,
+                },
+                _ => break,
+            }
+        }
         let mut wakes = WakeBatch::new();
-        let mut st = self.state.lock();
-        Self::notify_one_locked(&mut st, &mut wakes);
-        drop(st);
+        let mut list = self.waiters.lock();
+        self.notify_one_locked(&mut list, &mut wakes);
+        drop(list);
     }
 
-    fn notify_one_locked(st: &mut State, wakes: &mut WakeBatch) {
-        // SAFETY: under the lock.
-        if !unsafe { wake_one(&mut st.waiters, Reason::Data, wakes) } {
-            st.permit = true;
+    /// `notify_one` under the lock: the first waiter, or the permit if none waits.
+    fn notify_one_locked(&self, list: &mut WaitList<()>, wakes: &mut WakeBatch) {
+        let mut word = self.state.load(SeqCst);
+        loop {
+            if word & STATE_MASK == WAITING {
+                // SAFETY: under the lock.
+                let woke = unsafe { wake_one(list, Reason::Data, wakes) };
+                debug_assert!(woke, "WAITING with an empty wait list");
+                if list.is_empty() {
+                    // Nobody writes a WAITING word without the lock: a plain store.
+                    self.state.store(with_state(word, EMPTY), SeqCst);
+                }
+                return;
+            }
+            // EMPTY or NOTIFIED: lock-free notifiers and consumers may race us.
+            match self
+                .state
+                .compare_exchange(word, with_state(word, NOTIFIED), SeqCst, SeqCst)
+            {
+                Ok(_) => return,
+                Err(now) => word = now,
+            }
         }
     }
 
@@ -149,13 +216,35 @@ impl Notify {
     /// weft::wait(b);
     /// ```
     pub fn notify_waiters(&self) {
+        // Nobody waits: a new generation, without the lock. A waiter that registers
+        // meanwhile moves the word to WAITING by CAS under the lock before it goes on
+        // the list, so one of the two CASes fails: this one (then the waiter is on the
+        // list once the lock is ours), or the waiter's (it sees the new generation).
+        let mut word = self.state.load(SeqCst);
+        while word & STATE_MASK != WAITING {
+            match self
+                .state
+                .compare_exchange(word, word.wrapping_add(GEN_ONE), SeqCst, SeqCst)
+            {
+                Ok(_) => return,
+                Err(now) => word = now,
+            }
+        }
         let mut wakes = WakeBatch::new();
-        let mut st = self.state.lock();
-        st.generation = st.generation.wrapping_add(1);
-        self.generation.store(st.generation, SeqCst);
-        // SAFETY: under the lock.
-        unsafe { wake_all(&mut st.waiters, Reason::Signal, &mut wakes) };
-        drop(st);
+        let mut list = self.waiters.lock();
+        let word = self.state.load(SeqCst);
+        if word & STATE_MASK == WAITING {
+            // SAFETY: under the lock.
+            unsafe { wake_all(&mut list, Reason::Signal, &mut wakes) };
+            // WAITING is only written under the lock: a plain store.
+            self.state
+                .store(with_state(word.wrapping_add(GEN_ONE), EMPTY), SeqCst);
+        } else {
+            // The waiters left meanwhile; EMPTY or NOTIFIED may change lock-free:
+            // leave the low bits be.
+            self.state.fetch_add(GEN_ONE, SeqCst);
+        }
+        drop(list);
     }
 }
 
@@ -183,7 +272,7 @@ impl Future for Notified<'_> {
         if this.waiter.is_registered() {
             if this
                 .waiter
-                .poll_registered(&this.notify.state, cx)
+                .poll_registered(&this.notify.waiters, cx)
                 .is_none()
             {
                 return Poll::Pending;
@@ -191,16 +280,66 @@ impl Future for Notified<'_> {
             this.done = true;
             return Poll::Ready(());
         }
-        let mut wakes = WakeBatch::new();
-        let mut st = this.notify.state.lock();
-        if st.generation != this.generation || std::mem::take(&mut st.permit) {
-            this.done = true;
+        let notify: &Notify = this.notify;
+        let state = &notify.state;
+        // The permit (or a `notify_waiters` since `notified()`) without the lock.
+        if this.try_complete(state.load(SeqCst)).is_ok() {
             return Poll::Ready(());
         }
+        let mut wakes = WakeBatch::new();
+        let mut list = notify.waiters.lock();
+        let mut word = state.load(SeqCst);
+        loop {
+            match this.try_complete(word) {
+                Ok(()) => return Poll::Ready(()),
+                Err(Some(now)) => {
+                    word = now;
+                    continue;
+                }
+                Err(None) => {}
+            }
+            if word & STATE_MASK == WAITING {
+                break;
+            }
+            // EMPTY: announce the waiter before it goes on the list (both under the
+            // lock, so a `notify_one` that sees WAITING finds it there); a permit
+            // stored meanwhile fails the CAS and is consumed on the next turn.
+            match state.compare_exchange(word, with_state(word, WAITING), SeqCst, SeqCst) {
+                Ok(_) => break,
+                Err(now) => word = now,
+            }
+        }
         // SAFETY: under the lock; the future is pinned and its `Drop` cancels.
-        unsafe { this.waiter.register(&mut st.waiters, cx, &mut wakes) };
-        drop(st);
+        unsafe { this.waiter.register(&mut list, cx, &mut wakes) };
+        drop(list);
         Poll::Pending
+    }
+}
+
+impl Notified<'_> {
+    /// Completes an unregistered wait from the state word `word` if it can: a
+    /// `notify_waiters` since `notified()` (`Ok`), or the stored permit, consumed
+    /// (`Ok`; `Err(Some(now))` when the CAS lost to a change: look again). `Err(None)`:
+    /// nothing to take, the caller waits.
+    fn try_complete(&mut self, word: usize) -> Result<(), Option<usize>> {
+        if generation(word) != self.generation {
+            self.done = true;
+            return Ok(());
+        }
+        if word & STATE_MASK != NOTIFIED {
+            return Err(None);
+        }
+        match self
+            .notify
+            .state
+            .compare_exchange(word, with_state(word, EMPTY), SeqCst, SeqCst)
+        {
+            Ok(_) => {
+                self.done = true;
+                Ok(())
+            }
+            Err(now) => Err(Some(now)),
+        }
     }
 }
 
@@ -210,12 +349,20 @@ impl Drop for Notified<'_> {
             return;
         }
         let mut wakes = WakeBatch::new();
-        let mut st = self.notify.state.lock();
-        if self.waiter.cancel(&mut st, |s| &mut s.waiters) == Some(Reason::Data) {
+        let mut list = self.notify.waiters.lock();
+        match self.waiter.cancel(&mut list, |l| l) {
             // Chosen by `notify_one` but never told: pass it on.
-            Notify::notify_one_locked(&mut st, &mut wakes);
+            Some(Reason::Data) => self.notify.notify_one_locked(&mut list, &mut wakes),
+            // Taken off the list: if it was the last waiter, nobody waits now (the word
+            // is WAITING, which only lock holders write).
+            None if list.is_empty() => {
+                let word = self.notify.state.load(SeqCst);
+                debug_assert_eq!(word & STATE_MASK, WAITING);
+                self.notify.state.store(with_state(word, EMPTY), SeqCst);
+            }
+            _ => {}
         }
-        drop(st);
+        drop(list);
     }
 }
 
