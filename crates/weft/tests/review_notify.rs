@@ -1034,3 +1034,49 @@ fn stress_rounds_withdraw_vs_notify_waiters_vs_notify_one() {
         }
     });
 }
+
+/// `notified_blocking` inside a plain task on a one-worker runtime (the worker goes on
+/// with other work while it waits): the task that notifies runs, and both end. Also
+/// `notify_waiters` reaching a blocked task the same way.
+#[test]
+fn notified_blocking_in_a_task_on_one_worker() {
+    watchdog(30, || {
+        let rt = weft::Builder::new().worker_threads(1).build().unwrap();
+        let n = Arc::new(Notify::new());
+        let n1 = n.clone();
+        let a = rt.spawn(async move { n1.notified_blocking() });
+        let n2 = n.clone();
+        let b = rt.spawn(async move {
+            weft::task::yield_now().await;
+            n2.notify_one();
+        });
+        join_within(a, 20).unwrap();
+        join_within(b, 20).unwrap();
+        let ready = Arc::new(AtomicBool::new(false));
+        let (n3, r3) = (n.clone(), ready.clone());
+        let c = rt.spawn(async move {
+            let f = n3.notified();
+            r3.store(true, SeqCst);
+            weft::wait(f);
+        });
+        wait_for("c made its future", 10, || ready.load(SeqCst));
+        n.notify_waiters();
+        join_within(c, 20).unwrap();
+        assert_eq!(poll_once(n.notified()), None);
+    });
+}
+
+/// A registered future that is leaked (`mem::forget` of its box) stays on the list and
+/// takes the next `notify_one` (no use-after-free: its memory is leaked too). The same
+/// as tokio; a fiber leaked by a shutdown that timed out behaves so. Documented here.
+#[test]
+fn leaked_registered_future_swallows_one_notify_one() {
+    let n = Notify::new();
+    let mut f = Box::pin(n.notified());
+    assert!(poll_noop(f.as_mut()).is_pending());
+    std::mem::forget(f);
+    n.notify_one(); // goes to the leaked waiter
+    assert_eq!(poll_once(n.notified()), None);
+    n.notify_one(); // nobody waits now: the permit
+    assert_eq!(poll_once(n.notified()), Some(()));
+}
