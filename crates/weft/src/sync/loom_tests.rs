@@ -201,3 +201,73 @@ fn loom_sync_notify_waiters_vs_register_and_permit() {
         assert!(task.poll(g.as_mut()).is_pending(), "at most one permit");
     });
 }
+
+// Review (review-notify): interleavings the models above leave out.
+
+/// A `notified()` made before `notify_waiters` (on another thread) registers while the
+/// call runs: whichever order (the call's lock-free generation step, or the waiter's
+/// EMPTY -> WAITING under the lock first), the future completes. Nothing else could
+/// wake it: a miss deadlocks.
+#[test]
+fn loom_notify_review_waiters_reach_future_made_before() {
+    loom::model(|| {
+        let n = Arc::new(Notify::new());
+        let f = n.notified();
+        let n1 = n.clone();
+        let t = thread::spawn(move || n1.notify_waiters());
+        block_on(f);
+        t.join().unwrap();
+        // notify_waiters stored nothing.
+        let task = Task::new();
+        let mut g = pin!(n.notified());
+        assert!(task.poll(g.as_mut()).is_pending());
+    });
+}
+
+/// A registered waiter `a` is dropped (never polled again) while `notify_one` runs and
+/// another waiter `b` registers: if `notify_one` chose `a`, `a`'s drop passes it on (to
+/// `b`, or to the permit `b` then takes). `b` always ends, and the one notification is
+/// consumed exactly once: no permit is left.
+#[test]
+fn loom_notify_review_chosen_drop_vs_new_waiter() {
+    loom::model(|| {
+        let n = Arc::new(Notify::new());
+        let task = Task::new();
+        let mut a = Box::pin(n.notified());
+        assert!(task.poll(a.as_mut()).is_pending());
+        let n1 = n.clone();
+        let t1 = thread::spawn(move || n1.notify_one());
+        let n2 = n.clone();
+        let t2 = thread::spawn(move || block_on(n2.notified()));
+        drop(a);
+        t1.join().unwrap();
+        t2.join().unwrap();
+        let mut g = pin!(n.notified());
+        assert!(task.poll(g.as_mut()).is_pending(), "consumed twice or kept");
+    });
+}
+
+/// The last registered waiter withdraws while `notify_waiters` (its slow path: it saw
+/// WAITING, then the lock shows EMPTY) and a lock-free `notify_one` run: the
+/// `notify_one` is never lost (chosen `a` passes it on when dropped), and
+/// `notify_waiters` adds no permit: exactly one permit at the end.
+#[test]
+fn loom_notify_review_waiters_vs_withdraw_vs_notify_one() {
+    loom::model(|| {
+        let n = Arc::new(Notify::new());
+        let task = Task::new();
+        let mut a = Box::pin(n.notified());
+        assert!(task.poll(a.as_mut()).is_pending());
+        let n1 = n.clone();
+        let t1 = thread::spawn(move || n1.notify_waiters());
+        let n2 = n.clone();
+        let t2 = thread::spawn(move || n2.notify_one());
+        drop(a);
+        t1.join().unwrap();
+        t2.join().unwrap();
+        let mut g = pin!(n.notified());
+        assert!(task.poll(g.as_mut()).is_ready(), "the notify_one was lost");
+        let mut h = pin!(n.notified());
+        assert!(task.poll(h.as_mut()).is_pending(), "two permits");
+    });
+}
