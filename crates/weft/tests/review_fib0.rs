@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chan_common::{join_within, rt2, watchdog, wait_for, Drops, Rng, Tracked};
+use chan_common::{join_within, rt2, wait_for, watchdog, Drops, Rng, Tracked};
 use weft::chan::{self, Receiver, RecvTimeoutError, Select, SendTimeoutError, Sender};
 use weft::Runtime;
 
@@ -233,7 +233,11 @@ fn rendezvous_tiny_timeouts_race_blocking_partners() {
         const SENDERS: usize = 6;
         const PER: usize = 80;
         let drops = Drops::new(SENDERS * PER);
-        let got = Arc::new((0..SENDERS * PER).map(|_| AtomicUsize::new(0)).collect::<Vec<_>>());
+        let got = Arc::new(
+            (0..SENDERS * PER)
+                .map(|_| AtomicUsize::new(0))
+                .collect::<Vec<_>>(),
+        );
         let (tx, rx) = chan::bounded::<Tracked>(0);
         let timeouts = [0u64, 0, 1, 5, 20, 100];
         let mut sends = Vec::new();
@@ -307,7 +311,12 @@ fn rendezvous_tiny_timeouts_race_blocking_partners() {
         let total: usize = recvs.into_iter().map(|r| r.join(40)).sum();
         assert_eq!(total, SENDERS * PER);
         for i in 0..SENDERS * PER {
-            assert_eq!(got[i].load(SeqCst), 1, "value {i} received {} times", got[i].load(SeqCst));
+            assert_eq!(
+                got[i].load(SeqCst),
+                1,
+                "value {i} received {} times",
+                got[i].load(SeqCst)
+            );
             assert_eq!(drops.get(i), 1, "value {i} dropped {} times", drops.get(i));
         }
     });
@@ -448,7 +457,12 @@ fn rendezvous_close_while_waiters_registered() {
             }
             drop(tx);
             for id in 0..K {
-                assert_eq!(drops.get(id), 1, "value {id} dropped {} times", drops.get(id));
+                assert_eq!(
+                    drops.get(id),
+                    1,
+                    "value {id} dropped {} times",
+                    drops.get(id)
+                );
             }
         }
         for how in 0..2 {
@@ -490,7 +504,11 @@ fn rendezvous_close_races_traffic() {
             const SENDERS: usize = 6;
             const PER: usize = 40;
             let drops = Drops::new(SENDERS * PER);
-            let back = Arc::new((0..SENDERS * PER).map(|_| AtomicUsize::new(0)).collect::<Vec<_>>());
+            let back = Arc::new(
+                (0..SENDERS * PER)
+                    .map(|_| AtomicUsize::new(0))
+                    .collect::<Vec<_>>(),
+            );
             let (tx, rx) = chan::bounded::<Tracked>(0);
             let mut sends = Vec::new();
             for id in 0..SENDERS {
@@ -513,7 +531,11 @@ fn rendezvous_close_races_traffic() {
                 ));
             }
             drop(tx);
-            let got = Arc::new((0..SENDERS * PER).map(|_| AtomicUsize::new(0)).collect::<Vec<_>>());
+            let got = Arc::new(
+                (0..SENDERS * PER)
+                    .map(|_| AtomicUsize::new(0))
+                    .collect::<Vec<_>>(),
+            );
             let mut recvs = Vec::new();
             let stop_after = 20 + (round as usize * 17) % 100;
             for k in 0..2 {
@@ -588,11 +610,8 @@ fn rendezvous_abort_fibers_at_the_wait() {
                 let got = got.clone();
                 std::thread::spawn(move || {
                     for _ in 0..(round as usize % 5) {
-                        match rx.recv_timeout(Duration::from_millis(1)) {
-                            Ok(v) => {
-                                got[v.id].fetch_add(1, SeqCst);
-                            }
-                            Err(_) => {}
+                        if let Ok(v) = rx.recv_timeout(Duration::from_millis(1)) {
+                            got[v.id].fetch_add(1, SeqCst);
                         }
                     }
                 })
@@ -633,7 +652,9 @@ fn rendezvous_abort_fibers_at_the_wait() {
             assert_eq!(rx2.recv_timeout(Duration::from_secs(10)), Ok(77));
             t.join().unwrap().unwrap();
             let t = std::thread::spawn(move || tx.send_blocking(drops.make(0)).is_ok());
-            let v = rx.recv_timeout(Duration::from_secs(10)).expect("channel broken after aborts");
+            let v = rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("channel broken after aborts");
             drop(v);
             assert!(t.join().unwrap());
         }
@@ -649,7 +670,10 @@ fn rendezvous_runtime_dropped_while_fibers_wait() {
         for workers in [1, 2] {
             const K: usize = 6;
             let drops = Drops::new(K);
-            let rt = weft::Builder::new().worker_threads(workers).build().unwrap();
+            let rt = weft::Builder::new()
+                .worker_threads(workers)
+                .build()
+                .unwrap();
             let (tx, rx) = chan::bounded::<Tracked>(0);
             let (tx2, rx2) = chan::bounded::<Tracked>(0);
             {
@@ -672,11 +696,21 @@ fn rendezvous_runtime_dropped_while_fibers_wait() {
             drop(rt);
             wait_for("every value dropped", 10, || drops.total() >= K);
             for id in 0..K {
-                assert_eq!(drops.get(id), 1, "value {id} dropped {} times", drops.get(id));
+                assert_eq!(
+                    drops.get(id),
+                    1,
+                    "value {id} dropped {} times",
+                    drops.get(id)
+                );
             }
             assert!(rx.try_recv().is_err());
-            assert!(rx.recv_timeout(Duration::from_secs(5)).unwrap_err().is_disconnected());
-            assert!(tx2.send_timeout(drops.make(0), Duration::from_secs(5)).is_err());
+            assert!(rx
+                .recv_timeout(Duration::from_secs(5))
+                .unwrap_err()
+                .is_disconnected());
+            assert!(tx2
+                .send_timeout(drops.make(0), Duration::from_secs(5))
+                .is_err());
         }
     });
 }
@@ -742,7 +776,13 @@ fn rendezvous_select_mixed_with_blocking_forms() {
             let mut recvs = Vec::new();
             for k in 0..5 {
                 let (rxa, rxb) = (rxa.clone(), rxb.clone());
-                let ctx = [Ctx::Fiber, Ctx::Thread, Ctx::TaskBlocking, Ctx::Fiber, Ctx::Thread][k];
+                let ctx = [
+                    Ctx::Fiber,
+                    Ctx::Thread,
+                    Ctx::TaskBlocking,
+                    Ctx::Fiber,
+                    Ctx::Thread,
+                ][k];
                 let mode = k % 3; // 0: select both, 1: blocking a, 2: blocking b
                 recvs.push(start(
                     &rt,
@@ -758,7 +798,11 @@ fn rendezvous_select_mixed_with_blocking_forms() {
                                 while open > 0 {
                                     let op = sel.select();
                                     let i = op.index();
-                                    let r = if i == ia { op.recv(&rxa) } else { op.recv(&rxb) };
+                                    let r = if i == ia {
+                                        op.recv(&rxa)
+                                    } else {
+                                        op.recv(&rxb)
+                                    };
                                     match r {
                                         Ok(v) => log.push(v),
                                         Err(_) => {
@@ -940,7 +984,10 @@ fn rendezvous_panic_around_the_wait() {
             panic!("boom while holding the sender");
         });
         assert!(join_within(p, 20).unwrap_err().is_panic());
-        let total: usize = waiters.into_iter().map(|h| join_within(h, 20).unwrap()).sum();
+        let total: usize = waiters
+            .into_iter()
+            .map(|h| join_within(h, 20).unwrap())
+            .sum();
         assert_eq!(total, 10);
 
         // A receiver fiber that panics right after each receive (restarted): values
@@ -978,7 +1025,10 @@ fn rendezvous_panic_around_the_wait() {
 fn yield_loops_next_to_fibers_on_rendezvous() {
     watchdog(60, || {
         for workers in [1, 2] {
-            let rt = weft::Builder::new().worker_threads(workers).build().unwrap();
+            let rt = weft::Builder::new()
+                .worker_threads(workers)
+                .build()
+                .unwrap();
             let stop = Arc::new(AtomicBool::new(false));
             let spins = Arc::new(AtomicUsize::new(0));
             let yielders: Vec<_> = (0..3)
@@ -1037,7 +1087,9 @@ fn yield_loops_next_to_fibers_on_rendezvous() {
             // The yielders ran meanwhile, and go on after.
             let mid = spins.load(SeqCst);
             assert!(mid > before, "yielders starved while the fibers ran");
-            wait_for("yielders progress after the fibers", 10, || spins.load(SeqCst) > mid + 10);
+            wait_for("yielders progress after the fibers", 10, || {
+                spins.load(SeqCst) > mid + 10
+            });
             stop.store(true, SeqCst);
             for y in yielders {
                 join_within(y, 20).unwrap();
@@ -1056,7 +1108,10 @@ fn yield_loops_next_to_fibers_on_rendezvous() {
 fn yield_loops_next_to_sync_waits() {
     watchdog(60, || {
         for workers in [1, 2] {
-            let rt = weft::Builder::new().worker_threads(workers).build().unwrap();
+            let rt = weft::Builder::new()
+                .worker_threads(workers)
+                .build()
+                .unwrap();
             let stop = Arc::new(AtomicBool::new(false));
             let yielders: Vec<_> = (0..2)
                 .map(|_| {
@@ -1131,7 +1186,10 @@ fn yield_loops_next_to_sync_waits() {
 fn spinning_wait_while_partner_is_deferred() {
     watchdog(60, || {
         for workers in [1, 2] {
-            let rt = weft::Builder::new().worker_threads(workers).build().unwrap();
+            let rt = weft::Builder::new()
+                .worker_threads(workers)
+                .build()
+                .unwrap();
             for cap in [0usize, 1] {
                 const N: usize = 300;
                 let (tx, rx) = chan::bounded::<usize>(cap);
@@ -1315,7 +1373,10 @@ fn rendezvous_abort_blocking_tasks_at_the_wait() {
         for i in 0..K {
             assert_eq!(drops.get(i), 1, "value {i} dropped {} times", drops.get(i));
         }
-        assert!(rx.try_recv().is_err(), "a value of an aborted sender is still there");
+        assert!(
+            rx.try_recv().is_err(),
+            "a value of an aborted sender is still there"
+        );
         let t = std::thread::spawn(move || tx2.send_blocking(5));
         assert_eq!(rx2.recv_timeout(Duration::from_secs(10)), Ok(5));
         t.join().unwrap().unwrap();
@@ -1336,7 +1397,13 @@ fn rendezvous_stream_receivers_with_blocking_senders() {
         let (tx, rx) = chan::bounded::<Msg>(0);
         let mut sends = Vec::new();
         for id in 0..SENDERS {
-            sends.push(start_sender(&rt, [Ctx::Thread, Ctx::Fiber][id % 2], tx.clone(), id, PER));
+            sends.push(start_sender(
+                &rt,
+                [Ctx::Thread, Ctx::Fiber][id % 2],
+                tx.clone(),
+                id,
+                PER,
+            ));
         }
         drop(tx);
         let mut recvs: Vec<Joiner<Vec<Msg>>> = Vec::new();
@@ -1379,7 +1446,13 @@ fn rendezvous_select_ready_observers_race_blocking() {
         let (tx, rx) = chan::bounded::<Msg>(0);
         let mut sends = Vec::new();
         for id in 0..SENDERS {
-            sends.push(start_sender(&rt, [Ctx::Fiber, Ctx::Thread][id % 2], tx.clone(), id, PER));
+            sends.push(start_sender(
+                &rt,
+                [Ctx::Fiber, Ctx::Thread][id % 2],
+                tx.clone(),
+                id,
+                PER,
+            ));
         }
         drop(tx);
         let mut recvs = Vec::new();
@@ -1424,7 +1497,10 @@ fn runtime_dropped_with_yielders_and_rendezvous_waiters() {
         for workers in [1, 2] {
             const K: usize = 8;
             let drops = Drops::new(K);
-            let rt = weft::Builder::new().worker_threads(workers).build().unwrap();
+            let rt = weft::Builder::new()
+                .worker_threads(workers)
+                .build()
+                .unwrap();
             let (tx, rx) = chan::bounded::<Tracked>(0);
             {
                 let _g = rt.enter();
@@ -1449,14 +1525,24 @@ fn runtime_dropped_with_yielders_and_rendezvous_waiters() {
             drop(tx);
             std::thread::sleep(Duration::from_millis(20));
             // One value taken while the yielders run.
-            let v = rx.recv_timeout(Duration::from_secs(10)).expect("a waiting sender starved");
+            let v = rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("a waiting sender starved");
             drop(v);
             drop(rt);
             wait_for("every value dropped", 10, || drops.total() >= K);
             for id in 0..K {
-                assert_eq!(drops.get(id), 1, "value {id} dropped {} times", drops.get(id));
+                assert_eq!(
+                    drops.get(id),
+                    1,
+                    "value {id} dropped {} times",
+                    drops.get(id)
+                );
             }
-            assert!(rx.recv_timeout(Duration::from_secs(5)).unwrap_err().is_disconnected());
+            assert!(rx
+                .recv_timeout(Duration::from_secs(5))
+                .unwrap_err()
+                .is_disconnected());
         }
     });
 }
