@@ -441,10 +441,10 @@ unsafe fn merge_sequential<T, F>(
             let take_right = unsafe { compare(&*state.right, &*state.left) == Ordering::Less };
             let src = if take_right { state.right } else { state.left };
             let (r, l) = (usize::from(take_right), usize::from(!take_right));
-            // SAFETY: `src` is an unmoved, initialized element and `out` the first free
-            // slot; afterwards the run it came from starts one later, and `out` too,
-            // which keeps the invariant (the back cursors still address the last
-            // unmoved elements and the last free slot).
+            // Afterwards the run `src` came from starts one later, and `out` too, which
+            // keeps the invariant (the back cursors still address the last unmoved
+            // elements and the last free slot).
+            // SAFETY: `src` is an unmoved, initialized element, `out` the first free slot.
             unsafe {
                 ptr::copy_nonoverlapping(src, state.out, 1);
                 state.out = state.out.add(1);
@@ -461,12 +461,12 @@ unsafe fn merge_sequential<T, F>(
             let take_left = unsafe { compare(&*right_back, &*left_back) == Ordering::Less };
             let src = if take_left { left_back } else { right_back };
             let (l, r) = (usize::from(take_left), usize::from(!take_left));
+            // The moved element leaves the end of its run, so the run's length drops by
+            // one, and `out_back` moves down to the new last free slot. `wrapping_sub`,
+            // so that no bound needs arguing for a cursor whose run is left with fewer
+            // than two elements: the loop then ends and the cursor is not used again.
             // SAFETY: `src` is unmoved and `out_back` the last free slot, which is not
-            // `out`'s (at least two elements were unmoved); the moved element leaves
-            // the end of its run, so the run's length drops by one, and `out_back`
-            // moves down to the new last free slot. `wrapping_sub`, so that no bound
-            // needs arguing for a cursor whose run is left with fewer than two
-            // elements: the loop then ends and the cursor is not used again.
+            // `out`'s (at least two elements were unmoved).
             unsafe { ptr::copy_nonoverlapping(src, out_back, 1) };
             out_back = out_back.wrapping_sub(1);
             left_back = left_back.wrapping_sub(l);
