@@ -304,10 +304,12 @@ impl Backoff {
     const SPINS: u32 = 7;
     /// Extra rounds of the longest spin for an idle worker (about 20 us in all).
     const IDLE_SPINS: u32 = 24;
+    /// Extra rounds of the longest spin for a plain thread.
+    const THREAD_SPINS: u32 = 8;
 
     pub(crate) fn new() -> Backoff {
         let (on_worker, limit) = crate::scheduler::worker::with_current(|core| match core {
-            None => (false, Self::SPINS),
+            None => (false, Self::SPINS + Self::THREAD_SPINS),
             Some(c) if c.has_ready_work() => (true, 0),
             Some(_) => (true, Self::SPINS + Self::IDLE_SPINS),
         });
@@ -331,8 +333,7 @@ impl Backoff {
         {
             return false;
         }
-        // A plain thread's limit is `SPINS`, so only an idle worker gets past it, at
-        // the longest spin.
+        // Past `SPINS` rounds, the longest spin again.
         for _ in 0..(1u32 << self.step.min(Self::SPINS)) {
             std::hint::spin_loop();
         }
