@@ -398,6 +398,37 @@ unsafe fn merge_sequential<T, F>(
         }
     }
 
+    impl<T> MergeState<T> {
+        /// Moves the smaller head (the left one on equal elements, as stability
+        /// requires) into the first free slot. Branch-free: the comparison of random
+        /// data is unpredictable.
+        ///
+        /// # Safety
+        ///
+        /// Both runs are non-empty.
+        #[inline(always)]
+        unsafe fn step_front<F: Fn(&T, &T) -> Ordering>(&mut self, compare: &F) {
+            // SAFETY: both runs are non-empty (contract), so `left` and `right` point
+            // at initialized, not yet moved elements (invariant).
+            let take_right = unsafe { compare(&*self.right, &*self.left) == Ordering::Less };
+            let src = if take_right { self.right } else { self.left };
+            let (r, l) = (usize::from(take_right), usize::from(!take_right));
+            // Exactly one of the runs starts one later (within, or one past the end
+            // of, its slice), and `out` with it, which keeps the invariant (a back
+            // cursor of the two-ended merge still addresses the last unmoved element
+            // and the last free slot).
+            // SAFETY: `src` is an unmoved, initialized element, `out` the first free slot.
+            unsafe {
+                ptr::copy_nonoverlapping(src, self.out, 1);
+                self.out = self.out.add(1);
+                self.right = self.right.add(r);
+                self.left = self.left.add(l);
+            }
+            self.right_len -= r;
+            self.left_len -= l;
+        }
+    }
+
     debug_assert_eq!(dest.len(), left.len() + right.len());
     let mut state = MergeState {
         left: left.as_ptr().cast::<T>(),
@@ -437,22 +468,8 @@ unsafe fn merge_sequential<T, F>(
             )
         };
         while state.left_len >= 2 && state.right_len >= 2 {
-            // SAFETY: both runs have an unmoved head (invariant, lengths >= 2).
-            let take_right = unsafe { compare(&*state.right, &*state.left) == Ordering::Less };
-            let src = if take_right { state.right } else { state.left };
-            let (r, l) = (usize::from(take_right), usize::from(!take_right));
-            // Afterwards the run `src` came from starts one later, and `out` too, which
-            // keeps the invariant (the back cursors still address the last unmoved
-            // elements and the last free slot).
-            // SAFETY: `src` is an unmoved, initialized element, `out` the first free slot.
-            unsafe {
-                ptr::copy_nonoverlapping(src, state.out, 1);
-                state.out = state.out.add(1);
-                state.right = state.right.add(r);
-                state.left = state.left.add(l);
-            }
-            state.right_len -= r;
-            state.left_len -= l;
+            // SAFETY: both runs are non-empty (lengths >= 2).
+            unsafe { state.step_front(compare) };
 
             // Each run still has an unmoved element (it had two, the front step took
             // at most one): `left_back` and `right_back` address them. On equal
@@ -476,24 +493,8 @@ unsafe fn merge_sequential<T, F>(
         }
     }
     while state.left_len > 0 && state.right_len > 0 {
-        // SAFETY: both runs are non-empty, so `left` and `right` point at initialized,
-        // not yet moved elements (invariant).
-        let take_right = unsafe { compare(&*state.right, &*state.left) == Ordering::Less };
-        // Branch-free: the comparison of random data is unpredictable.
-        let src = if take_right { state.right } else { state.left };
-        let (r, l) = (usize::from(take_right), usize::from(!take_right));
-        // Exactly one of the runs advances, by one, within (or to one past the end of)
-        // its slice, and `out` with it, which re-establishes the invariant.
-        // SAFETY: the element at `src` is initialized and owned, and `out` has room for
-        // it (invariant).
-        unsafe {
-            ptr::copy_nonoverlapping(src, state.out, 1);
-            state.out = state.out.add(1);
-            state.right = state.right.add(r);
-            state.left = state.left.add(l);
-        }
-        state.right_len -= r;
-        state.left_len -= l;
+        // SAFETY: both runs are non-empty.
+        unsafe { state.step_front(compare) };
     }
     // Dropping `state` moves the rest of the run that is not yet exhausted.
 }
