@@ -26,6 +26,16 @@ fn spin_until(what: &str, ready: impl Fn() -> bool) {
     }
 }
 
+/// A runtime of one worker and no interactive pool: everything the tests spawn shares
+/// that worker.
+fn one_worker() -> crate::Runtime {
+    crate::Builder::new()
+        .worker_threads(1)
+        .interactive_threads(0)
+        .build()
+        .unwrap()
+}
+
 /// The fastest of [`TRIALS`] runs of what a blocking operation did before it
 /// registered until the fix: [`spin_try`] with an attempt that never succeeds, in a
 /// fiber on a worker with nothing else ready (the longest spin, as in the benchmark's
@@ -117,11 +127,7 @@ fn rendezvous_registration(rt: &crate::Runtime) -> Duration {
 /// half the spin measured on the machine the test runs on.
 #[test]
 fn blocking_rendezvous_send_registers_without_spinning_first() {
-    let rt = crate::Builder::new()
-        .worker_threads(1)
-        .interactive_threads(0)
-        .build()
-        .unwrap();
+    let rt = one_worker();
     let spin = idle_worker_spin(&rt);
     let register = rendezvous_registration(&rt);
     assert!(
@@ -196,11 +202,7 @@ fn receive_behind_a_yielded_sender(rt: &crate::Runtime) -> Duration {
 /// its spin did; now P suspends at once and R runs and sends (a few microseconds).
 #[test]
 fn a_blocking_wait_does_not_spin_while_a_yielded_task_is_ready() {
-    let rt = crate::Builder::new()
-        .worker_threads(1)
-        .interactive_threads(0)
-        .build()
-        .unwrap();
+    let rt = one_worker();
     let spin = idle_worker_spin(&rt);
     let took = receive_behind_a_yielded_sender(&rt);
     assert!(

@@ -289,12 +289,12 @@ impl Runtime {
 /// its first waiter, and when that waiter had parked, the others queued behind it
 /// outlasted a shorter spin while it woke, parked too, and every later hand-off waited
 /// for a futex wake (four threads on `sync::Mutex`, 16 cores: 5.3-6.8 us an increment
-/// with the 7 rounds alone, 76-81 ns with the tail). It does not `sched_yield`: the kernel (6.x, EEVDF) puts a yielding
-/// thread behind its run queue for about a slice, so with more busy threads than
-/// cores a receiver that yielded while its sender kept the core could wait
-/// milliseconds a message (`chan_cancel`'s rendezvous cases: 30-55 values a second
-/// under load, timing out; and `bounded(1)` thread cases ran 1.5-3x slower than
-/// parking at once). A worker with nothing else ready spins about 20 us (a started
+/// with the 7 rounds alone, 76-81 ns with the tail). It does not `sched_yield`: the
+/// kernel (6.x, EEVDF) puts a yielding thread behind its run queue for about a slice,
+/// so with more busy threads than cores a receiver that yielded while its sender kept
+/// the core could wait milliseconds a message (`chan_cancel`'s rendezvous cases: 30-55
+/// values a second under load, timing out; and `bounded(1)` thread cases ran 1.5-3x
+/// slower than parking at once). A worker with nothing else ready spins about 20 us (a started
 /// fiber is woken on its own worker, through a futex when that worker sleeps); one
 /// with other work ready suspends at once.
 pub(crate) struct Backoff {

@@ -79,14 +79,16 @@ fn mergesort_leaf<T>(len: usize) -> usize {
 /// Leaves of at most `LEAF_BYTES`, and at least `LEAVES_PER_WORKER` per worker. The
 /// sequential sort of a large leaf spends more per element than a merge level does
 /// here (one pass of the two-ended merge): sorting 10M `u64` in 2, 4, ..., 64 pieces
-/// instead of one saved 30-45 ms a halving down to 16 pieces (1.25 MB each) and then
-/// about 10, while a merge level costs some 19 ms of one core. On the 16-core machine,
-/// 2 workers sorted 10M `u64` in 160-212 ms with 64 leaves against 270-321 ms with 4,
-/// and 16 workers in 48-52 ms with 256 leaves against 62-65 with 64 (rayon: 76-80).
+/// instead of one, on one core, saved 30-45 ms a halving down to 16 pieces (5 MB each)
+/// and 10-20 ms over the two halvings to 64, while a merge level costs some 19 ms. On
+/// the 16-core machine, 2 workers sorted 10M `u64` in 160-212 ms with 64 leaves against
+/// 270-322 ms with 4, and 16 workers in 48-52 ms with 256 leaves against 62-65 with 64
+/// (rayon: 76-80).
 ///
-/// The depth, log2 of the number of leaves, is rounded up to an even number: the data
-/// moves between the slice and the buffer at every level, so at an odd depth the leaves
-/// would be sorted in place and then copied into the buffer, one more pass.
+/// The depth, log2 of the number of leaves, is made even (rounded up, or down where up
+/// would make leaves shorter than `MERGESORT_LEAF`): the data moves between the slice
+/// and the buffer at every level, so at an odd depth the leaves would be sorted in
+/// place and then copied into the buffer, one more pass.
 fn leaf_for(len: usize, size: usize, workers: usize) -> usize {
     let by_size = len.saturating_mul(size) / LEAF_BYTES;
     let by_workers = workers.max(1).saturating_mul(LEAVES_PER_WORKER);
@@ -1385,6 +1387,23 @@ mod tests {
             .collect()
     }
 
+    /// `v` holds the probes `0..v.len()` once each (in some order), and every mark of
+    /// `calls` comparisons (two a call) is there.
+    fn assert_intact(v: &[SyncProbe<'_>], calls: usize, what: &str) {
+        let mut ids: Vec<usize> = v.iter().map(|e| e.id).collect();
+        ids.sort_unstable();
+        assert_eq!(
+            ids,
+            (0..v.len()).collect::<Vec<_>>(),
+            "{what}: not a permutation"
+        );
+        let marks: usize = v
+            .iter()
+            .map(|e| e.marks.load(AtomicOrdering::Relaxed))
+            .sum();
+        assert_eq!(marks, 2 * calls, "{what}: lost mark");
+    }
+
     #[test]
     fn review_mergesort_small_cutoffs_panic_at_every_call() {
         // The whole merge sort with tiny leaves and sequential-merge cut-offs, so that
@@ -1432,22 +1451,7 @@ mod tests {
                         let what =
                             format!("len {len} leaf {leaf} merge {merge} panic at {p}/{total}");
                         assert_eq!(r.is_err(), p < total, "{what}");
-                        let mut ids: Vec<usize> = v.iter().map(|e| e.id).collect();
-                        ids.sort_unstable();
-                        assert_eq!(
-                            ids,
-                            (0..len).collect::<Vec<_>>(),
-                            "{what}: not a permutation"
-                        );
-                        let marks: usize = v
-                            .iter()
-                            .map(|e| e.marks.load(AtomicOrdering::Relaxed))
-                            .sum();
-                        assert_eq!(
-                            marks,
-                            2 * calls.load(AtomicOrdering::Relaxed),
-                            "{what}: lost mark"
-                        );
+                        assert_intact(&v, calls.load(AtomicOrdering::Relaxed), &what);
                         assert_eq!(live.load(AtomicOrdering::SeqCst), len, "{what}");
                         if r.is_ok() {
                             assert!(
@@ -1501,22 +1505,7 @@ mod tests {
                             mergesort_with(&mut v, &compare, leaf, merge)
                         }));
                         let what = format!("len {len} leaf {leaf} merge {merge} kind {kind}");
-                        let mut ids: Vec<usize> = v.iter().map(|e| e.id).collect();
-                        ids.sort_unstable();
-                        assert_eq!(
-                            ids,
-                            (0..len).collect::<Vec<_>>(),
-                            "{what}: not a permutation"
-                        );
-                        let marks: usize = v
-                            .iter()
-                            .map(|e| e.marks.load(AtomicOrdering::Relaxed))
-                            .sum();
-                        assert_eq!(
-                            marks,
-                            2 * calls.load(AtomicOrdering::Relaxed),
-                            "{what}: lost mark"
-                        );
+                        assert_intact(&v, calls.load(AtomicOrdering::Relaxed), &what);
                         if kind == 3 {
                             // Everything equal: stability means the input order.
                             assert!(

@@ -69,6 +69,14 @@ fn loom_sync_semaphore_acquire_many_vs_add_and_close() {
     });
 }
 
+/// Whether `n` holds a stored permit, taken by a fresh `notified()` polled once (a
+/// pending one is dropped again, leaving the list as it was).
+fn take_permit(n: &Notify) -> bool {
+    let task = Task::new();
+    let mut f = pin!(n.notified());
+    task.poll(f.as_mut()).is_ready()
+}
+
 /// `notify_one` while one `notified()` is dropped (maybe after being chosen) and
 /// another waits: the notification reaches the waiting one (if the first consumed it
 /// outright, it notifies once more itself).
@@ -170,9 +178,7 @@ fn loom_sync_notify_last_waiter_dropped_vs_notify_one() {
         });
         n.notify_one();
         let consumed = t.join().unwrap();
-        let task = Task::new();
-        let mut f = pin!(n.notified());
-        let permit_left = task.poll(f.as_mut()).is_ready();
+        let permit_left = take_permit(&n);
         assert!(consumed != permit_left, "{consumed} {permit_left}");
     });
 }
@@ -194,11 +200,8 @@ fn loom_sync_notify_waiters_vs_register_and_permit() {
         // One notification (the `notify_waiters` or the `notify_one`) ended the wait;
         // if it was `notify_waiters`, the `notify_one` is still here as the permit, or
         // it went to the waiter and nothing is left. Never two permits.
-        let task = Task::new();
-        let mut f = pin!(n.notified());
-        let _ = task.poll(f.as_mut());
-        let mut g = pin!(n.notified());
-        assert!(task.poll(g.as_mut()).is_pending(), "at most one permit");
+        let _ = take_permit(&n);
+        assert!(!take_permit(&n), "at most one permit");
     });
 }
 
@@ -217,10 +220,7 @@ fn loom_notify_review_waiters_reach_future_made_before() {
         let t = thread::spawn(move || n1.notify_waiters());
         block_on(f);
         t.join().unwrap();
-        // notify_waiters stored nothing.
-        let task = Task::new();
-        let mut g = pin!(n.notified());
-        assert!(task.poll(g.as_mut()).is_pending());
+        assert!(!take_permit(&n), "notify_waiters stored a permit");
     });
 }
 
@@ -242,8 +242,7 @@ fn loom_notify_review_chosen_drop_vs_new_waiter() {
         drop(a);
         t1.join().unwrap();
         t2.join().unwrap();
-        let mut g = pin!(n.notified());
-        assert!(task.poll(g.as_mut()).is_pending(), "consumed twice or kept");
+        assert!(!take_permit(&n), "consumed twice or kept");
     });
 }
 
@@ -265,9 +264,7 @@ fn loom_notify_review_waiters_vs_withdraw_vs_notify_one() {
         drop(a);
         t1.join().unwrap();
         t2.join().unwrap();
-        let mut g = pin!(n.notified());
-        assert!(task.poll(g.as_mut()).is_ready(), "the notify_one was lost");
-        let mut h = pin!(n.notified());
-        assert!(task.poll(h.as_mut()).is_pending(), "two permits");
+        assert!(take_permit(&n), "the notify_one was lost");
+        assert!(!take_permit(&n), "two permits");
     });
 }
