@@ -14,10 +14,12 @@ use crate::task::diag::ACTIVE_AT_DRAIN;
 /// that running tasks spawned meanwhile are in neither.
 ///
 /// ```
+/// use std::time::Duration;
 /// let rt = weft::Runtime::new().unwrap();
-/// rt.spawn(async {});
+/// // Still alive at the call (a task that ended before it would count in neither).
+/// rt.spawn(weft::time::sleep(Duration::from_millis(50)));
 /// rt.spawn(std::future::pending::<()>());
-/// let report = rt.shutdown_graceful(std::time::Duration::from_millis(200));
+/// let report = rt.shutdown_graceful(Duration::from_millis(500));
 /// assert_eq!(report.finished + report.cancelled, 2);
 /// assert_eq!(report.cancelled, 1);
 /// println!("{report}");
