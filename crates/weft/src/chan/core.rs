@@ -472,16 +472,20 @@ impl<T> Chan<T> {
 
     /// Hands buffered values to waiting receivers and freed room to waiting senders,
     /// and tells observers what is possible now.
+    ///
+    /// The receiver is claimed before the value is popped: popping first and then
+    /// failing the claim (its select won elsewhere, its task cancelled, both racing
+    /// this lock) left the value with nowhere to go but `front`, while a fast send
+    /// could refill the slot the pop freed: a bounded channel then held `cap + 1`
+    /// values (seen as `len() == 3` on `bounded(2)`, `chan_review2`).
     fn settle_locked(&self, st: &mut State<T>, wakes: &mut WakeBatch) {
-        // SAFETY (both `any` calls): under the lock.
-        while unsafe {
-            st.receivers
-                .any(|n| n.kind() != Kind::Observe && n.is_open())
-        } {
-            let Some(v) = self.pop_locked(st) else { break };
+        while self.has_values(st) {
             // SAFETY: under the lock.
-            match unsafe { take_receiver(st, ptr::null()) } {
-                Some(r) => {
+            let Some(r) = (unsafe { take_receiver(st, ptr::null()) }) else {
+                break;
+            };
+            match self.pop_locked(st) {
+                Some(v) => {
                     self.handed();
                     // SAFETY: taken off the list under the lock: ours to complete.
                     unsafe {
@@ -490,7 +494,12 @@ impl<T> Chan<T> {
                     }
                 }
                 None => {
-                    st.front.push_front(v);
+                    // A fast receive that read `slow` before it was set took the
+                    // value meanwhile (only the ring changes without the lock). The
+                    // claimed receiver tries again: a plain receive starts over, a
+                    // select a new round (as when a held partner lets go).
+                    // SAFETY: as above.
+                    unsafe { (*r).notify(Reason::Signal, wakes) };
                     break;
                 }
             }
@@ -1117,9 +1126,22 @@ impl<T> Chan<T> {
     /// A registered receive is dropped: off the list, a reserved partner let go, a
     /// value handed to it given back.
     pub(crate) fn cancel_recv(&self, node: &Node<T>) {
+        let kept = self.end_recv(node, false);
+        debug_assert!(kept.is_none());
+    }
+
+    /// Ends a receive that stops waiting (a deadline passed) and keeps a value handed
+    /// to it meanwhile instead of giving it back: given back, it would go to `front`,
+    /// past the capacity when a fast send refilled the slot its pop freed.
+    pub(crate) fn withdraw_recv(&self, node: &Node<T>) -> Option<T> {
+        self.end_recv(node, true)
+    }
+
+    fn end_recv(&self, node: &Node<T>, keep: bool) -> Option<T> {
         let mut wakes = WakeBatch::new();
         let mut st = self.lock();
         let mut drop_later = None;
+        let mut kept = None;
         // SAFETY: under the lock, for every node access below.
         let commit = unsafe {
             if !st.receivers.remove(node) {
@@ -1127,7 +1149,11 @@ impl<T> Chan<T> {
                     Reason::Waiting => abandon_partner(node),
                     Reason::Data => {
                         if let Some(v) = node.take_slot() {
-                            drop_later = self.give_back_locked(&mut st, v, &mut wakes);
+                            if keep {
+                                kept = Some(v);
+                            } else {
+                                drop_later = self.give_back_locked(&mut st, v, &mut wakes);
+                            }
                             self.taken_locked(&mut st, &mut wakes);
                         }
                     }
@@ -1138,9 +1164,11 @@ impl<T> Chan<T> {
         };
         drop(st);
         // A sender that handed us a value committed for us; the value went back above
-        // (the receive's owner dropped it by its own hand: a cancellation was deferred).
+        // (the receive's owner dropped it by its own hand: a cancellation was deferred)
+        // or is returned.
         commit.end();
         drop(drop_later);
+        kept
     }
 
     /// One poll of a send of `value` whose node is `node`.

@@ -335,6 +335,62 @@ fn loom_chan_send_drop_vs_recv_drop() {
     });
 }
 
+/// bounded(1): a receive that stops waiting (`recv_timeout`'s deadline: polled, then
+/// withdrawn) races two fast sends. A value handed to it after its poll is kept, not
+/// given back: given back, it went to the front while the second send, which had read
+/// `slow` clear, filled the slot the first value's hand-over left free (two values in
+/// a channel of capacity 1).
+#[test]
+fn loom_chan_withdrawn_recv_keeps_its_value() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        let rx1 = rx.clone();
+        let r = thread::spawn(move || {
+            let task = Task::new();
+            let mut f = pin!(rx1.recv());
+            match task.poll(f.as_mut()) {
+                Poll::Ready(r) => r.ok(),
+                Poll::Pending => f.as_mut().withdraw(),
+            }
+        });
+        let sent: Vec<u32> = [1, 2]
+            .into_iter()
+            .filter(|&v| tx.try_send(v).is_ok())
+            .collect();
+        let got = r.join().unwrap();
+        let (_, _, buffered, _) = census(&rx);
+        assert!(
+            buffered <= 1,
+            "{buffered} values in a channel of capacity 1"
+        );
+        let all: Vec<u32> = got.into_iter().chain(drain(&rx)).collect();
+        assert_eq!(all, sent, "every value sent arrives once, in order");
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(1): a fast send's settle claims the waiting receiver, then finds the value
+/// gone (a fast receive that read `slow` before the receiver registered took it): the
+/// receiver is told to try again (`Signal`), and waits on; the close wakes it.
+#[test]
+fn loom_chan_settle_finds_value_taken() {
+    model_bound2(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        let rx1 = rx.clone();
+        let a = thread::spawn(move || block_on(rx1.recv()).ok());
+        let rx2 = rx.clone();
+        let c = thread::spawn(move || rx2.try_recv().ok());
+        tx.try_send(1).unwrap();
+        let got_c = c.join().unwrap();
+        let (_, _, buffered, _) = census(&rx);
+        assert!(buffered <= 1);
+        drop(tx);
+        let got_a = a.join().unwrap();
+        let all: Vec<u32> = got_a.into_iter().chain(got_c).chain(drain(&rx)).collect();
+        assert_eq!(all, [1], "the value arrives exactly once");
+    });
+}
+
 // ---- select ----
 
 /// bounded(0): two selects each offer a send to one receiver, which then closes the

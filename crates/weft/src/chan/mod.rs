@@ -620,14 +620,14 @@ impl<T> Receiver<T> {
         let mut fut = std::pin::pin!(self.recv());
         match crate::fiber::wait::wait_until(fut.as_mut(), deadline) {
             Some(r) => r.map_err(RecvTimeoutError::from),
-            // One last look (a value may have been handed over at the deadline);
-            // dropping the future then takes the node off the list, and gives back a
-            // value that arrives after this poll.
+            // One last look (a value may have been handed over at the deadline), then
+            // the node comes off the list, keeping a value handed over after this
+            // poll (given back, it could overfill the buffer: `Chan::withdraw_recv`).
             None => {
                 let mut cx = Context::from_waker(std::task::Waker::noop());
                 match fut.as_mut().poll(&mut cx) {
                     Poll::Ready(r) => r.map_err(RecvTimeoutError::from),
-                    Poll::Pending => Err(RecvTimeoutError::Timeout),
+                    Poll::Pending => fut.as_mut().withdraw().ok_or(RecvTimeoutError::Timeout),
                 }
             }
         }

@@ -117,6 +117,28 @@ impl<T> RecvFuture<'_, T> {
     }
 }
 
+impl<T> RecvFuture<'_, T> {
+    /// Stops waiting: takes the node off the list and returns a value handed to it
+    /// since its last poll (see [`Chan::withdraw_recv`]).
+    pub(crate) fn withdraw(self: Pin<&mut Self>) -> Option<T> {
+        // SAFETY: nothing is moved out of the pinned future.
+        let this = unsafe { self.get_unchecked_mut() };
+        match &mut this.inner {
+            RecvInner::Chan {
+                chan,
+                node,
+                registered,
+            } if *registered => {
+                *registered = false;
+                let v = chan.withdraw_recv(node);
+                node.reset();
+                v
+            }
+            _ => None,
+        }
+    }
+}
+
 impl<T> Future for RecvFuture<'_, T> {
     type Output = Result<T, RecvError>;
 
