@@ -1,4 +1,5 @@
-//! Arrays of atomic words that start at zero and cost no writes up front, however long.
+//! Arrays that start all zero bytes and cost no writes up front, however long: the
+//! stamps of a channel's ring, or its slots when a stamp and a small value share one.
 //!
 //! `calloc` gives zeroed memory for free only when it maps fresh pages; a block it
 //! reuses from the heap it clears byte by byte. glibc raises its mapping threshold to
@@ -13,48 +14,68 @@ use std::ops::Deref;
 
 use super::AtomicUsize;
 
+/// A type for which all-zero bytes are a valid value.
+///
+/// # Safety
+/// Outside loom builds a value of all zero bytes must be a valid `Self`, equal to
+/// [`Zeroable::zero`] (loom's atomics are not plain words: its builds call `zero`).
+// Outside loom only a bound: its `zero` is loom's way in.
+#[cfg_attr(not(loom), allow(dead_code))]
+pub(crate) unsafe trait Zeroable {
+    fn zero() -> Self;
+}
+
+// SAFETY: outside loom `AtomicUsize` is `std`'s, a plain word: zero bytes are 0.
+unsafe impl Zeroable for AtomicUsize {
+    fn zero() -> Self {
+        AtomicUsize::new(0)
+    }
+}
+
+/// The words of a ring's stamps.
+pub(crate) type ZeroedWords = Zeroed<AtomicUsize>;
+
 /// At least this many bytes are mapped rather than allocated: below it a clear costs
 /// less than the `mmap` and `munmap` calls.
 #[cfg(all(unix, not(loom)))]
 const MAP_AT: usize = 1 << 20;
 
-/// A boxed slice of `AtomicUsize`, every one 0 at first.
-pub(crate) struct ZeroedWords {
+/// A boxed slice of `S`, every one all zero bytes at first.
+pub(crate) struct Zeroed<S> {
     #[cfg(not(loom))]
-    words: std::ptr::NonNull<[AtomicUsize]>,
+    words: std::ptr::NonNull<[S]>,
     /// Whether `words` is an anonymous mapping (else a `Box` allocation).
     #[cfg(not(loom))]
     mapped: bool,
     #[cfg(loom)]
-    words: Box<[AtomicUsize]>,
+    words: Box<[S]>,
 }
 
-// SAFETY: `ZeroedWords` owns its words as a `Box<[AtomicUsize]>` would, and atomics are
-// `Send` and `Sync`.
-unsafe impl Send for ZeroedWords {}
-// SAFETY: as above; shared access hands out only `&[AtomicUsize]`.
-unsafe impl Sync for ZeroedWords {}
+// SAFETY: `Zeroed` owns its elements as a `Box<[S]>` would.
+unsafe impl<S: Send> Send for Zeroed<S> {}
+// SAFETY: as above; shared access hands out only `&[S]`.
+unsafe impl<S: Sync> Sync for Zeroed<S> {}
 
-impl ZeroedWords {
-    /// `len` words holding 0. Panics if `len` words do not fit in memory's addresses;
-    /// aborts, as any allocation does, if no memory is left.
-    pub(crate) fn new(len: usize) -> ZeroedWords {
+impl<S: Zeroable> Zeroed<S> {
+    /// `len` zeroed elements. Panics if they do not fit in memory's addresses; aborts,
+    /// as any allocation does, if no memory is left.
+    pub(crate) fn new(len: usize) -> Zeroed<S> {
         #[cfg(loom)]
-        return ZeroedWords {
-            words: (0..len).map(|_| AtomicUsize::new(0)).collect(),
+        return Zeroed {
+            words: (0..len).map(|_| S::zero()).collect(),
         };
         #[cfg(not(loom))]
         {
             #[cfg(unix)]
             if let Some(words) = map(len) {
-                return ZeroedWords {
+                return Zeroed {
                     words,
                     mapped: true,
                 };
             }
-            // SAFETY: a zeroed `AtomicUsize` is a valid one holding 0.
-            let boxed = unsafe { Box::<[AtomicUsize]>::new_zeroed_slice(len).assume_init() };
-            ZeroedWords {
+            // SAFETY: all zero bytes are a valid `S` (`Zeroable`).
+            let boxed = unsafe { Box::<[S]>::new_zeroed_slice(len).assume_init() };
+            Zeroed {
                 words: std::ptr::NonNull::from(Box::leak(boxed)),
                 mapped: false,
             }
@@ -62,12 +83,12 @@ impl ZeroedWords {
     }
 }
 
-/// Maps `len` zeroed words if they are long enough to be worth it and the kernel
+/// Maps `len` zeroed elements if they are long enough to be worth it and the kernel
 /// gives the pages; `None` leaves them to the allocator.
 #[cfg(all(unix, not(loom)))]
-fn map(len: usize) -> Option<std::ptr::NonNull<[AtomicUsize]>> {
+fn map<S>(len: usize) -> Option<std::ptr::NonNull<[S]>> {
     // `Layout::array` also refuses sizes over `isize::MAX`, which no slice may span.
-    let bytes = std::alloc::Layout::array::<AtomicUsize>(len)
+    let bytes = std::alloc::Layout::array::<S>(len)
         .expect("capacity overflow")
         .size();
     if bytes < MAP_AT {
@@ -88,32 +109,40 @@ fn map(len: usize) -> Option<std::ptr::NonNull<[AtomicUsize]>> {
     if p == libc::MAP_FAILED {
         return None;
     }
-    // The mapping is page-aligned (so aligned for `AtomicUsize`), `bytes` long, reads
-    // as zeroes, and is ours until `Drop` unmaps it.
-    let first = std::ptr::NonNull::new(p.cast::<AtomicUsize>())?;
+    if std::mem::align_of::<S>() > 4096 {
+        // SAFETY: the mapping just made, unused.
+        unsafe { libc::munmap(p, bytes) };
+        return None;
+    }
+    // The mapping is page-aligned (so aligned for `S`, checked above), `bytes` long,
+    // reads as zeroes, and is ours until `Drop` unmaps it.
+    let first = std::ptr::NonNull::new(p.cast::<S>())?;
     Some(std::ptr::NonNull::slice_from_raw_parts(first, len))
 }
 
-impl Deref for ZeroedWords {
-    type Target = [AtomicUsize];
+impl<S> Deref for Zeroed<S> {
+    type Target = [S];
 
-    fn deref(&self) -> &[AtomicUsize] {
+    fn deref(&self) -> &[S] {
         #[cfg(loom)]
         return &self.words;
         #[cfg(not(loom))]
-        // SAFETY: `words` is a live allocation or mapping of initialised (zeroed, then
-        // only atomically written) words, owned by `self` and freed only in `Drop`.
+        // SAFETY: `words` is a live allocation or mapping of initialised (zeroed, so
+        // valid: `Zeroable`) elements, owned by `self` and freed only in `Drop`.
         return unsafe { self.words.as_ref() };
     }
 }
 
 #[cfg(not(loom))]
-impl Drop for ZeroedWords {
+impl<S> Drop for Zeroed<S> {
     fn drop(&mut self) {
         if self.mapped {
             #[cfg(unix)]
             {
                 let bytes = std::mem::size_of_val(&**self);
+                // SAFETY: the elements are owned here, initialised, and dropped once (the
+                // `Box` branch below drops them with the box).
+                unsafe { std::ptr::drop_in_place(self.words.as_ptr()) };
                 // `munmap` fails only when the process is at its mapping limit and the
                 // hole would split a region; the pages then stay mapped (a leak, as
                 // `free` would accept), which is no reason to panic in a destructor.
