@@ -1,0 +1,752 @@
+//! Review attacks (rev15) on commit 03f82ab: `Chan::settle_locked` claims a waiting
+//! receiver before it pops, and tells it to retry (`Signal`) when a fast receive took the
+//! value meanwhile; `recv_timeout` withdraws its node after a last poll and keeps a value
+//! handed to it meanwhile (`Chan::withdraw_recv`). Safe public API only; every wait is
+//! bounded by a watchdog; every test body runs about a second.
+//!
+//! What each test checks: no value lost or duplicated (each value's id is counted), no
+//! waiter left asleep (a receiver still waiting after the close hangs the watchdog),
+//! `len()` never above the capacity where no receive future was dropped nor a select
+//! left unperformed, and a closed channel drains before it reports `Disconnected`.
+
+mod chan_common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chan_common::{drop_after, fiber_on, join_within, make, rt2, watchdog, Rng};
+use weft::chan::{self, Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
+
+fn seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// Per-value receive counts: `n` ids, each must end at exactly one.
+#[derive(Clone)]
+struct Seen(Arc<Vec<AtomicUsize>>);
+
+impl Seen {
+    fn new(n: usize) -> Seen {
+        Seen(Arc::new((0..n).map(|_| AtomicUsize::new(0)).collect()))
+    }
+    fn got(&self, v: usize) {
+        self.0[v].fetch_add(1, SeqCst);
+    }
+    /// Every id in `sent` seen exactly once, every other id never.
+    fn check(&self, sent: &[bool], what: &str) {
+        let mut bad = Vec::new();
+        for (i, c) in self.0.iter().enumerate() {
+            let c = c.load(SeqCst);
+            let want = usize::from(sent[i]);
+            if c != want {
+                bad.push((i, want, c));
+            }
+        }
+        assert!(
+            bad.is_empty(),
+            "{what}: (id, sent, received) mismatches (lost or duplicated): {:?}",
+            &bad[..bad.len().min(10)]
+        );
+    }
+}
+
+/// Ids sent successfully (each sender owns a disjoint range, so no lock needed for
+/// correctness; a mutex keeps it simple).
+#[derive(Clone)]
+struct Sent(Arc<Mutex<Vec<bool>>>);
+
+impl Sent {
+    fn new(n: usize) -> Sent {
+        Sent(Arc::new(Mutex::new(vec![false; n])))
+    }
+    fn ok(&self, v: usize) {
+        self.0.lock().unwrap()[v] = true;
+    }
+    fn get(&self) -> Vec<bool> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// Sends ids `from..to` on `tx` in one of several ways (fast `try_send` spinning on
+/// `Full`, `send_blocking`, `send_timeout` with tiny timeouts), recording those sent.
+fn sender_thread(
+    tx: Sender<usize>,
+    from: usize,
+    to: usize,
+    how: usize,
+    sent: Sent,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for v in from..to {
+            let ok = match how % 3 {
+                0 => {
+                    let mut v = v;
+                    loop {
+                        match tx.try_send(v) {
+                            Ok(()) => break true,
+                            Err(chan::TrySendError::Full(b)) => {
+                                v = b;
+                                std::hint::spin_loop();
+                            }
+                            Err(chan::TrySendError::Disconnected(_)) => break false,
+                        }
+                    }
+                }
+                1 => tx.send_blocking(v).is_ok(),
+                _ => match tx.send_timeout(v, Duration::from_micros(1 + (v % 7) as u64 * 20)) {
+                    Ok(()) => true,
+                    Err(chan::SendTimeoutError::Timeout(_)) => false,
+                    Err(chan::SendTimeoutError::Disconnected(_)) => false,
+                },
+            };
+            if ok {
+                sent.ok(v);
+            }
+        }
+    })
+}
+
+/// Receives until `Disconnected` with `try_recv` spinning (the fast receive of the
+/// race: it reads `slow` clear and pops behind a registering receiver's back).
+fn try_recv_spinner(rx: Receiver<usize>, seen: Seen) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || loop {
+        match rx.try_recv() {
+            Ok(v) => seen.got(v),
+            Err(TryRecvError::Empty) => std::hint::spin_loop(),
+            Err(TryRecvError::Disconnected) => break,
+        }
+    })
+}
+
+/// After `Disconnected`, the channel stays so for every way of receiving.
+fn assert_stays_disconnected(rx: &Receiver<usize>) {
+    assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+    assert_eq!(
+        rx.recv_timeout(Duration::ZERO),
+        Err(RecvTimeoutError::Disconnected)
+    );
+    assert_eq!(
+        rx.recv_timeout(Duration::from_millis(1)),
+        Err(RecvTimeoutError::Disconnected)
+    );
+    assert!(rx.recv_blocking().is_err());
+    assert_eq!(rx.len(), 0);
+}
+
+// ---------------------------------------------------------------------------------
+// 1. The retry (`Signal`) of plain receives: every context.
+// ---------------------------------------------------------------------------------
+
+/// Plain waiting receivers in every context (thread `recv_blocking`, fiber
+/// `recv_blocking`, async `recv().await`, thread `recv_timeout` with tiny timeouts)
+/// beside `try_recv` spinners, racing fast and blocking senders on tiny capacities.
+/// A settle that claims a waiting receiver and then finds the value taken by a spinner
+/// must tell it to retry: a receiver left claimed and unwoken is off the list, so the
+/// close cannot reach it and the watchdog fires. Exactly once; drained before
+/// `Disconnected`.
+fn plain_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
+    let rt = Arc::new(rt2());
+    for round in 0..rounds {
+        let (tx, rx) = make::<usize>(cap);
+        let senders = 3;
+        let n = senders * per;
+        let seen = Seen::new(n);
+        let sent = Sent::new(n);
+        let mut hs = Vec::new();
+        for s in 0..senders {
+            hs.push(sender_thread(
+                tx.clone(),
+                s * per,
+                (s + 1) * per,
+                s + round,
+                sent.clone(),
+            ));
+        }
+        let mut rs = Vec::new();
+        rs.push(try_recv_spinner(rx.clone(), seen.clone()));
+        {
+            let (rx, seen) = (rx.clone(), seen.clone());
+            rs.push(std::thread::spawn(move || {
+                while let Ok(v) = rx.recv_blocking() {
+                    seen.got(v);
+                }
+            }));
+        }
+        {
+            let (rx, seen) = (rx.clone(), seen.clone());
+            rs.push(std::thread::spawn(move || {
+                let mut i = 0u32;
+                loop {
+                    i = i.wrapping_add(1);
+                    let t = match i % 3 {
+                        0 => Duration::ZERO,
+                        1 => Duration::from_nanos(500),
+                        _ => Duration::from_micros(30),
+                    };
+                    match rx.recv_timeout(t) {
+                        Ok(v) => seen.got(v),
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+            }));
+        }
+        let fib = {
+            let (rx, seen) = (rx.clone(), seen.clone());
+            fiber_on(&rt, move || {
+                while let Ok(v) = rx.recv_blocking() {
+                    seen.got(v);
+                }
+            })
+        };
+        let task = {
+            let (rx, seen) = (rx.clone(), seen.clone());
+            rt.spawn(async move {
+                while let Ok(v) = rx.recv().await {
+                    seen.got(v);
+                }
+            })
+        };
+        for h in hs {
+            h.join().unwrap();
+        }
+        drop(tx);
+        for h in rs {
+            h.join().unwrap();
+        }
+        join_within(fib, 20).unwrap();
+        join_within(task, 20).unwrap();
+        seen.check(&sent.get(), &format!("cap {cap:?} round {round}"));
+        assert_stays_disconnected(&rx);
+    }
+}
+
+#[test]
+fn plain_receivers_retry_bounded1() {
+    watchdog(60, || plain_receivers_retry(Some(1), 6, 1500));
+}
+
+#[test]
+fn plain_receivers_retry_bounded2() {
+    watchdog(60, || plain_receivers_retry(Some(2), 6, 1500));
+}
+
+#[test]
+fn plain_receivers_retry_unbounded() {
+    watchdog(60, || plain_receivers_retry(None, 4, 1500));
+}
+
+// ---------------------------------------------------------------------------------
+// 2. The retry of select receives: the claim wins the select's group.
+// ---------------------------------------------------------------------------------
+
+/// Selects that receive on the same channel twice (and on an idle second channel),
+/// blocking, with tiny timeouts, and async, beside `try_recv` spinners and fast
+/// senders. A settle that claims one of a select's nodes wins the select's group; if it
+/// then finds the value gone, the select must start a new round (a select left won and
+/// unwoken waits for ever: the close cannot reach it). Every selected receive is
+/// performed, so nothing is given back: exactly once, and drained before
+/// `Disconnected`.
+fn select_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
+    let rt = Arc::new(rt2());
+    for round in 0..rounds {
+        let (tx, rx) = make::<usize>(cap);
+        // Never sent on; kept open until the end (a select on it alone would wait).
+        let (idle_tx, idle_rx) = chan::unbounded::<usize>();
+        let senders = 2;
+        let n = senders * per;
+        let seen = Seen::new(n);
+        let sent = Sent::new(n);
+        let mut hs = Vec::new();
+        for s in 0..senders {
+            // `try_send` (fast) and `send_blocking`.
+            hs.push(sender_thread(
+                tx.clone(),
+                s * per,
+                (s + 1) * per,
+                s + round % 2,
+                sent.clone(),
+            ));
+        }
+        let mut rs = Vec::new();
+        rs.push(try_recv_spinner(rx.clone(), seen.clone()));
+        // Blocking select, recv twice on `rx`.
+        {
+            let (rx, idle_rx, seen) = (rx.clone(), idle_rx.clone(), seen.clone());
+            rs.push(std::thread::spawn(move || loop {
+                let mut sel = Select::new();
+                let a = sel.recv(&rx);
+                let b = sel.recv(&rx);
+                let c = sel.recv(&idle_rx);
+                let op = sel.select();
+                let i = op.index();
+                assert_ne!(i, c, "the idle channel was selected");
+                assert!(i == a || i == b);
+                match op.recv(&rx) {
+                    Ok(v) => seen.got(v),
+                    Err(_) => break,
+                }
+            }));
+        }
+        // Select with tiny timeouts, recv twice on `rx`.
+        {
+            let (rx, idle_rx, seen) = (rx.clone(), idle_rx.clone(), seen.clone());
+            rs.push(std::thread::spawn(move || {
+                let mut i = 0u32;
+                loop {
+                    i = i.wrapping_add(1);
+                    let mut sel = Select::new_biased();
+                    sel.recv(&idle_rx);
+                    sel.recv(&rx);
+                    sel.recv(&rx);
+                    let t = Duration::from_micros(u64::from(i % 4) * 10);
+                    match sel.select_timeout(t) {
+                        Ok(op) => {
+                            assert_ne!(op.index(), 0, "the idle channel was selected");
+                            match op.recv(&rx) {
+                                Ok(v) => seen.got(v),
+                                Err(_) => break,
+                            }
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }));
+        }
+        // Async select in a task, and a `select!` in a fiber.
+        let task = {
+            let (rx, idle_rx, seen) = (rx.clone(), idle_rx.clone(), seen.clone());
+            rt.spawn(async move {
+                loop {
+                    let mut sel = Select::new();
+                    sel.recv(&rx);
+                    sel.recv(&idle_rx);
+                    sel.recv(&rx);
+                    let op = sel.select_async().await;
+                    assert_ne!(op.index(), 1, "the idle channel was selected");
+                    match op.recv(&rx) {
+                        Ok(v) => seen.got(v),
+                        Err(_) => break,
+                    }
+                }
+            })
+        };
+        let fib = {
+            let (rx, idle_rx, seen) = (rx.clone(), idle_rx.clone(), seen.clone());
+            fiber_on(&rt, move || loop {
+                let done = weft::select! {
+                    recv(rx) -> r => match r {
+                        Ok(v) => { seen.got(v); false }
+                        Err(_) => true,
+                    },
+                    recv(rx) -> r => match r {
+                        Ok(v) => { seen.got(v); false }
+                        Err(_) => true,
+                    },
+                    recv(idle_rx) -> _r => panic!("the idle channel was selected"),
+                };
+                if done {
+                    break;
+                }
+            })
+        };
+        for h in hs {
+            h.join().unwrap();
+        }
+        drop(tx);
+        for h in rs {
+            h.join().unwrap();
+        }
+        join_within(task, 20).unwrap();
+        join_within(fib, 20).unwrap();
+        drop(idle_tx);
+        seen.check(&sent.get(), &format!("select cap {cap:?} round {round}"));
+        assert_stays_disconnected(&rx);
+    }
+}
+
+#[test]
+fn select_receivers_retry_bounded1() {
+    watchdog(60, || select_receivers_retry(Some(1), 5, 1500));
+}
+
+#[test]
+fn select_receivers_retry_unbounded() {
+    watchdog(60, || select_receivers_retry(None, 4, 1500));
+}
+
+// ---------------------------------------------------------------------------------
+// 3. recv_timeout's withdrawal: the value handed over after the last poll is kept.
+// ---------------------------------------------------------------------------------
+
+/// `recv_timeout` receivers with zero and tiny timeouts (each one registers, is
+/// polled a last time and withdraws: the window the change is about) race fast
+/// `try_send`s, `send_blocking` and `send_timeout` on `bounded(cap)`, while `len()` is
+/// sampled. No receive future is dropped and no select is used, so no value may go
+/// back to the front: `len() <= cap` throughout, and after the run every value sent
+/// was received exactly once or is still buffered.
+fn withdraw_len(cap: usize, trials: usize) {
+    let mut max = 0;
+    for trial in 0..trials {
+        let (tx, rx) = chan::bounded::<usize>(cap);
+        let per = 4000;
+        let senders = 3;
+        let n = senders * per;
+        let seen = Seen::new(n);
+        let sent = Sent::new(n);
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut hs = Vec::new();
+        for s in 0..senders {
+            hs.push(sender_thread(
+                tx.clone(),
+                s * per,
+                (s + 1) * per,
+                if s == 0 { 0 } else { s + trial },
+                sent.clone(),
+            ));
+        }
+        let mut rs = Vec::new();
+        for k in 0..2u64 {
+            let (rx, seen, stop) = (rx.clone(), seen.clone(), stop.clone());
+            rs.push(std::thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(SeqCst) {
+                    i += 1;
+                    let t = Duration::from_nanos((i + k) % 3 * 700);
+                    if let Ok(v) = rx.recv_timeout(t) {
+                        seen.got(v);
+                    }
+                }
+            }));
+        }
+        let t0 = Instant::now();
+        while hs.iter().any(|h| !h.is_finished()) {
+            max = max.max(rx.len());
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "hang: senders did not finish"
+            );
+        }
+        for h in hs {
+            h.join().unwrap();
+        }
+        stop.store(true, SeqCst);
+        for h in rs {
+            h.join().unwrap();
+        }
+        let len = rx.len();
+        assert!(len <= cap, "quiescent len {len} > cap {cap}");
+        let mut left = 0;
+        while let Ok(v) = rx.try_recv() {
+            seen.got(v);
+            left += 1;
+        }
+        assert_eq!(left, len, "len() disagrees with what was drained");
+        seen.check(&sent.get(), &format!("withdraw cap {cap} trial {trial}"));
+    }
+    assert!(
+        max <= cap,
+        "len() {max} > cap {cap} with only recv_timeout receivers"
+    );
+}
+
+#[test]
+fn recv_timeout_withdraw_keeps_len_within_cap_bounded1() {
+    watchdog(60, || withdraw_len(1, 4));
+}
+
+#[test]
+fn recv_timeout_withdraw_keeps_len_within_cap_bounded2() {
+    watchdog(60, || withdraw_len(2, 4));
+}
+
+/// recv_timeout with tiny timeouts racing `try_send`s and a close (by the sender or by
+/// another receiver) on every flavour: values buffered at the close are all received
+/// before anyone sees `Disconnected`, and the channel stays disconnected after. A
+/// value kept by a withdrawal must also be counted as taken: otherwise the closed
+/// channel never looks drained and these receivers spin on `Timeout` for ever.
+#[test]
+fn recv_timeout_vs_close_drains_then_disconnects() {
+    watchdog(60, || {
+        let mut rng = Rng::new(seed());
+        let t0 = Instant::now();
+        let mut trials = 0;
+        while t0.elapsed() < Duration::from_millis(1500) || trials < 20 {
+            trials += 1;
+            let cap = match trials % 4 {
+                0 => Some(0),
+                1 => Some(1),
+                2 => Some(3),
+                _ => None,
+            };
+            let (tx, rx) = make::<usize>(cap);
+            let per = 200;
+            let n = 2 * per;
+            let seen = Seen::new(n);
+            let sent = Sent::new(n);
+            let done_rx = Arc::new(AtomicUsize::new(0));
+            let mut rs = Vec::new();
+            for k in 0..2usize {
+                let (rx, seen, done_rx) = (rx.clone(), seen.clone(), done_rx.clone());
+                rs.push(std::thread::spawn(move || {
+                    let t1 = Instant::now();
+                    let mut i = k;
+                    loop {
+                        i += 1;
+                        let t = Duration::from_nanos((i % 3) as u64 * 900);
+                        match rx.recv_timeout(t) {
+                            Ok(v) => seen.got(v),
+                            Err(RecvTimeoutError::Timeout) => {}
+                            Err(RecvTimeoutError::Disconnected) => break,
+                        }
+                        assert!(
+                            t1.elapsed() < Duration::from_secs(20),
+                            "hang: a closed channel never reported Disconnected \
+                             (len {})",
+                            rx.len()
+                        );
+                    }
+                    done_rx.fetch_add(1, SeqCst);
+                    assert_stays_disconnected(&rx);
+                }));
+            }
+            let close_at = rng.below(per as u64) as usize;
+            let mut hs = Vec::new();
+            for s in 0..2usize {
+                let (tx, sent) = (tx.clone(), sent.clone());
+                hs.push(std::thread::spawn(move || {
+                    for v in s * per..(s + 1) * per {
+                        if s == 0 && v == close_at {
+                            tx.close();
+                        }
+                        let r = if s == 0 {
+                            tx.try_send(v).is_ok()
+                        } else {
+                            tx.send_timeout(v, Duration::from_micros(50)).is_ok()
+                        };
+                        if r {
+                            sent.ok(v);
+                        }
+                    }
+                }));
+            }
+            for h in hs {
+                h.join().unwrap();
+            }
+            // The close by a receiver, when the sender's came after all values.
+            rx.close();
+            drop(tx);
+            for h in rs {
+                h.join().unwrap();
+            }
+            assert_eq!(done_rx.load(SeqCst), 2);
+            seen.check(&sent.get(), &format!("close cap {cap:?} trial {trials}"));
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------
+// 4. Rendezvous: recv_timeout in fibers that are aborted; the commit holds.
+// ---------------------------------------------------------------------------------
+
+/// bounded(0): fibers receive with `recv_timeout` (tiny and longer timeouts) and log
+/// each value before their next wait; they are aborted at random moments. Senders
+/// (threads: `send_blocking`, `send_timeout`) count their successes. The rendezvous
+/// commit: a send that returned `Ok` delivered its value to a receive that returned
+/// it, so every value sent is in a fiber's log (or the plain receiver's), exactly once.
+#[test]
+fn rendezvous_recv_timeout_fibers_aborted_keep_the_commit() {
+    watchdog(60, || {
+        let rt = rt2();
+        let mut rng = Rng::new(seed());
+        for round in 0..6 {
+            let (tx, rx) = chan::bounded::<usize>(0);
+            let per = 600;
+            let n = 2 * per;
+            let seen = Seen::new(n);
+            let sent = Sent::new(n);
+            let mut fibs = Vec::new();
+            for k in 0..4u64 {
+                let (rx, seen) = (rx.clone(), seen.clone());
+                fibs.push(fiber_on(&rt, move || {
+                    let mut i = k;
+                    loop {
+                        i += 1;
+                        let t = match i % 3 {
+                            0 => Duration::ZERO,
+                            1 => Duration::from_micros(20),
+                            _ => Duration::from_millis(2),
+                        };
+                        match rx.recv_timeout(t) {
+                            Ok(v) => seen.got(v),
+                            Err(RecvTimeoutError::Timeout) => {}
+                            Err(RecvTimeoutError::Disconnected) => break,
+                        }
+                    }
+                }));
+            }
+            let mut hs = Vec::new();
+            for s in 0..2usize {
+                let (tx, sent) = (tx.clone(), sent.clone());
+                hs.push(std::thread::spawn(move || {
+                    for v in s * per..(s + 1) * per {
+                        let ok = if s == 0 {
+                            tx.send_blocking(v).is_ok()
+                        } else {
+                            tx.send_timeout(v, Duration::from_micros(200)).is_ok()
+                        };
+                        if ok {
+                            sent.ok(v);
+                        }
+                    }
+                }));
+            }
+            // Abort fibers at random moments; a plain receiver keeps the senders going.
+            let plain = {
+                let (rx, seen) = (rx.clone(), seen.clone());
+                std::thread::spawn(move || {
+                    while let Ok(v) = rx.recv_blocking() {
+                        seen.got(v);
+                    }
+                })
+            };
+            let mut aborted = 0;
+            for f in &fibs {
+                std::thread::sleep(Duration::from_micros(rng.below(3000)));
+                f.abort();
+                aborted += 1;
+            }
+            for h in hs {
+                h.join().unwrap();
+            }
+            drop(tx);
+            plain.join().unwrap();
+            for f in fibs {
+                // Aborted: cancelled, or finished if the close came first.
+                let _ = join_within(f, 20);
+            }
+            assert_eq!(aborted, 4);
+            seen.check(&sent.get(), &format!("rendezvous round {round}"));
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------
+// 5. Dropped receive futures and runtime drop beside the retry.
+// ---------------------------------------------------------------------------------
+
+/// Async receives dropped after 0..3 polls (boxed and moved between polls), on a
+/// runtime, beside `try_recv` spinners and `recv_timeout` receivers, with fast
+/// senders. Values given back by the dropped futures must not be lost or doubled.
+#[test]
+fn dropped_recv_futures_beside_retry_and_withdraw() {
+    watchdog(60, || {
+        for cap in [Some(1), Some(4), None] {
+            let rt = rt2();
+            let (tx, rx) = make::<usize>(cap);
+            let per = 2000;
+            let n = 2 * per;
+            let seen = Seen::new(n);
+            let sent = Sent::new(n);
+            let mut tasks = Vec::new();
+            for k in 0..2u64 {
+                let (rx, seen) = (rx.clone(), seen.clone());
+                tasks.push(rt.spawn(async move {
+                    let mut r = Rng::new(seed() ^ k);
+                    loop {
+                        // Boxed by `drop_after`; it moves with the outer future.
+                        match drop_after(r.below(4), rx.recv()).await {
+                            Some(Ok(v)) => seen.got(v),
+                            Some(Err(_)) => break,
+                            None => {}
+                        }
+                    }
+                }));
+            }
+            let rs = vec![try_recv_spinner(rx.clone(), seen.clone()), {
+                let (rx, seen) = (rx.clone(), seen.clone());
+                std::thread::spawn(move || loop {
+                    match rx.recv_timeout(Duration::from_micros(5)) {
+                        Ok(v) => seen.got(v),
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                })
+            }];
+            let hs: Vec<_> = (0..2)
+                .map(|s| sender_thread(tx.clone(), s * per, (s + 1) * per, s, sent.clone()))
+                .collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+            drop(tx);
+            for h in rs {
+                h.join().unwrap();
+            }
+            for t in tasks {
+                join_within(t, 20).unwrap();
+            }
+            seen.check(&sent.get(), &format!("dropped futures cap {cap:?}"));
+        }
+    });
+}
+
+/// Fibers and tasks wait in `recv_timeout`/`recv` (long timeouts) when the runtime is
+/// dropped; senders keep sending (fast and blocking) meanwhile. Whatever was handed to
+/// a waiter that the drop unwinds goes back: a plain thread then receives every value
+/// sent, exactly once.
+#[test]
+fn runtime_dropped_mid_wait() {
+    watchdog(60, || {
+        for cap in [Some(0), Some(1), Some(2), None] {
+            let rt = rt2();
+            let (tx, rx) = make::<usize>(cap);
+            let per = 3000;
+            let n = 2 * per;
+            let seen = Seen::new(n);
+            let sent = Sent::new(n);
+            for _ in 0..3 {
+                let (rx, seen) = (rx.clone(), seen.clone());
+                drop(fiber_on(&rt, move || loop {
+                    match rx.recv_timeout(Duration::from_secs(30)) {
+                        Ok(v) => seen.got(v),
+                        Err(_) => break,
+                    }
+                }));
+            }
+            {
+                let (rx, seen) = (rx.clone(), seen.clone());
+                drop(rt.spawn(async move {
+                    while let Ok(v) = rx.recv().await {
+                        seen.got(v);
+                    }
+                }));
+            }
+            let hs: Vec<_> = (0..2)
+                .map(|s| sender_thread(tx.clone(), s * per, (s + 1) * per, s, sent.clone()))
+                .collect();
+            std::thread::sleep(Duration::from_millis(5));
+            drop(rt);
+            // The plain receiver drains the rest (the senders may block until it runs).
+            let plain = {
+                let (rx, seen) = (rx.clone(), seen.clone());
+                std::thread::spawn(move || {
+                    while let Ok(v) = rx.recv_blocking() {
+                        seen.got(v);
+                    }
+                })
+            };
+            for h in hs {
+                h.join().unwrap();
+            }
+            drop(tx);
+            plain.join().unwrap();
+            drop(rx);
+            seen.check(&sent.get(), &format!("runtime drop cap {cap:?}"));
+        }
+    });
+}
