@@ -112,14 +112,37 @@ fn sender_thread(
 
 /// Receives until `Disconnected` with `try_recv` spinning (the fast receive of the
 /// race: it reads `slow` clear and pops behind a registering receiver's back).
-fn try_recv_spinner(rx: Receiver<usize>, seen: Seen) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || loop {
-        match rx.try_recv() {
-            Ok(v) => seen.got(v),
-            Err(TryRecvError::Empty) => std::hint::spin_loop(),
-            Err(TryRecvError::Disconnected) => break,
+fn try_recv_spinner(rx: Receiver<usize>, seen: Seen, ended: Ended) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        loop {
+            match rx.try_recv() {
+                Ok(v) => seen.got(v),
+                Err(TryRecvError::Empty) => std::hint::spin_loop(),
+                Err(TryRecvError::Disconnected) => break,
+            }
         }
+        ended.check("try_recv spinner");
     })
+}
+
+/// Set by the test just before it closes the channel: a receiver that sees it
+/// disconnected earlier was told so falsely (a retry misread as the end).
+#[derive(Clone)]
+struct Ended(Arc<AtomicBool>);
+
+impl Ended {
+    fn new() -> Ended {
+        Ended(Arc::new(AtomicBool::new(false)))
+    }
+    fn set(&self) {
+        self.0.store(true, SeqCst);
+    }
+    fn check(&self, who: &str) {
+        assert!(
+            self.0.load(SeqCst),
+            "{who}: the channel reported disconnected before it was closed"
+        );
+    }
 }
 
 /// After `Disconnected`, the channel stays so for every way of receiving.
@@ -156,6 +179,7 @@ fn plain_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
         let n = senders * per;
         let seen = Seen::new(n);
         let sent = Sent::new(n);
+        let ended = Ended::new();
         let mut hs = Vec::new();
         for s in 0..senders {
             hs.push(sender_thread(
@@ -167,17 +191,18 @@ fn plain_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
             ));
         }
         let mut rs = Vec::new();
-        rs.push(try_recv_spinner(rx.clone(), seen.clone()));
+        rs.push(try_recv_spinner(rx.clone(), seen.clone(), ended.clone()));
         {
-            let (rx, seen) = (rx.clone(), seen.clone());
+            let (rx, seen, ended) = (rx.clone(), seen.clone(), ended.clone());
             rs.push(std::thread::spawn(move || {
                 while let Ok(v) = rx.recv_blocking() {
                     seen.got(v);
                 }
+                ended.check("thread recv_blocking");
             }));
         }
         {
-            let (rx, seen) = (rx.clone(), seen.clone());
+            let (rx, seen, ended) = (rx.clone(), seen.clone(), ended.clone());
             rs.push(std::thread::spawn(move || {
                 let mut i = 0u32;
                 loop {
@@ -193,27 +218,31 @@ fn plain_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
                         Err(RecvTimeoutError::Disconnected) => break,
                     }
                 }
+                ended.check("thread recv_timeout");
             }));
         }
         let fib = {
-            let (rx, seen) = (rx.clone(), seen.clone());
+            let (rx, seen, ended) = (rx.clone(), seen.clone(), ended.clone());
             fiber_on(&rt, move || {
                 while let Ok(v) = rx.recv_blocking() {
                     seen.got(v);
                 }
+                ended.check("fiber recv_blocking");
             })
         };
         let task = {
-            let (rx, seen) = (rx.clone(), seen.clone());
+            let (rx, seen, ended) = (rx.clone(), seen.clone(), ended.clone());
             rt.spawn(async move {
                 while let Ok(v) = rx.recv().await {
                     seen.got(v);
                 }
+                ended.check("async recv");
             })
         };
         for h in hs {
             h.join().unwrap();
         }
+        ended.set();
         drop(tx);
         for h in rs {
             h.join().unwrap();
@@ -261,6 +290,7 @@ fn select_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
         let n = senders * per;
         let seen = Seen::new(n);
         let sent = Sent::new(n);
+        let ended = Ended::new();
         let mut hs = Vec::new();
         for s in 0..senders {
             // `try_send` (fast) and `send_blocking`.
@@ -273,10 +303,11 @@ fn select_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
             ));
         }
         let mut rs = Vec::new();
-        rs.push(try_recv_spinner(rx.clone(), seen.clone()));
+        rs.push(try_recv_spinner(rx.clone(), seen.clone(), ended.clone()));
         // Blocking select, recv twice on `rx`.
         {
-            let (rx, idle_rx, seen) = (rx.clone(), idle_rx.clone(), seen.clone());
+            let (rx, idle_rx, seen, ended) =
+                (rx.clone(), idle_rx.clone(), seen.clone(), ended.clone());
             rs.push(std::thread::spawn(move || loop {
                 let mut sel = Select::new();
                 let a = sel.recv(&rx);
@@ -288,13 +319,14 @@ fn select_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
                 assert!(i == a || i == b);
                 match op.recv(&rx) {
                     Ok(v) => seen.got(v),
-                    Err(_) => break,
+                    Err(_) => break ended.check("blocking select"),
                 }
             }));
         }
         // Select with tiny timeouts, recv twice on `rx`.
         {
-            let (rx, idle_rx, seen) = (rx.clone(), idle_rx.clone(), seen.clone());
+            let (rx, idle_rx, seen, ended) =
+                (rx.clone(), idle_rx.clone(), seen.clone(), ended.clone());
             rs.push(std::thread::spawn(move || {
                 let mut i = 0u32;
                 loop {
@@ -309,7 +341,7 @@ fn select_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
                             assert_ne!(op.index(), 0, "the idle channel was selected");
                             match op.recv(&rx) {
                                 Ok(v) => seen.got(v),
-                                Err(_) => break,
+                                Err(_) => break ended.check("select_timeout"),
                             }
                         }
                         Err(_) => {}
@@ -319,7 +351,8 @@ fn select_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
         }
         // Async select in a task, and a `select!` in a fiber.
         let task = {
-            let (rx, idle_rx, seen) = (rx.clone(), idle_rx.clone(), seen.clone());
+            let (rx, idle_rx, seen, ended) =
+                (rx.clone(), idle_rx.clone(), seen.clone(), ended.clone());
             rt.spawn(async move {
                 loop {
                     let mut sel = Select::new();
@@ -330,13 +363,14 @@ fn select_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
                     assert_ne!(op.index(), 1, "the idle channel was selected");
                     match op.recv(&rx) {
                         Ok(v) => seen.got(v),
-                        Err(_) => break,
+                        Err(_) => break ended.check("select_async"),
                     }
                 }
             })
         };
         let fib = {
-            let (rx, idle_rx, seen) = (rx.clone(), idle_rx.clone(), seen.clone());
+            let (rx, idle_rx, seen, ended) =
+                (rx.clone(), idle_rx.clone(), seen.clone(), ended.clone());
             fiber_on(&rt, move || loop {
                 let done = weft::select! {
                     recv(rx) -> r => match r {
@@ -350,13 +384,14 @@ fn select_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
                     recv(idle_rx) -> _r => panic!("the idle channel was selected"),
                 };
                 if done {
-                    break;
+                    break ended.check("select! in a fiber");
                 }
             })
         };
         for h in hs {
             h.join().unwrap();
         }
+        ended.set();
         drop(tx);
         for h in rs {
             h.join().unwrap();
@@ -667,16 +702,23 @@ fn dropped_recv_futures_beside_retry_and_withdraw() {
                     }
                 }));
             }
-            let rs = vec![try_recv_spinner(rx.clone(), seen.clone()), {
-                let (rx, seen) = (rx.clone(), seen.clone());
-                std::thread::spawn(move || loop {
-                    match rx.recv_timeout(Duration::from_micros(5)) {
-                        Ok(v) => seen.got(v),
-                        Err(RecvTimeoutError::Timeout) => {}
-                        Err(RecvTimeoutError::Disconnected) => break,
-                    }
-                })
-            }];
+            let rs = vec![
+                try_recv_spinner(
+                    rx.clone(),
+                    seen.clone(),
+                    Ended(Arc::new(AtomicBool::new(true))),
+                ),
+                {
+                    let (rx, seen) = (rx.clone(), seen.clone());
+                    std::thread::spawn(move || loop {
+                        match rx.recv_timeout(Duration::from_micros(5)) {
+                            Ok(v) => seen.got(v),
+                            Err(RecvTimeoutError::Timeout) => {}
+                            Err(RecvTimeoutError::Disconnected) => break,
+                        }
+                    })
+                },
+            ];
             let hs: Vec<_> = (0..2)
                 .map(|s| sender_thread(tx.clone(), s * per, (s + 1) * per, s, sent.clone()))
                 .collect();

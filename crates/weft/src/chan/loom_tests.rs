@@ -1055,3 +1055,98 @@ fn loom_chan_review_disconnected_stays() {
         drop(tx);
     });
 }
+
+// ---- review (rev15): settle's retry of a claimed select, a withdrawal's accounting ----
+
+/// bounded(1): a select receives on the channel twice and waits; a fast send's settle
+/// may claim one of its nodes (winning the select's group) and then find the value
+/// taken by a fast `try_recv` that read `slow` before the select registered. The select
+/// must be told to try again and start a new round: the close then reaches it (a select
+/// left won and unwoken is on no list, so nothing would wake it: a deadlock here).
+#[test]
+fn loom_chan_rev15_settle_retry_wakes_select() {
+    model_bound2(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        let rx1 = rx.clone();
+        let a = thread::spawn(move || {
+            let mut sel = Select::new_biased();
+            sel.recv(&rx1);
+            sel.recv(&rx1);
+            let oper = block_on(sel.select_async());
+            oper.recv(&rx1).ok()
+        });
+        let rx2 = rx.clone();
+        let c = thread::spawn(move || rx2.try_recv().ok());
+        tx.try_send(1).unwrap();
+        let got_c = c.join().unwrap();
+        drop(tx);
+        let got_a = a.join().unwrap();
+        let all: Vec<u32> = got_a.into_iter().chain(got_c).chain(drain(&rx)).collect();
+        assert_eq!(all, [1], "the value arrives exactly once");
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(1): a receive withdrawn after its poll (`recv_timeout`'s end) races a send
+/// and the close. A value kept by the withdrawal counts as taken: once the rest is
+/// drained the closed channel reports `Disconnected` (a kept value still counted in
+/// flight would leave every receiver seeing `Empty`, or waiting, for ever).
+#[test]
+fn loom_chan_rev15_withdraw_vs_send_and_close() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        let rx1 = rx.clone();
+        let r = thread::spawn(move || {
+            let task = Task::new();
+            let mut f = pin!(rx1.recv());
+            match task.poll(f.as_mut()) {
+                Poll::Ready(r) => r.ok(),
+                Poll::Pending => f.as_mut().withdraw(),
+            }
+        });
+        let sent = tx.try_send(1).is_ok();
+        assert!(tx.close());
+        let got = r.join().unwrap();
+        let all: Vec<u32> = got.into_iter().chain(drain(&rx)).collect();
+        assert_eq!(all, if sent { vec![1] } else { vec![] });
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+        assert_eq!(block_on(rx.recv()), Err(RecvError));
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
+/// bounded(0): a select's send pairs with a waiting receive that is then withdrawn
+/// (`recv_timeout`'s end) before or after the select delivers. The value is kept by
+/// the withdrawal or, if the pairing was undone first, sent anyway or offered again to
+/// the next receiver: it arrives exactly once, and the select's send succeeds.
+#[test]
+fn loom_chan_rev15_withdraw_vs_select_send() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let s = thread::spawn(move || {
+            let mut sel = Select::new_biased();
+            sel.send(&tx);
+            let oper = block_on(sel.select_async());
+            oper.send(&tx, 5).unwrap();
+            tx
+        });
+        let task = Task::new();
+        let got = {
+            let mut f = pin!(rx.recv());
+            match task.poll(f.as_mut()) {
+                Poll::Ready(r) => r.ok(),
+                Poll::Pending => f.as_mut().withdraw(),
+            }
+        };
+        // Not received: the select either sent it anyway (into `over`) or, its
+        // partner gone before it delivered, waits for the next receiver: this one.
+        let got = got.or_else(|| block_on(rx.recv()).ok());
+        let tx = s.join().unwrap();
+        let all: Vec<u32> = got.into_iter().chain(drain(&rx)).collect();
+        assert_eq!(all, [5], "the value arrives exactly once");
+        drop(tx);
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
