@@ -792,3 +792,96 @@ fn runtime_dropped_mid_wait() {
         }
     });
 }
+
+// ---------------------------------------------------------------------------------
+// 6. Many stale fast operations: the retry's race, made likely by preemption.
+// ---------------------------------------------------------------------------------
+
+/// More spinning fast senders and receivers than cores, so some are always preempted
+/// between reading `slow` and touching the buffer (stale), beside plain receivers that
+/// wait for good (`recv_blocking` threads, async tasks): the race where a settle
+/// claims a waiting receiver and a stale fast receive takes the value first. A claimed
+/// receiver left unwoken is lost for good (off the list: the close cannot reach it),
+/// so the run ends with a close and every waiting receiver must return.
+fn many_stale_fast_ops(cap: Option<usize>, run: Duration) {
+    let rt = rt2();
+    let (tx, rx) = make::<usize>(cap);
+    let ended = Ended::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let received = Arc::new(AtomicUsize::new(0));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut hs = Vec::new();
+    for _ in 0..5 {
+        let (tx, stop, sent) = (tx.clone(), stop.clone(), sent.clone());
+        hs.push(std::thread::spawn(move || {
+            while !stop.load(SeqCst) {
+                if tx.try_send(1).is_ok() {
+                    sent.fetch_add(1, SeqCst);
+                }
+            }
+        }));
+    }
+    let mut rs = Vec::new();
+    for _ in 0..4 {
+        let (rx, received) = (rx.clone(), received.clone());
+        rs.push(std::thread::spawn(move || loop {
+            match rx.try_recv() {
+                Ok(_) => {
+                    received.fetch_add(1, SeqCst);
+                }
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => break,
+            }
+        }));
+    }
+    for _ in 0..3 {
+        let (rx, received, ended) = (rx.clone(), received.clone(), ended.clone());
+        rs.push(std::thread::spawn(move || {
+            while rx.recv_blocking().is_ok() {
+                received.fetch_add(1, SeqCst);
+            }
+            ended.check("recv_blocking");
+        }));
+    }
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (rx, received, ended) = (rx.clone(), received.clone(), ended.clone());
+        tasks.push(rt.spawn(async move {
+            while rx.recv().await.is_ok() {
+                received.fetch_add(1, SeqCst);
+            }
+            ended.check("async recv");
+        }));
+    }
+    std::thread::sleep(run);
+    stop.store(true, SeqCst);
+    for h in hs {
+        h.join().unwrap();
+    }
+    ended.set();
+    drop(tx);
+    for h in rs {
+        h.join().unwrap();
+    }
+    for t in tasks {
+        join_within(t, 20).unwrap();
+    }
+    assert_eq!(
+        received.load(SeqCst),
+        sent.load(SeqCst),
+        "values lost or doubled"
+    );
+    assert_stays_disconnected(&rx);
+}
+
+#[test]
+fn many_stale_fast_ops_bounded1() {
+    watchdog(30, || {
+        many_stale_fast_ops(Some(1), Duration::from_millis(1200))
+    });
+}
+
+#[test]
+fn many_stale_fast_ops_unbounded() {
+    watchdog(30, || many_stale_fast_ops(None, Duration::from_millis(800)));
+}
