@@ -885,3 +885,51 @@ fn many_stale_fast_ops_bounded1() {
 fn many_stale_fast_ops_unbounded() {
     watchdog(30, || many_stale_fast_ops(None, Duration::from_millis(800)));
 }
+
+/// Many stale fast senders against `recv_timeout(0)` receivers on `bounded(1)`: each
+/// receive registers, polls a last time and withdraws while senders hand values over
+/// through the lock; a value handed over after the last poll must be kept (given back
+/// to the front, it joins the value a stale fast send puts in the slot: two values in
+/// a channel of capacity 1). `len()` sampled throughout.
+#[test]
+fn zero_timeouts_against_stale_fast_senders_len() {
+    let max = watchdog(30, || {
+        let (tx, rx) = chan::bounded::<u32>(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut hs = Vec::new();
+        for _ in 0..8 {
+            let (tx, stop) = (tx.clone(), stop.clone());
+            hs.push(std::thread::spawn(move || {
+                while !stop.load(SeqCst) {
+                    let _ = tx.try_send(0);
+                }
+            }));
+        }
+        for k in 0..3u64 {
+            let (rx, stop) = (rx.clone(), stop.clone());
+            hs.push(std::thread::spawn(move || {
+                let mut i = k;
+                while !stop.load(SeqCst) {
+                    i += 1;
+                    let _ = rx.recv_timeout(Duration::from_nanos(i % 2 * 300));
+                }
+            }));
+        }
+        let mut max = 0;
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_millis(1500) && max <= 1 {
+            max = max.max(rx.len());
+        }
+        stop.store(true, SeqCst);
+        for h in hs {
+            h.join().unwrap();
+        }
+        let len = rx.len();
+        assert!(len <= 1, "quiescent len {len} > cap 1");
+        max
+    });
+    assert!(
+        max <= 1,
+        "len() {max} > cap 1 with only recv_timeout receivers"
+    );
+}
