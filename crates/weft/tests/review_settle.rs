@@ -933,3 +933,75 @@ fn zero_timeouts_against_stale_fast_senders_len() {
         "len() {max} > cap 1 with only recv_timeout receivers"
     );
 }
+
+/// bounded(0) between plain threads: senders (`send_blocking`, `send_timeout`) hand
+/// their values straight to receivers in `recv_timeout` with zero and tiny timeouts.
+/// With no receive dropped and no select, nothing may ever sit in the channel: a value
+/// handed over after a receive's last poll is kept by it (given back, it sat in
+/// `front`: `len() == 1` on a channel of capacity 0). Exactly once, too.
+#[test]
+fn rendezvous_zero_timeouts_never_buffer() {
+    let (max, seen, sent) = watchdog(30, || {
+        let (tx, rx) = chan::bounded::<usize>(0);
+        let per = 20_000;
+        let n = 3 * per;
+        let seen = Seen::new(n);
+        let sent = Sent::new(n);
+        let stop = Arc::new(AtomicBool::new(false));
+        let hs: Vec<_> = (0..3)
+            .map(|s| {
+                let (tx, sent, stop) = (tx.clone(), sent.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    for v in s * per..(s + 1) * per {
+                        if stop.load(SeqCst) {
+                            break;
+                        }
+                        let ok = if s == 0 {
+                            tx.send_blocking(v).is_ok()
+                        } else {
+                            tx.send_timeout(v, Duration::from_micros(s as u64 * 5))
+                                .is_ok()
+                        };
+                        if ok {
+                            sent.ok(v);
+                        }
+                    }
+                })
+            })
+            .collect();
+        let rs: Vec<_> = (0..3u64)
+            .map(|k| {
+                let (rx, seen) = (rx.clone(), seen.clone());
+                std::thread::spawn(move || {
+                    let mut i = k;
+                    loop {
+                        i += 1;
+                        match rx.recv_timeout(Duration::from_nanos(i % 3 * 400)) {
+                            Ok(v) => seen.got(v),
+                            Err(RecvTimeoutError::Timeout) => {}
+                            Err(RecvTimeoutError::Disconnected) => break,
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut max = 0;
+        let t0 = Instant::now();
+        while hs.iter().any(|h| !h.is_finished()) {
+            max = max.max(rx.len());
+            if t0.elapsed() > Duration::from_millis(1500) {
+                stop.store(true, SeqCst);
+            }
+        }
+        for h in hs {
+            h.join().unwrap();
+        }
+        drop(tx);
+        for h in rs {
+            h.join().unwrap();
+        }
+        (max, seen, sent)
+    });
+    seen.check(&sent.get(), "rendezvous zero timeouts");
+    assert_eq!(max, 0, "len() {max} on a rendezvous channel");
+}
