@@ -145,6 +145,20 @@ impl Ended {
     }
 }
 
+/// The largest `len()` seen while any of `hs` runs (bounded: a hang fails).
+fn sample_len_until_done(rx: &Receiver<usize>, hs: &[std::thread::JoinHandle<()>]) -> usize {
+    let t0 = Instant::now();
+    let mut max = 0;
+    while hs.iter().any(|h| !h.is_finished()) {
+        max = max.max(rx.len());
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "hang: senders did not finish"
+        );
+    }
+    max
+}
+
 /// After `Disconnected`, the channel stays so for every way of receiving.
 fn assert_stays_disconnected(rx: &Receiver<usize>) {
     assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
@@ -239,6 +253,12 @@ fn plain_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
                 ended.check("async recv");
             })
         };
+        // No receive is dropped and no select left unperformed: nothing may go past
+        // the capacity.
+        let max = sample_len_until_done(&rx, &hs);
+        if let Some(c) = cap {
+            assert!(max <= c, "len() {max} > cap {c}");
+        }
         for h in hs {
             h.join().unwrap();
         }
@@ -388,6 +408,12 @@ fn select_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
                 }
             })
         };
+        // No receive is dropped and no select left unperformed: nothing may go past
+        // the capacity.
+        let max = sample_len_until_done(&rx, &hs);
+        if let Some(c) = cap {
+            assert!(max <= c, "len() {max} > cap {c}");
+        }
         for h in hs {
             h.join().unwrap();
         }
@@ -1010,4 +1036,153 @@ fn rendezvous_zero_timeouts_never_buffer() {
     });
     seen.check(&sent.get(), "rendezvous zero timeouts");
     assert_eq!(max, 0, "len() {max} on a rendezvous channel");
+}
+
+// ---------------------------------------------------------------------------------
+// 7. Selects over two channels mixed with recv_timeout receivers on each.
+// ---------------------------------------------------------------------------------
+
+/// Receives from whichever of `chans` (not yet disconnected) a select picks, until
+/// all are disconnected; `timeout`: the select's, `None` to block.
+fn select_loop(chans: &[Receiver<usize>], seen: &Seen, ended: &Ended, timeout: Option<u64>) {
+    let mut done = vec![false; chans.len()];
+    let mut i = 0u64;
+    while done.iter().any(|d| !d) {
+        i += 1;
+        let mut sel = Select::new();
+        let mut map = Vec::new();
+        for (k, rx) in chans.iter().enumerate() {
+            if !done[k] {
+                sel.recv(rx);
+                map.push(k);
+            }
+        }
+        let op = match timeout {
+            None => sel.select(),
+            Some(us) => match sel.select_timeout(Duration::from_micros(i % 2 * us)) {
+                Ok(op) => op,
+                Err(_) => continue,
+            },
+        };
+        let k = map[op.index()];
+        match op.recv(&chans[k]) {
+            Ok(v) => seen.got(v),
+            Err(_) => {
+                ended.check("select over two channels");
+                done[k] = true;
+            }
+        }
+    }
+}
+
+/// Two `bounded(cap)` channels; receivers: a blocking select over both, a select with
+/// tiny timeouts over both, an async task's select over both, and `recv_timeout`
+/// receivers (zero and tiny timeouts) on each; senders: fast `try_send` and
+/// `send_blocking` on each. Every selected operation is performed, nothing dropped:
+/// `len() <= cap` on both throughout, exactly once, and every receiver ends at the close.
+fn selects_mixed_with_recv_timeout(cap: usize, rounds: usize, per: usize) {
+    let rt = rt2();
+    for round in 0..rounds {
+        let (tx_a, rx_a) = chan::bounded::<usize>(cap);
+        let (tx_b, rx_b) = chan::bounded::<usize>(cap);
+        let n = 4 * per;
+        let seen = Seen::new(n);
+        let sent = Sent::new(n);
+        let ended = Ended::new();
+        let mut hs = Vec::new();
+        for s in 0..4 {
+            let tx = if s % 2 == 0 {
+                tx_a.clone()
+            } else {
+                tx_b.clone()
+            };
+            hs.push(sender_thread(
+                tx,
+                s * per,
+                (s + 1) * per,
+                s / 2 + round,
+                sent.clone(),
+            ));
+        }
+        let both = vec![rx_a.clone(), rx_b.clone()];
+        let mut rs = Vec::new();
+        for timeout in [None, Some(15)] {
+            let (both, seen, ended) = (both.clone(), seen.clone(), ended.clone());
+            rs.push(std::thread::spawn(move || {
+                select_loop(&both, &seen, &ended, timeout)
+            }));
+        }
+        for rx in [rx_a.clone(), rx_b.clone()] {
+            let (seen, ended) = (seen.clone(), ended.clone());
+            rs.push(std::thread::spawn(move || {
+                let mut i = 0u64;
+                loop {
+                    i += 1;
+                    match rx.recv_timeout(Duration::from_nanos(i % 3 * 600)) {
+                        Ok(v) => seen.got(v),
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+                ended.check("recv_timeout");
+            }));
+        }
+        let task = {
+            let (both, seen, ended) = (both.clone(), seen.clone(), ended.clone());
+            rt.spawn(async move {
+                let mut done = [false; 2];
+                while done.iter().any(|d| !d) {
+                    let mut sel = Select::new();
+                    let mut map = Vec::new();
+                    for (k, rx) in both.iter().enumerate() {
+                        if !done[k] {
+                            sel.recv(rx);
+                            map.push(k);
+                        }
+                    }
+                    let op = sel.select_async().await;
+                    let k = map[op.index()];
+                    match op.recv(&both[k]) {
+                        Ok(v) => seen.got(v),
+                        Err(_) => {
+                            ended.check("select_async over two channels");
+                            done[k] = true;
+                        }
+                    }
+                }
+            })
+        };
+        let t0 = Instant::now();
+        let mut max = 0;
+        while hs.iter().any(|h| !h.is_finished()) {
+            max = max.max(rx_a.len()).max(rx_b.len());
+            assert!(t0.elapsed() < Duration::from_secs(20), "hang: senders");
+        }
+        assert!(max <= cap, "len() {max} > cap {cap}");
+        for h in hs {
+            h.join().unwrap();
+        }
+        ended.set();
+        drop((tx_a, tx_b));
+        for h in rs {
+            h.join().unwrap();
+        }
+        join_within(task, 20).unwrap();
+        seen.check(
+            &sent.get(),
+            &format!("two channels cap {cap} round {round}"),
+        );
+        assert_stays_disconnected(&rx_a);
+        assert_stays_disconnected(&rx_b);
+    }
+}
+
+#[test]
+fn selects_mixed_with_recv_timeout_bounded1() {
+    watchdog(60, || selects_mixed_with_recv_timeout(1, 4, 1000));
+}
+
+#[test]
+fn selects_mixed_with_recv_timeout_bounded3() {
+    watchdog(60, || selects_mixed_with_recv_timeout(3, 3, 1000));
 }
