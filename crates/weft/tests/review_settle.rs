@@ -356,15 +356,13 @@ fn select_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
                     sel.recv(&rx);
                     sel.recv(&rx);
                     let t = Duration::from_micros(u64::from(i % 4) * 10);
-                    match sel.select_timeout(t) {
-                        Ok(op) => {
-                            assert_ne!(op.index(), 0, "the idle channel was selected");
-                            match op.recv(&rx) {
-                                Ok(v) => seen.got(v),
-                                Err(_) => break ended.check("select_timeout"),
-                            }
+                    // A timeout: next round.
+                    if let Ok(op) = sel.select_timeout(t) {
+                        assert_ne!(op.index(), 0, "the idle channel was selected");
+                        match op.recv(&rx) {
+                            Ok(v) => seen.got(v),
+                            Err(_) => break ended.check("select_timeout"),
                         }
-                        Err(_) => {}
                     }
                 }
             }));
@@ -779,10 +777,9 @@ fn runtime_dropped_mid_wait() {
             let sent = Sent::new(n);
             for _ in 0..3 {
                 let (rx, seen) = (rx.clone(), seen.clone());
-                drop(fiber_on(&rt, move || loop {
-                    match rx.recv_timeout(Duration::from_secs(30)) {
-                        Ok(v) => seen.got(v),
-                        Err(_) => break,
+                drop(fiber_on(&rt, move || {
+                    while let Ok(v) = rx.recv_timeout(Duration::from_secs(30)) {
+                        seen.got(v);
                     }
                 }));
             }
