@@ -1254,3 +1254,110 @@ fn panicking_waker_in_a_close_batch_leaves_no_sleeper() {
         drop(f);
     });
 }
+
+// ---------------------------------------------------------------------------------
+// 9. Boxed receive futures moved between threads (and wakers) while they wait.
+// ---------------------------------------------------------------------------------
+
+/// A thread starts boxed receives (one poll, its own waker) and hands each, still
+/// waiting, to a second thread, which polls it with another waker until it completes
+/// or drops it after a few polls; fast senders and a `try_recv` spinner race them, and
+/// a `recv_timeout` receiver withdraws beside them. Every flavour; exactly once (a
+/// value given back by a dropped future is received by someone else).
+#[test]
+fn boxed_recv_futures_moved_between_threads() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    watchdog(60, || {
+        for cap in [Some(0), Some(1), Some(2), None] {
+            let (tx, rx) = make::<usize>(cap);
+            let per = 1500;
+            let n = 2 * per;
+            let seen = Seen::new(n);
+            let sent = Sent::new(n);
+            let ended = Ended::new();
+            let stop = Arc::new(AtomicBool::new(false));
+            std::thread::scope(|sc| {
+                let (fut_tx, fut_rx) = std::sync::mpsc::sync_channel(4);
+                let (rx1, seen1, stop1) = (&rx, seen.clone(), stop.clone());
+                sc.spawn(move || {
+                    let w = Waker::noop();
+                    while !stop1.load(SeqCst) {
+                        let mut f = Box::pin(rx1.recv());
+                        match f.as_mut().poll(&mut Context::from_waker(w)) {
+                            Poll::Ready(Ok(v)) => seen1.got(v),
+                            Poll::Ready(Err(_)) => break,
+                            Poll::Pending => {
+                                if fut_tx.send(f).is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                });
+                let seen2 = seen.clone();
+                sc.spawn(move || {
+                    let mut k = 0u64;
+                    // A waker of this thread: an unpark.
+                    let me = std::thread::current();
+                    let waker = Waker::from(Arc::new(Unpark(me)));
+                    while let Ok(mut f) = fut_rx.recv() {
+                        k += 1;
+                        for _ in 0..(k % 4) {
+                            match f.as_mut().poll(&mut Context::from_waker(&waker)) {
+                                Poll::Ready(Ok(v)) => {
+                                    seen2.got(v);
+                                    break;
+                                }
+                                Poll::Ready(Err(_)) => break,
+                                Poll::Pending => {
+                                    std::thread::park_timeout(Duration::from_micros(50))
+                                }
+                            }
+                        }
+                        // Dropped here, done or not (on this thread).
+                    }
+                });
+                let mut rs = vec![try_recv_spinner(rx.clone(), seen.clone(), ended.clone())];
+                {
+                    let (rx, seen, ended) = (rx.clone(), seen.clone(), ended.clone());
+                    rs.push(std::thread::spawn(move || {
+                        loop {
+                            match rx.recv_timeout(Duration::from_micros(3)) {
+                                Ok(v) => seen.got(v),
+                                Err(RecvTimeoutError::Timeout) => {}
+                                Err(RecvTimeoutError::Disconnected) => break,
+                            }
+                        }
+                        ended.check("recv_timeout");
+                    }));
+                }
+                let hs: Vec<_> = (0..2)
+                    .map(|s| sender_thread(tx.clone(), s * per, (s + 1) * per, s + 1, sent.clone()))
+                    .collect();
+                for h in hs {
+                    h.join().unwrap();
+                }
+                stop.store(true, SeqCst);
+                ended.set();
+                rx.close();
+                for h in rs {
+                    h.join().unwrap();
+                }
+            });
+            seen.check(&sent.get(), &format!("moved futures cap {cap:?}"));
+        }
+    });
+}
+
+/// A waker that unparks a thread.
+struct Unpark(std::thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
