@@ -1063,7 +1063,7 @@ fn loom_chan_review_disconnected_stays() {
 /// taken by a fast `try_recv` that read `slow` before the select registered. The select
 /// must be told to try again and start a new round: the close then reaches it (a select
 /// left won and unwoken is on no list, so nothing would wake it: a deadlock here).
-/// At two preemptions it fails on a settle that drops the retry (3 s); the schedule
+/// At two preemptions it fails (deadlock) on a settle that drops the retry; the schedule
 /// where a retry read as a delivery makes the select fail while the channel is open
 /// needs three (29 s here, too long for CI: fails in 11 s with `loom::model`).
 #[test]
