@@ -421,12 +421,10 @@ fn panicking_waker_under_notify_waiters_state_stays_consistent() {
     });
 }
 
-/// FINDING candidate (low; tokio behaves the same, its `WakeList` drops the rest of a
-/// batch when one waker panics): the waiters after the panicking one in the same
-/// `notify_waiters` batch are not woken, so a task among them that is only polled on
-/// a wake hangs. Kept ignored: documents the behaviour, not a requirement of issue 16.
+/// A panicking waker in a `notify_waiters` batch does not keep the waiters after it
+/// from waking (tokio's `WakeList` drops the rest of such a batch; weft's
+/// `WakeBatch::flush` wakes them all, then resumes the panic).
 #[test]
-#[ignore = "documents: one panicking waker loses the other waiters' wakes (as tokio)"]
 fn panicking_waker_under_notify_waiters_other_wakers_fire() {
     let n = Notify::new();
     let mut a = Box::pin(n.notified());

@@ -1220,10 +1220,9 @@ fn panicking_waker(armed: Arc<AtomicBool>) -> std::task::Waker {
 /// Two receivers wait: first an async receive whose waker panics, then a thread in
 /// `recv_blocking`. The close wakes both in one batch after the lock; the first wake
 /// panics (in the closer). The second waiter must still wake and see `Disconnected`
-/// (a batch that stops at the panic drops the later wakers unwoken: that receiver
-/// sleeps for ever, off every list).
+/// (a batch that stopped at the panic dropped the later wakers unwoken: that receiver
+/// slept for ever, off every list; fixed in `WakeBatch::flush`).
 #[test]
-#[ignore = "BUG (pre-existing, not 03f82ab): WakeBatch::flush stops at a panicking waker and drops the rest unwoken"]
 fn panicking_waker_in_a_close_batch_leaves_no_sleeper() {
     use std::future::Future;
     use std::task::Context;

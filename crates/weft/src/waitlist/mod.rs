@@ -663,22 +663,37 @@ impl WakeBatch {
     }
 
     /// Wakes everything collected. Called with no weft wait-list lock held.
+    ///
+    /// A waker that panics does not keep the ones after it from waking (they were
+    /// taken off their lists: nobody else would wake them, and a close's batch left its
+    /// other waiters asleep for good): each wake runs under `catch_unwind`, and the
+    /// first panic resumes once all have run.
     pub(crate) fn flush(&mut self) {
         if self.len == 0 && self.more.is_empty() && self.retired.is_none() {
             return;
         }
         depth::check_flush();
+        let mut panic = None;
+        let mut wake = |w: Waker| {
+            // The waker is consumed by the call: nothing it touched is looked at again.
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake())) {
+                panic.get_or_insert(p);
+            }
+        };
         for w in self.inline[..self.len].iter_mut() {
             if let Some(w) = w.take() {
-                w.wake();
+                wake(w);
             }
         }
         self.len = 0;
         for w in self.more.drain(..) {
-            w.wake();
+            wake(w);
         }
         self.retired = None;
         self.more_retired.clear();
+        if let Some(p) = panic {
+            std::panic::resume_unwind(p);
+        }
     }
 }
 
