@@ -174,9 +174,8 @@ macro_rules! aligned {
             }
 
             fn id(&self) -> usize {
-                assert_eq!(
-                    std::ptr::from_ref(self) as usize % $align,
-                    0,
+                assert!(
+                    (std::ptr::from_ref(self) as usize).is_multiple_of($align),
                     "misaligned value"
                 );
                 assert_eq!(self.check, !self.id, "value {} torn", self.id);
@@ -227,7 +226,7 @@ fn fill_wrap_drop<T: Probe>(cap: usize, elsewhere: bool) {
     let (tx, rx) = chan::bounded::<T>(cap);
     assert_eq!(tx.capacity(), Some(cap));
     assert_count(&tx, &rx, 0, cap);
-    let sample = |i: usize| i < 3 || i + 3 >= cap || i % 4099 == 0;
+    let sample = |i: usize| i < 3 || i + 3 >= cap || i.is_multiple_of(4099);
     let mut next = 0;
     for i in 0..cap {
         tx.try_send(T::make(next, &ledger))
@@ -406,7 +405,7 @@ macro_rules! zst {
 
         impl Drop for $name {
             fn drop(&mut self) {
-                assert_eq!(std::ptr::from_ref(self) as usize % $align, 0);
+                assert!((std::ptr::from_ref(self) as usize).is_multiple_of($align));
                 ZST_LIVE.fetch_sub(1, SeqCst);
             }
         }

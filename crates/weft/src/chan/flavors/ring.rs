@@ -1158,7 +1158,7 @@ mod tests {
     /// every one (empty boxes, boxed and mapped slot arrays) aligned for its element.
     fn review_arrays<T>(cap: usize) {
         fn aligned<E>(a: &[E]) -> bool {
-            a.as_ptr() as usize % std::mem::align_of::<E>() == 0
+            (a.as_ptr() as usize).is_multiple_of(std::mem::align_of::<E>())
         }
         let ring = Ring::<T>::new(cap);
         let (slots, stamps, values) = if Ring::<T>::JOINT {
