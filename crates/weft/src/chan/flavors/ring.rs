@@ -1122,6 +1122,140 @@ mod tests {
         assert_eq!(pushed.len() + refused, 40_000);
         assert!(refused > 0, "the close came before the producers finished");
     }
+
+    /// Shapes at the edges of the joint layout (review): over-aligned and zero-sized
+    /// values included.
+    #[repr(align(32))]
+    struct Align32([u8; 32]);
+    #[repr(align(64))]
+    struct ZstAlign64;
+    #[repr(align(64))]
+    #[allow(dead_code)] // only its shape matters
+    struct Align64([u8; 64]);
+    #[repr(align(8192))]
+    #[allow(dead_code)] // only its shape matters
+    struct Align8192(u8);
+
+    #[test]
+    fn review_joint_for_exactly_the_small_slots() {
+        const {
+            assert!(Ring::<()>::JOINT);
+            assert!(Ring::<u8>::JOINT);
+            assert!(Ring::<[u8; 56]>::JOINT);
+            assert!(!Ring::<[u8; 57]>::JOINT);
+            assert!(Ring::<[u64; 7]>::JOINT);
+            assert!(!Ring::<[u64; 8]>::JOINT);
+            assert!(Ring::<Align32>::JOINT);
+            assert!(Ring::<ZstAlign64>::JOINT);
+            assert!(!Ring::<Align64>::JOINT);
+            assert!(!Ring::<Align8192>::JOINT);
+        }
+        assert_eq!(std::mem::size_of::<Slot<Align32>>(), 64);
+        assert_eq!(std::mem::size_of::<Slot<ZstAlign64>>(), 64);
+    }
+
+    /// Each layout's arrays: the used ones `cap` long, the unused ones empty, and
+    /// every one (empty boxes, boxed and mapped slot arrays) aligned for its element.
+    fn review_arrays<T>(cap: usize) {
+        fn aligned<E>(a: &[E]) -> bool {
+            (a.as_ptr() as usize).is_multiple_of(std::mem::align_of::<E>())
+        }
+        let ring = Ring::<T>::new(cap);
+        let (slots, stamps, values) = if Ring::<T>::JOINT {
+            (cap, 0, 0)
+        } else {
+            (0, cap, cap)
+        };
+        assert_eq!(ring.slots.len(), slots, "cap {cap}");
+        assert_eq!(ring.stamps.len(), stamps, "cap {cap}");
+        assert_eq!(ring.values.len(), values, "cap {cap}");
+        assert!(aligned(&ring.slots), "cap {cap}: slots");
+        assert!(aligned(&ring.stamps), "cap {cap}: stamps");
+        assert!(aligned(&ring.values), "cap {cap}: values");
+        for i in [0, cap / 2, cap - 1] {
+            assert_eq!(ring.stamp_word(i).load(Relaxed), 0, "cap {cap}: stamp {i}");
+        }
+    }
+
+    #[test]
+    fn review_arrays_have_their_lengths_and_alignment() {
+        // Boxed; boxed and populated; mapped and populated; mapped and lazy.
+        for cap in [1, 3, 5_000, 16_384, 131_072, 140_000] {
+            review_arrays::<Align32>(cap);
+            review_arrays::<ZstAlign64>(cap);
+            review_arrays::<[u8; 56]>(cap);
+        }
+        for cap in [1, 3, 1 << 17] {
+            review_arrays::<()>(cap);
+            review_arrays::<Align64>(cap);
+            review_arrays::<Align8192>(cap);
+        }
+    }
+
+    /// Neighbouring joint slots (stamp, value, stamp, value...) keep their values
+    /// whole while a producer and a consumer run laps over a small ring: a value write
+    /// that spilled onto a neighbour's stamp, or the reverse, would tear a value or
+    /// stall the ring. Small enough for Miri.
+    #[test]
+    fn review_joint_neighbours_stay_whole() {
+        fn run<T: Send + 'static>(make: fn(usize) -> T, check: fn(&T) -> usize, n: usize) {
+            let ring = Arc::new(Ring::<T>::new(3));
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let producer = {
+                let ring = ring.clone();
+                thread::spawn(move || {
+                    for i in 0..n {
+                        let mut v = make(i);
+                        loop {
+                            match ring.try_push(v) {
+                                Ok(()) => break,
+                                Err(PushError::Full(back)) => v = back,
+                                Err(PushError::Closed(_)) => unreachable!("never closed"),
+                            }
+                            pause(deadline, "push");
+                        }
+                    }
+                })
+            };
+            let mut next = 0;
+            while next < n {
+                match ring.try_pop() {
+                    Pop::Value(v) => {
+                        assert_eq!(check(&v), next % 251);
+                        next += 1;
+                    }
+                    Pop::Empty | Pop::Busy => pause(deadline, "pop"),
+                }
+            }
+            producer.join().unwrap();
+            assert!(ring.is_empty());
+        }
+        let n = if cfg!(miri) { 40 } else { 20_000 };
+        run(
+            |i| [(i % 251) as u8; 56],
+            |v| {
+                assert!(v.iter().all(|&b| b == v[0]), "torn");
+                v[0] as usize
+            },
+            n,
+        );
+        run(
+            |i| Align32([(i % 251) as u8; 32]),
+            |v| {
+                assert!(v.0.iter().all(|&b| b == v.0[0]), "torn");
+                v.0[0] as usize
+            },
+            n,
+        );
+        run(
+            |i| ((i % 251) as u8, !((i % 251) as u64)),
+            |v| {
+                assert_eq!(v.1, !(v.0 as u64), "torn");
+                v.0 as usize
+            },
+            n,
+        );
+    }
 }
 
 #[cfg(all(test, loom))]
@@ -1219,6 +1353,17 @@ mod loom_tests {
             assert!(ring.is_empty() && !ring.is_full());
             assert_eq!(ring.len(), 0);
         });
+    }
+
+    /// The models on `Ring<u32>` exercise the joint layout: loom's atomics and cells are
+    /// larger than `std`'s, so this is not a given (review).
+    #[test]
+    fn loom_models_use_the_joint_layout() {
+        assert!(
+            Ring::<u32>::JOINT,
+            "under loom a Slot<u32> is {} bytes",
+            std::mem::size_of::<Slot<u32>>()
+        );
     }
 
     /// The split layout (large values apart from their stamps) under the same
