@@ -177,7 +177,12 @@ const PREFAULT_STEP_BYTES: usize = 64 << 10;
 
 /// [`Ring::prefault_step`] for a ring of `cap` values of `T`.
 fn prefault_step<T>(cap: usize) -> usize {
-    let slot = std::mem::size_of::<T>() + std::mem::size_of::<usize>();
+    // A joint slot may be larger than the two (padding: a `u8` value makes 16 bytes).
+    let slot = if Ring::<T>::JOINT {
+        std::mem::size_of::<Slot<T>>()
+    } else {
+        std::mem::size_of::<T>() + std::mem::size_of::<usize>()
+    };
     if cap.saturating_mul(slot) < PREFAULT_MIN_BYTES {
         return 0;
     }
@@ -277,6 +282,9 @@ impl<T> Ring<T> {
         let (slots, stamps, values) = if Self::JOINT {
             (Zeroed::new(cap), Zeroed::new(0), Box::default())
         } else {
+            // The stamps first: a capacity too large for the values then panics with the
+            // stamps mapped, and their unwind unmaps them (`tests/review_zeroed.rs`).
+            let stamps = Zeroed::new(cap);
             // Uninitialised, never written here: a slot's value is written by the push
             // that claims it and read only by the pop of that position (the stamp
             // protocol).
@@ -290,7 +298,7 @@ impl<T> Ring<T> {
             let values = (0..cap)
                 .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
                 .collect();
-            (Zeroed::new(0), Zeroed::new(cap), values)
+            (Zeroed::new(0), stamps, values)
         };
         let mut ring = Ring {
             head: CachePadded::new(AtomicUsize::new(0)),
