@@ -9,10 +9,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Barrier};
-use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use chan_common::{drop_after, fiber_on, join_within, make, rt2, watchdog, Drops, Rng};
+use chan_common::{
+    drop_after, fiber_on, join_within, make, panicking_waker, rt2, watchdog, Drops, Rng,
+};
 use weft::chan::{self, Select, TryRecvError, TrySendError};
 
 fn seed() -> u64 {
@@ -885,34 +887,6 @@ fn single_consumer_cancelled_recvs_keep_fifo() {
 // ---------------------------------------------------------------------------------
 // 5. Panics during settle.
 // ---------------------------------------------------------------------------------
-
-fn panicking_waker(armed: Arc<AtomicBool>) -> Waker {
-    unsafe fn clone(p: *const ()) -> RawWaker {
-        // SAFETY: `p` is from `Arc::into_raw`.
-        unsafe { Arc::increment_strong_count(p as *const AtomicBool) };
-        RawWaker::new(p, &VT)
-    }
-    unsafe fn wake(p: *const ()) {
-        // SAFETY: as above; the handle is consumed.
-        let a = unsafe { Arc::from_raw(p as *const AtomicBool) };
-        if a.load(SeqCst) {
-            panic!("waker panics");
-        }
-    }
-    unsafe fn wake_by_ref(p: *const ()) {
-        // SAFETY: as above.
-        if unsafe { &*(p as *const AtomicBool) }.load(SeqCst) {
-            panic!("waker panics");
-        }
-    }
-    unsafe fn drop_w(p: *const ()) {
-        // SAFETY: as above.
-        drop(unsafe { Arc::from_raw(p as *const AtomicBool) });
-    }
-    static VT: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop_w);
-    // SAFETY: the vtable keeps the Arc's count.
-    unsafe { Waker::from_raw(RawWaker::new(Arc::into_raw(armed).cast(), &VT)) }
-}
 
 /// A waiting receive whose waker panics; a fast `try_send` meets it and settles (the
 /// wake panics in the sender). The value must still reach the receive (or the

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chan_common::{drop_after, fiber_on, join_within, make, rt2, watchdog, Rng};
+use chan_common::{drop_after, fiber_on, join_within, make, panicking_waker, rt2, watchdog, Rng};
 use weft::chan::{self, Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
 
 fn seed() -> u64 {
@@ -1187,35 +1187,6 @@ fn selects_mixed_with_recv_timeout_bounded3() {
 // ---------------------------------------------------------------------------------
 // 8. A panicking waker in a batch of wakes.
 // ---------------------------------------------------------------------------------
-
-fn panicking_waker(armed: Arc<AtomicBool>) -> std::task::Waker {
-    use std::task::{RawWaker, RawWakerVTable, Waker};
-    unsafe fn clone(p: *const ()) -> RawWaker {
-        // SAFETY: `p` is from `Arc::into_raw`.
-        unsafe { Arc::increment_strong_count(p as *const AtomicBool) };
-        RawWaker::new(p, &VT)
-    }
-    unsafe fn wake(p: *const ()) {
-        // SAFETY: as above; the handle is consumed.
-        let a = unsafe { Arc::from_raw(p as *const AtomicBool) };
-        if a.load(SeqCst) {
-            panic!("waker panics");
-        }
-    }
-    unsafe fn wake_by_ref(p: *const ()) {
-        // SAFETY: as above.
-        if unsafe { &*(p as *const AtomicBool) }.load(SeqCst) {
-            panic!("waker panics");
-        }
-    }
-    unsafe fn drop_w(p: *const ()) {
-        // SAFETY: as above.
-        drop(unsafe { Arc::from_raw(p as *const AtomicBool) });
-    }
-    static VT: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop_w);
-    // SAFETY: the vtable keeps the Arc's count.
-    unsafe { Waker::from_raw(RawWaker::new(Arc::into_raw(armed).cast(), &VT)) }
-}
 
 /// Two receivers wait: first an async receive whose waker panics, then a thread in
 /// `recv_blocking`. The close wakes both in one batch after the lock; the first wake

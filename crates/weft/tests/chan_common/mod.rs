@@ -5,7 +5,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -189,3 +189,33 @@ pub fn poll_once<F: Future>(fut: F) -> Option<F::Output> {
 
 pub fn is_send<T: Send>(_: &T) {}
 pub fn is_send_sync<T: Send + Sync>(_: &T) {}
+
+/// A waker that panics in `wake` and `wake_by_ref` while `armed` holds `true`.
+pub fn panicking_waker(armed: Arc<AtomicBool>) -> std::task::Waker {
+    use std::task::{RawWaker, RawWakerVTable, Waker};
+    unsafe fn clone(p: *const ()) -> RawWaker {
+        // SAFETY: `p` is from `Arc::into_raw`.
+        unsafe { Arc::increment_strong_count(p as *const AtomicBool) };
+        RawWaker::new(p, &VT)
+    }
+    unsafe fn wake(p: *const ()) {
+        // SAFETY: as above; the handle is consumed.
+        let a = unsafe { Arc::from_raw(p as *const AtomicBool) };
+        if a.load(SeqCst) {
+            panic!("waker panics");
+        }
+    }
+    unsafe fn wake_by_ref(p: *const ()) {
+        // SAFETY: as above.
+        if unsafe { &*(p as *const AtomicBool) }.load(SeqCst) {
+            panic!("waker panics");
+        }
+    }
+    unsafe fn drop_w(p: *const ()) {
+        // SAFETY: as above.
+        drop(unsafe { Arc::from_raw(p as *const AtomicBool) });
+    }
+    static VT: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop_w);
+    // SAFETY: the vtable keeps the Arc's count.
+    unsafe { Waker::from_raw(RawWaker::new(Arc::into_raw(armed).cast(), &VT)) }
+}

@@ -988,6 +988,18 @@ mod tests {
         thread::yield_now();
     }
 
+    /// Pushes `v`, pausing while the ring is full.
+    fn push_until_taken<T>(ring: &Ring<T>, mut v: T, deadline: Instant) {
+        loop {
+            match ring.try_push(v) {
+                Ok(()) => return,
+                Err(PushError::Full(back)) => v = back,
+                Err(PushError::Closed(_)) => unreachable!("never closed"),
+            }
+            pause(deadline, "push");
+        }
+    }
+
     /// 4 producers and 4 consumers move `per_producer * 4` distinct values through a
     /// ring of `cap`; every value must arrive exactly once.
     fn stress(cap: usize, per_producer: usize) {
@@ -1003,15 +1015,7 @@ mod tests {
             let ring = ring.clone();
             threads.push(thread::spawn(move || {
                 for i in 0..per_producer {
-                    let mut v = p * per_producer + i;
-                    loop {
-                        match ring.try_push(v) {
-                            Ok(()) => break,
-                            Err(PushError::Full(back)) => v = back,
-                            Err(PushError::Closed(_)) => unreachable!("never closed"),
-                        }
-                        pause(deadline, "push");
-                    }
+                    push_until_taken(&ring, p * per_producer + i, deadline);
                 }
             }));
         }
@@ -1213,15 +1217,7 @@ mod tests {
                 let ring = ring.clone();
                 thread::spawn(move || {
                     for i in 0..n {
-                        let mut v = make(i);
-                        loop {
-                            match ring.try_push(v) {
-                                Ok(()) => break,
-                                Err(PushError::Full(back)) => v = back,
-                                Err(PushError::Closed(_)) => unreachable!("never closed"),
-                            }
-                            pause(deadline, "push");
-                        }
+                        push_until_taken(&ring, make(i), deadline);
                     }
                 })
             };
