@@ -185,25 +185,68 @@ fn assert_stays_disconnected(rx: &Receiver<usize>) {
 /// must tell it to retry: a receiver left claimed and unwoken is off the list, so the
 /// close cannot reach it and the watchdog fires. Exactly once; drained before
 /// `Disconnected`.
+/// One round of the retry drivers: `senders` sender threads started on a fresh
+/// channel, and what its receivers record.
+struct Round {
+    tx: Sender<usize>,
+    rx: Receiver<usize>,
+    seen: Seen,
+    sent: Sent,
+    ended: Ended,
+    senders: Vec<std::thread::JoinHandle<()>>,
+}
+
+fn start_round(cap: Option<usize>, senders: usize, per: usize, mode: usize) -> Round {
+    let (tx, rx) = make::<usize>(cap);
+    let n = senders * per;
+    let (seen, sent, ended) = (Seen::new(n), Sent::new(n), Ended::new());
+    let senders = (0..senders)
+        .map(|s| sender_thread(tx.clone(), s * per, (s + 1) * per, s + mode, sent.clone()))
+        .collect();
+    Round {
+        tx,
+        rx,
+        seen,
+        sent,
+        ended,
+        senders,
+    }
+}
+
+/// Ends a round: `len()` never past the capacity while the senders ran (no receive
+/// is dropped and no select left unperformed), every value seen once, and the closed
+/// channel stays disconnected.
+fn finish_round(
+    r: Round,
+    cap: Option<usize>,
+    receivers: Vec<std::thread::JoinHandle<()>>,
+    on_workers: [weft::JoinHandle<()>; 2],
+    what: &str,
+) {
+    let max = sample_len_until_done(&r.rx, &r.senders);
+    if let Some(c) = cap {
+        assert!(max <= c, "len() {max} > cap {c}");
+    }
+    for h in r.senders {
+        h.join().unwrap();
+    }
+    r.ended.set();
+    drop(r.tx);
+    for h in receivers {
+        h.join().unwrap();
+    }
+    for h in on_workers {
+        join_within(h, 20).unwrap();
+    }
+    r.seen.check(&r.sent.get(), what);
+    assert_stays_disconnected(&r.rx);
+}
+
 fn plain_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
     let rt = Arc::new(rt2());
     for round in 0..rounds {
-        let (tx, rx) = make::<usize>(cap);
-        let senders = 3;
-        let n = senders * per;
-        let seen = Seen::new(n);
-        let sent = Sent::new(n);
-        let ended = Ended::new();
-        let mut hs = Vec::new();
-        for s in 0..senders {
-            hs.push(sender_thread(
-                tx.clone(),
-                s * per,
-                (s + 1) * per,
-                s + round,
-                sent.clone(),
-            ));
-        }
+        let r = start_round(cap, 3, per, round);
+        let (rx, seen, ended) = (&r.rx, &r.seen, &r.ended);
         let mut rs = Vec::new();
         rs.push(try_recv_spinner(rx.clone(), seen.clone(), ended.clone()));
         {
@@ -253,24 +296,13 @@ fn plain_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
                 ended.check("async recv");
             })
         };
-        // No receive is dropped and no select left unperformed: nothing may go past
-        // the capacity.
-        let max = sample_len_until_done(&rx, &hs);
-        if let Some(c) = cap {
-            assert!(max <= c, "len() {max} > cap {c}");
-        }
-        for h in hs {
-            h.join().unwrap();
-        }
-        ended.set();
-        drop(tx);
-        for h in rs {
-            h.join().unwrap();
-        }
-        join_within(fib, 20).unwrap();
-        join_within(task, 20).unwrap();
-        seen.check(&sent.get(), &format!("cap {cap:?} round {round}"));
-        assert_stays_disconnected(&rx);
+        finish_round(
+            r,
+            cap,
+            rs,
+            [fib, task],
+            &format!("cap {cap:?} round {round}"),
+        );
     }
 }
 
@@ -303,25 +335,11 @@ fn plain_receivers_retry_unbounded() {
 fn select_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
     let rt = Arc::new(rt2());
     for round in 0..rounds {
-        let (tx, rx) = make::<usize>(cap);
         // Never sent on; kept open until the end (a select on it alone would wait).
         let (idle_tx, idle_rx) = chan::unbounded::<usize>();
-        let senders = 2;
-        let n = senders * per;
-        let seen = Seen::new(n);
-        let sent = Sent::new(n);
-        let ended = Ended::new();
-        let mut hs = Vec::new();
-        for s in 0..senders {
-            // `try_send` (fast) and `send_blocking`.
-            hs.push(sender_thread(
-                tx.clone(),
-                s * per,
-                (s + 1) * per,
-                s + round % 2,
-                sent.clone(),
-            ));
-        }
+        // `try_send` (fast) and `send_blocking`.
+        let r = start_round(cap, 2, per, round % 2);
+        let (rx, seen, ended) = (&r.rx, &r.seen, &r.ended);
         let mut rs = Vec::new();
         rs.push(try_recv_spinner(rx.clone(), seen.clone(), ended.clone()));
         // Blocking select, recv twice on `rx`.
@@ -406,25 +424,9 @@ fn select_receivers_retry(cap: Option<usize>, rounds: usize, per: usize) {
                 }
             })
         };
-        // No receive is dropped and no select left unperformed: nothing may go past
-        // the capacity.
-        let max = sample_len_until_done(&rx, &hs);
-        if let Some(c) = cap {
-            assert!(max <= c, "len() {max} > cap {c}");
-        }
-        for h in hs {
-            h.join().unwrap();
-        }
-        ended.set();
-        drop(tx);
-        for h in rs {
-            h.join().unwrap();
-        }
-        join_within(task, 20).unwrap();
-        join_within(fib, 20).unwrap();
+        let what = format!("select cap {cap:?} round {round}");
+        finish_round(r, cap, rs, [task, fib], &what);
         drop(idle_tx);
-        seen.check(&sent.get(), &format!("select cap {cap:?} round {round}"));
-        assert_stays_disconnected(&rx);
     }
 }
 
