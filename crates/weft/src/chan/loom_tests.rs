@@ -32,6 +32,17 @@ fn census<T>(rx: &Receiver<T>) -> (usize, usize, usize, usize) {
     rx.flavor_chan().expect("a channel receiver").census()
 }
 
+/// A receive polled once and then withdrawn (`recv_timeout`'s end): the value it
+/// took or was handed, if any.
+fn recv_then_withdraw(rx: &Receiver<u32>) -> Option<u32> {
+    let task = Task::new();
+    let mut f = pin!(rx.recv());
+    match task.poll(f.as_mut()) {
+        Poll::Ready(r) => r.ok(),
+        Poll::Pending => f.as_mut().withdraw(),
+    }
+}
+
 /// Everything left in the channel, until it reports empty or disconnected.
 fn drain(rx: &Receiver<u32>) -> Vec<u32> {
     let mut left = Vec::new();
@@ -345,14 +356,7 @@ fn loom_chan_withdrawn_recv_keeps_its_value() {
     loom::model(|| {
         let (tx, rx) = bounded::<u32>(1);
         let rx1 = rx.clone();
-        let r = thread::spawn(move || {
-            let task = Task::new();
-            let mut f = pin!(rx1.recv());
-            match task.poll(f.as_mut()) {
-                Poll::Ready(r) => r.ok(),
-                Poll::Pending => f.as_mut().withdraw(),
-            }
-        });
+        let r = thread::spawn(move || recv_then_withdraw(&rx1));
         let sent: Vec<u32> = [1, 2]
             .into_iter()
             .filter(|&v| tx.try_send(v).is_ok())
@@ -1110,14 +1114,7 @@ fn loom_chan_rev15_withdraw_vs_send_and_close() {
     loom::model(|| {
         let (tx, rx) = bounded::<u32>(1);
         let rx1 = rx.clone();
-        let r = thread::spawn(move || {
-            let task = Task::new();
-            let mut f = pin!(rx1.recv());
-            match task.poll(f.as_mut()) {
-                Poll::Ready(r) => r.ok(),
-                Poll::Pending => f.as_mut().withdraw(),
-            }
-        });
+        let r = thread::spawn(move || recv_then_withdraw(&rx1));
         let sent = tx.try_send(1).is_ok();
         assert!(tx.close());
         let got = r.join().unwrap();
@@ -1144,14 +1141,7 @@ fn loom_chan_rev15_withdraw_vs_select_send() {
             oper.send(&tx, 5).unwrap();
             tx
         });
-        let task = Task::new();
-        let got = {
-            let mut f = pin!(rx.recv());
-            match task.poll(f.as_mut()) {
-                Poll::Ready(r) => r.ok(),
-                Poll::Pending => f.as_mut().withdraw(),
-            }
-        };
+        let got = recv_then_withdraw(&rx);
         // Not received: the select either sent it anyway (into `over`) or, its
         // partner gone before it delivered, waits for the next receiver: this one.
         let got = got.or_else(|| block_on(rx.recv()).ok());
@@ -1230,14 +1220,7 @@ fn loom_chan_rev15_withdraw_vs_settle_retry() {
     model_bound2(|| {
         let (tx, rx) = bounded::<u32>(1);
         let rx1 = rx.clone();
-        let r = thread::spawn(move || {
-            let task = Task::new();
-            let mut f = pin!(rx1.recv());
-            match task.poll(f.as_mut()) {
-                Poll::Ready(r) => r.ok(),
-                Poll::Pending => f.as_mut().withdraw(),
-            }
-        });
+        let r = thread::spawn(move || recv_then_withdraw(&rx1));
         let rx2 = rx.clone();
         let c = thread::spawn(move || rx2.try_recv().ok());
         tx.try_send(1).unwrap();
