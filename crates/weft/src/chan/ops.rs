@@ -115,9 +115,7 @@ impl<T> RecvFuture<'_, T> {
         matches!(&self.inner, RecvInner::Chan { node, registered: true, .. }
             if node.reason() != crate::waitlist::Reason::Waiting)
     }
-}
 
-impl<T> RecvFuture<'_, T> {
     /// Stops waiting: takes the node off the list and returns a value handed to it
     /// since its last poll (see [`Chan::withdraw_recv`]).
     pub(crate) fn withdraw(self: Pin<&mut Self>) -> Option<T> {
