@@ -46,6 +46,8 @@ fn is_block_of_odd(layout: Layout) -> bool {
 }
 
 static BLOCKS_MADE: AtomicUsize = AtomicUsize::new(0);
+/// Held by the tests that count blocks of `Odd` values (one at a time).
+static ODD_BLOCKS: Mutex<()> = Mutex::new(());
 static BLOCKS_FREED: AtomicUsize = AtomicUsize::new(0);
 
 // SAFETY: forwards to `System`, counting.
@@ -120,7 +122,10 @@ struct Item<const N: usize> {
     ledger: Arc<Ledger>,
 }
 
-fn pattern(id: usize, i: usize) -> u64 {
+/// Word `i` of value `id` (of a large value, every word is word 0: it is made fast,
+/// so that a producer can outpace nothing but the memory copy).
+fn pattern<const N: usize>(id: usize, i: usize) -> u64 {
+    let i = if N > 64 { 0 } else { i };
     (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64)
 }
 
@@ -128,17 +133,29 @@ impl<const N: usize> Item<N> {
     fn new(id: usize, ledger: &Arc<Ledger>) -> Item<N> {
         Item {
             id,
-            words: std::array::from_fn(|i| pattern(id, i)),
+            words: if N > 64 {
+                [pattern::<N>(id, 0); N]
+            } else {
+                std::array::from_fn(|i| pattern::<N>(id, i))
+            },
             boxed: Box::new(id),
             ledger: ledger.clone(),
         }
     }
 
-    /// The value arrived whole.
+    /// The value arrived whole: its box and its words (of a large value, one in 64
+    /// and the last, so that a consumer checks faster than a producer makes values).
     fn check(&self) {
         assert_eq!(*self.boxed, self.id, "value {} torn (box)", self.id);
-        for (i, &w) in self.words.iter().enumerate() {
-            assert_eq!(w, pattern(self.id, i), "value {} torn (word {i})", self.id);
+        let step = if N > 64 { 64 } else { 1 };
+        for i in (0..N).step_by(step).chain(N.checked_sub(1)) {
+            let w = self.words[i];
+            assert_eq!(
+                w,
+                pattern::<N>(self.id, i),
+                "value {} torn (word {i})",
+                self.id
+            );
         }
     }
 }
@@ -794,7 +811,9 @@ fn long_run_thousands_of_boundaries() {
 #[test]
 fn blocks_are_reused_and_all_freed() {
     watchdog(60, || {
+        let _one_at_a_time = ODD_BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
         let live = || BLOCKS_MADE.load(SeqCst) - BLOCKS_FREED.load(SeqCst);
+        let made = BLOCKS_MADE.load(SeqCst);
         // Single thread: push a block's worth, pop it, 1000 times.
         let (tx, rx) = chan::unbounded::<Odd>();
         for round in 0..1000u32 {
@@ -806,7 +825,11 @@ fn blocks_are_reused_and_all_freed() {
                 assert!(v.iter().all(|&b| b == (round as usize + i) as u8));
             }
         }
-        assert_eq!(BLOCKS_MADE.load(SeqCst), 2, "a steady flow allocates two blocks");
+        assert_eq!(
+            BLOCKS_MADE.load(SeqCst) - made,
+            2,
+            "a steady flow allocates two blocks"
+        );
         assert_eq!(live(), 2, "the current block and the kept one");
         drop((tx, rx));
         assert_eq!(live(), 0, "a block leaked or was kept after the drop");
@@ -842,8 +865,133 @@ fn blocks_are_reused_and_all_freed() {
                 }
                 assert_eq!(rx.len(), 2 * left);
                 std::thread::spawn(move || drop((tx, rx))).join().unwrap();
-                assert_eq!(live(), 0, "blocks left after the drop ({cap:?}, {left} left)");
+                assert_eq!(
+                    live(),
+                    0,
+                    "blocks left after the drop ({cap:?}, {left} left)"
+                );
             }
+        }
+    });
+}
+
+/// Large values (64 KiB) in lockstep with a spinning consumer: writing a value then
+/// takes microseconds, so a pop often claims a slot while its push is still writing
+/// (for a block's last slot, right after the installer stepped `tail` over the
+/// boundary). A reused block whose slot kept a stale `WRITE` would let that pop read
+/// the value of the block's last life (a duplicate, or a torn value) instead of
+/// waiting.
+#[test]
+fn lockstep_large_values_pop_waits_for_the_write() {
+    watchdog(60, || {
+        const N: usize = 100 * BLOCK;
+        let ledger = Ledger::new(N);
+        let (tx, rx) = chan::unbounded::<Item<8192>>();
+        // Unoptimised code keeps several copies of a value on the stack.
+        let big_stack = || std::thread::Builder::new().stack_size(32 << 20);
+        let producer = {
+            let ledger = ledger.clone();
+            big_stack()
+                .spawn(move || {
+                    for id in 0..N {
+                        let item = Item::new(id, &ledger);
+                        if id % BLOCK == BLOCK - 1 {
+                            // A block's last slot (one producer: value `id` is at
+                            // offset `id % 31`): let the consumer catch up and spin,
+                            // so that it claims the slot while we write it.
+                            for _ in 0..1_000_000 {
+                                if tx.is_empty() {
+                                    break;
+                                }
+                                std::thread::yield_now();
+                            }
+                        }
+                        tx.send_blocking(item).ok().unwrap();
+                    }
+                })
+                .unwrap()
+        };
+        let consumer = big_stack()
+            .spawn(move || {
+                let mut want = 0;
+                for _ in 0..200_000_000u64 {
+                    match rx.try_recv() {
+                        Ok(item) => {
+                            assert_eq!(item.id, want, "out of order (a stale value?)");
+                            item.check();
+                            want += 1;
+                        }
+                        Err(TryRecvError::Empty) => std::hint::spin_loop(),
+                        Err(TryRecvError::Disconnected) => break,
+                    }
+                }
+                want
+            })
+            .unwrap();
+        let want = consumer.join().unwrap();
+        producer.join().unwrap();
+        assert_eq!(want, N, "values missing");
+        ledger.assert_all_once();
+    });
+}
+
+/// Pushes racing for a block's last slot, with a block kept: each takes a spare block
+/// before its claim (the first the kept one, only one of them: the `swap`), the one
+/// that wins installs its spare, and the others give theirs back (kept or freed).
+/// Hundreds of such races: every value once, and no block left once the channels are
+/// dropped (a spare not given back, or one block taken by two pushes, shows).
+#[test]
+fn pushes_racing_for_the_last_slot_give_spares_back() {
+    watchdog(60, || {
+        let _one_at_a_time = ODD_BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
+        let live = || BLOCKS_MADE.load(SeqCst) - BLOCKS_FREED.load(SeqCst);
+        const RACERS: usize = 3;
+        for round in 0..400u32 {
+            let (tx, rx) = chan::unbounded::<Odd>();
+            // The first block used up and kept; `tail` at the second one's last slot.
+            for _ in 0..BLOCK {
+                tx.try_send([0; 1003]).unwrap();
+            }
+            for _ in 0..BLOCK {
+                rx.try_recv().unwrap();
+            }
+            for _ in 0..BLOCK - 1 {
+                tx.try_send([1; 1003]).unwrap();
+            }
+            let ready = Arc::new(AtomicUsize::new(0));
+            let racers: Vec<_> = (0..RACERS)
+                .map(|r| {
+                    let (tx, ready) = (tx.clone(), ready.clone());
+                    std::thread::spawn(move || {
+                        ready.fetch_add(1, SeqCst);
+                        for spin in 0..10_000_000u64 {
+                            if ready.load(SeqCst) == RACERS {
+                                break;
+                            }
+                            if spin % 64 == 63 {
+                                std::thread::yield_now();
+                            }
+                        }
+                        for i in 0..3u8 {
+                            tx.send_blocking([2 + r as u8 * 3 + i; 1003]).unwrap();
+                        }
+                    })
+                })
+                .collect();
+            for r in racers {
+                r.join().unwrap();
+            }
+            let mut got = Vec::new();
+            while let Ok(v) = rx.try_recv() {
+                assert!(v.iter().all(|&b| b == v[0]), "round {round}: torn value");
+                got.push(v[0]);
+            }
+            assert_eq!(got.len(), BLOCK - 1 + 3 * RACERS, "round {round}");
+            let mut mine: Vec<u8> = got.into_iter().filter(|&b| b >= 2).collect();
+            mine.sort_unstable();
+            assert_eq!(mine, (2..2 + 3 * RACERS as u8).collect::<Vec<_>>());
+            drop((tx, rx));
+            assert_eq!(live(), 0, "round {round}: a block left after the drop");
         }
     });
 }
