@@ -246,9 +246,8 @@ fn mpmc<const N: usize>(
             let (tx, ledger) = (tx.clone(), ledger.clone());
             std::thread::spawn(move || {
                 for i in 0..per {
-                    tx.send_blocking(Item::new(p * per + i, &ledger))
-                        .ok()
-                        .expect("send failed");
+                    let sent = tx.send_blocking(Item::new(p * per + i, &ledger));
+                    assert!(sent.is_ok(), "send failed");
                 }
             })
         })
@@ -343,7 +342,7 @@ fn single_thread_patterns_over_boundaries() {
                         next_in += 1;
                     }
                     for _ in 0..pop {
-                        let item = rx.try_recv().ok().expect("value missing");
+                        let item = rx.try_recv().expect("value missing");
                         item.check();
                         assert_eq!(item.id, next_out);
                         next_out += 1;
