@@ -32,7 +32,8 @@ impl Backoff {
         for _ in 0..(1u32 << self.step.min(Self::SPIN_ROUNDS)) {
             std::hint::spin_loop();
         }
-        self.step += 1;
+        // Saturating: a wait on a preempted thread may snooze past any count.
+        self.step = self.step.saturating_add(1);
     }
 
     /// While another thread completes a step it has begun: spin, then yield.
@@ -47,6 +48,7 @@ impl Backoff {
         } else {
             std::thread::yield_now();
         }
-        self.step += 1;
+        // Saturating: a wait on a preempted thread may snooze past any count.
+        self.step = self.step.saturating_add(1);
     }
 }
