@@ -289,9 +289,8 @@ impl<T> Ring<T> {
             // that claims it and read only by the pop of that position (the stamp
             // protocol).
             #[cfg(not(loom))]
-            // SAFETY: `UnsafeCell<MaybeUninit<T>>` has no invalid bit pattern
-            // (`MaybeUninit` may hold any bytes), so uninitialised memory is a valid
-            // array of them.
+            // SAFETY: `MaybeUninit` may hold any bytes, so uninitialised memory is a
+            // valid array of `UnsafeCell<MaybeUninit<T>>`.
             let values =
                 unsafe { Box::<[UnsafeCell<MaybeUninit<T>>]>::new_uninit_slice(cap).assume_init() };
             #[cfg(loom)]
