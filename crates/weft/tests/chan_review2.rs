@@ -13,7 +13,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use chan_common::{
-    drop_after, fiber_on, join_within, make, panicking_waker, rt2, watchdog, Drops, Rng,
+    check_exactly_once, drop_after, fiber_on, join_within, make, panicking_waker, rt2, watchdog,
+    Drops, Msg, Rng,
 };
 use weft::chan::{self, Select, TryRecvError, TrySendError};
 
@@ -23,9 +24,6 @@ fn seed() -> u64 {
         .unwrap()
         .as_nanos() as u64
 }
-
-/// A value tagged with its sender and sequence number.
-type Msg = (usize, usize);
 
 /// Checks a consumer's log: each sender's values arrive in increasing order.
 fn check_fifo(log: &[Msg], who: &str) {
@@ -39,27 +37,6 @@ fn check_fifo(log: &[Msg], who: &str) {
         }
         last[s] = Some(n);
     }
-}
-
-/// Every value of `senders x per` exactly once across `logs`.
-fn check_exactly_once(logs: &[Vec<Msg>], senders: usize, per: usize) {
-    let mut seen = vec![0u32; senders * per];
-    for log in logs {
-        for &(s, n) in log {
-            seen[s * per + n] += 1;
-        }
-    }
-    let bad: Vec<_> = seen
-        .iter()
-        .enumerate()
-        .filter(|(_, &c)| c != 1)
-        .map(|(i, &c)| ((i / per, i % per), c))
-        .take(10)
-        .collect();
-    assert!(
-        bad.is_empty(),
-        "values lost or duplicated ((sender, seq), count): {bad:?}"
-    );
 }
 
 // ---------------------------------------------------------------------------------

@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chan_common::{join_within, rt2, wait_for, watchdog, Drops, Rng, Tracked};
+use chan_common::{
+    check_exactly_once, join_within, rt2, wait_for, watchdog, Drops, Msg, Rng, Tracked,
+};
 use weft::chan::{self, Receiver, RecvTimeoutError, Select, SendTimeoutError, Sender};
 use weft::Runtime;
 
@@ -97,8 +99,6 @@ fn start<T: Send + 'static>(
     }
 }
 
-type Msg = (usize, usize);
-
 fn start_sender(rt: &Runtime, ctx: Ctx, tx: Sender<Msg>, id: usize, n: usize) -> Joiner<()> {
     let tx2 = tx.clone();
     start(
@@ -141,29 +141,17 @@ fn start_receiver(rt: &Runtime, ctx: Ctx, rx: Receiver<Msg>) -> Joiner<Vec<Msg>>
 
 /// Every value of `senders x per` exactly once across `logs`; each sender's values in
 /// order within each log.
-fn check_exactly_once(logs: &[Vec<Msg>], senders: usize, per: usize) {
-    let mut seen = vec![0u32; senders * per];
+fn check_exactly_once_in_order(logs: &[Vec<Msg>], senders: usize, per: usize) {
     for log in logs {
         let mut last: Vec<Option<usize>> = vec![None; senders];
         for &(s, n) in log {
-            seen[s * per + n] += 1;
             if let Some(p) = last[s] {
                 assert!(p < n, "FIFO broken for sender {s}: {p} then {n}");
             }
             last[s] = Some(n);
         }
     }
-    let bad: Vec<_> = seen
-        .iter()
-        .enumerate()
-        .filter(|(_, &c)| c != 1)
-        .map(|(i, &c)| ((i / per, i % per), c))
-        .take(10)
-        .collect();
-    assert!(
-        bad.is_empty(),
-        "values lost or duplicated ((sender, seq), count): {bad:?}"
-    );
+    check_exactly_once(logs, senders, per);
 }
 
 /// Every pair of contexts, two senders and two receivers each, on a rendezvous
@@ -189,7 +177,7 @@ fn rendezvous_mpmc_every_context_pair() {
                     s.join(20);
                 }
                 let logs: Vec<_> = recvs.into_iter().map(|r| r.join(20)).collect();
-                check_exactly_once(&logs, 2, PER);
+                check_exactly_once_in_order(&logs, 2, PER);
             }
         }
     });
@@ -217,7 +205,7 @@ fn rendezvous_mpmc_all_contexts_at_once() {
                 s.join(30);
             }
             let logs: Vec<_> = recvs.into_iter().map(|r| r.join(30)).collect();
-            check_exactly_once(&logs, 8, PER);
+            check_exactly_once_in_order(&logs, 8, PER);
         }
     });
 }
@@ -1430,7 +1418,7 @@ fn rendezvous_stream_receivers_with_blocking_senders() {
             s.join(30);
         }
         let logs: Vec<_> = recvs.into_iter().map(|r| r.join(30)).collect();
-        check_exactly_once(&logs, SENDERS, PER);
+        check_exactly_once_in_order(&logs, SENDERS, PER);
     });
 }
 
@@ -1484,7 +1472,7 @@ fn rendezvous_select_ready_observers_race_blocking() {
             s.join(30);
         }
         let logs: Vec<_> = recvs.into_iter().map(|r| r.join(30)).collect();
-        check_exactly_once(&logs, SENDERS, PER);
+        check_exactly_once_in_order(&logs, SENDERS, PER);
     });
 }
 

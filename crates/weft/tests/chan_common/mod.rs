@@ -219,3 +219,25 @@ pub fn panicking_waker(armed: Arc<AtomicBool>) -> std::task::Waker {
     // SAFETY: the vtable keeps the Arc's count.
     unsafe { Waker::from_raw(RawWaker::new(Arc::into_raw(armed).cast(), &VT)) }
 }
+
+/// A value tagged with its sender and sequence number.
+pub type Msg = (usize, usize);
+
+/// Every value of `senders x per` exactly once across `logs`.
+pub fn check_exactly_once(logs: &[Vec<Msg>], senders: usize, per: usize) {
+    let mut seen = vec![0u32; senders * per];
+    for &(s, n) in logs.iter().flatten() {
+        seen[s * per + n] += 1;
+    }
+    let bad: Vec<_> = seen
+        .iter()
+        .enumerate()
+        .filter(|(_, &c)| c != 1)
+        .map(|(i, &c)| ((i / per, i % per), c))
+        .take(10)
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "values lost or duplicated ((sender, seq), count): {bad:?}"
+    );
+}
