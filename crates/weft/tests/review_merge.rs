@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{live, Tracked};
+use common::{live, on_runtime, Rng, Tracked};
 
 use std::cmp::Ordering as CmpOrdering;
 use std::panic::{self, AssertUnwindSafe};
@@ -20,32 +20,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use weft::prelude::*;
-
-/// Runs `f` in a task on a fresh runtime with `workers` workers.
-fn on_runtime<R: Send + 'static>(workers: usize, f: impl FnOnce() -> R + Send + 'static) -> R {
-    common::with_timeout(move || {
-        let rt = weft::Builder::new()
-            .worker_threads(workers)
-            .build()
-            .expect("runtime");
-        let r = rt.spawn(async move { f() }).join();
-        match r {
-            Ok(v) => v,
-            Err(e) => panic::resume_unwind(e.into_panic()),
-        }
-    })
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
 
 /// A tracked element: key, id, the comparison's marks.
 struct Elem {

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{live, Tracked};
+use common::{live, on_runtime, Rng, Tracked};
 
 use std::cmp::Ordering as CmpOrdering;
 use std::future::Future;
@@ -670,27 +670,6 @@ fn ring_runtime_dropped_mid_wait() {
 // ---------------------------------------------------------------------------------------
 // The stable parallel sort.
 // ---------------------------------------------------------------------------------------
-
-fn on_runtime<R: Send + 'static>(workers: usize, f: impl FnOnce() -> R + Send + 'static) -> R {
-    common::with_timeout(move || {
-        let rt = common::workers(workers);
-        let r = rt.spawn(async move { f() }).join();
-        match r {
-            Ok(v) => v,
-            Err(e) => panic::resume_unwind(e.into_panic()),
-        }
-    })
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
 
 /// `(key, original index)` pairs with `distinct` keys.
 fn keyed(len: usize, distinct: u64, seed: u64) -> Vec<(u32, u32)> {

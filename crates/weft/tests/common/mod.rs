@@ -199,3 +199,28 @@ pub fn never_ending(
         std::future::pending::<()>().await
     }
 }
+
+/// Runs `f` in a task on a fresh runtime with `workers` workers (within
+/// [`with_timeout`]), re-raising its panic.
+pub fn on_runtime<R: Send + 'static>(workers: usize, f: impl FnOnce() -> R + Send + 'static) -> R {
+    with_timeout(move || {
+        let rt = self::workers(workers);
+        let r = rt.spawn(async move { f() }).join();
+        match r {
+            Ok(v) => v,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    })
+}
+
+/// xorshift64*: a small deterministic generator for test inputs (seed it non-zero).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
