@@ -462,7 +462,11 @@ impl Core {
                     Some(Work::Task(task)) => self.run_task(task),
                     Some(Work::Job(job)) => self.run_job(job),
                     None => {
-                        self.park(&done);
+                        // Watched its whole spin in vain: the sleep itself spins no more.
+                        if self.watch_for_work(&done) {
+                            continue;
+                        }
+                        self.park(&done, 0);
                         if self.retiring.get() {
                             break;
                         }
@@ -758,9 +762,13 @@ impl Core {
 
     /// Searches peers, from a random one: each peer's fork-join deque (its oldest job),
     /// then half of its task queue; finally the injection queue.
+    ///
+    /// A worker becomes a searcher only if a peer's queues or the injection queue hold
+    /// something: the searcher count is a line every worker writes, and a fiber pair on
+    /// two workers would otherwise bounce it twice a message for nothing.
     fn steal_work(&self) -> Option<Work> {
         if !self.searching.get() {
-            if !self.shared.idle.try_become_searcher() {
+            if !self.shared.has_work_for(self.index) || !self.shared.idle.try_become_searcher() {
                 return None;
             }
             self.searching.set(true);
@@ -888,11 +896,11 @@ impl Core {
 
     /// One sleep transition; returns when woken (or at once if work is visible).
     pub(crate) fn park_for_test(&self) {
-        self.park(&|| false);
+        self.park(&|| false, self.shared.spin_ns());
     }
 
     pub(crate) fn park_until_for_test(&self, done: &dyn Fn() -> bool) {
-        self.park(done);
+        self.park(done, self.shared.spin_ns());
     }
 
     /// Queues a task as a spawn on this worker would (evicting through the ring, with
