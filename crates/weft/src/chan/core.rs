@@ -573,15 +573,35 @@ impl<T> Chan<T> {
         // samples, some 5% of a select's quick receive (perf, one receiver selecting
         // over four rings). loom models SeqCst accesses as AcqRel, so its builds
         // fence explicitly.
+        //
+        // And it takes the lock only if someone waits (`slow`): a select draining a
+        // closed channel through its quick pass took the lock once per value (the
+        // senders of crossbeam's `select_rx` finish long before their receiver, so
+        // nearly every value of that case was taken so). Store-buffering with a
+        // receiver that registers: it publishes `slow`, fences, then looks at the
+        // count (`recheck_drained`); this side's decrement comes before its read of
+        // `slow`. So either it sees the receiver and wakes it, or the receiver sees
+        // the count at 0 and wakes itself.
         if self.in_flight.fetch_sub(1, SeqCst) == 1 && {
             #[cfg(loom)]
             fence(SeqCst);
-            self.closed.load(SeqCst)
+            self.closed.load(SeqCst) && self.slow.load(SeqCst)
         } {
             let mut wakes = WakeBatch::new();
             let mut st = self.lock();
             st.wake_closed(&mut wakes);
         }
+    }
+
+    /// A receiver's registration after its fence (see [`Chan::taken`]): a closed
+    /// channel found drained wakes its receivers, as the last `taken` would have had
+    /// it seen them. True if it did.
+    fn recheck_drained(&self, st: &mut State<T>, wakes: &mut WakeBatch) -> bool {
+        if self.is_drained(st) {
+            st.wake_closed(wakes);
+            return true;
+        }
+        false
     }
 
     /// As [`Chan::taken`], under the lock.
@@ -985,7 +1005,7 @@ impl<T> Chan<T> {
             // meanwhile is seen here, or its sender sees the node.
             self.publish(&mut st);
             fence(SeqCst);
-            if self.has_values(&st) {
+            if self.has_values(&st) || self.is_drained(&st) {
                 // SAFETY: under the lock; the node was pushed above.
                 unsafe { st.receivers.remove(node) };
                 st.observers -= 1;
@@ -1099,6 +1119,7 @@ impl<T> Chan<T> {
                 self.publish(&mut st);
                 fence(SeqCst);
                 self.settle_locked(&mut st, &mut wakes);
+                self.recheck_drained(&mut st, &mut wakes);
                 // A receiver waits: a rendezvous send is now possible.
                 st.wake_observers(false, &mut wakes);
                 drop(st);
@@ -1353,7 +1374,8 @@ impl<T> Chan<T> {
         self.publish(st);
         fence(SeqCst);
         if if recv {
-            self.has_values(st)
+            // Drained: a closed channel's receive is selectable (see `Chan::taken`).
+            self.has_values(st) || self.is_drained(st)
         } else {
             self.has_room(st)
         } {

@@ -1060,6 +1060,37 @@ fn loom_chan_review_disconnected_stays() {
     });
 }
 
+/// A closed channel's last value is held by a select's quick pass (counted in
+/// `in_flight`) while a plain receive registers. The select's `taken` takes the lock
+/// only if it sees a waiter (`slow`); the receive re-checks the count after its fence.
+/// Either way the receive ends (with the value, or `Disconnected` once the select took
+/// it): without the re-check it sleeps for good.
+#[test]
+fn loom_chan_taken_without_waiters_vs_registering_receive() {
+    model_bound2(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        tx.try_send(1).unwrap();
+        assert!(tx.close());
+        let rx2 = rx.clone();
+        let sel = thread::spawn(move || {
+            let mut sel = Select::new();
+            sel.recv(&rx2);
+            let got = match sel.try_select() {
+                Ok(op) => op.recv(&rx2).ok(),
+                Err(_) => None,
+            };
+            drop(rx2);
+            got
+        });
+        let mine = block_on(rx.recv()).ok();
+        let theirs = sel.join().unwrap();
+        let got: Vec<u32> = [mine, theirs].into_iter().flatten().collect();
+        assert_eq!(got, vec![1]);
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+        drop(tx);
+    });
+}
+
 // ---- review (rev15): settle's retry of a claimed select, a withdrawal's accounting ----
 
 /// bounded(1): a select receives on the channel twice and waits; a fast send's settle
