@@ -462,11 +462,10 @@ impl Core {
                     Some(Work::Task(task)) => self.run_task(task),
                     Some(Work::Job(job)) => self.run_job(job),
                     None => {
-                        // Watched its whole spin in vain: the sleep itself spins no more.
-                        if self.watch_for_work(&done) {
+                        let Some(spin_ns) = self.watch_for_work(&done) else {
                             continue;
-                        }
-                        self.park(&done, 0);
+                        };
+                        self.park(&done, spin_ns);
                         if self.retiring.get() {
                             break;
                         }

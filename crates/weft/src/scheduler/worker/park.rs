@@ -13,8 +13,7 @@ impl Core {
     /// Before the sleep transition, an idle worker watches for work for as long as a
     /// futex wake takes (`Shared::spin_ns`): its inbox (a fiber tied to it, woken
     /// elsewhere) at every look, due timers and `done` every batch, the queues of its
-    /// peers and the injection queue every few batches. True when it saw work (or
-    /// `done`).
+    /// peers and the injection queue every few batches.
     ///
     /// Why before, not inside, the transition: a producer that finds a worker parked
     /// unparks it, and the parked worker then leaves the parked set again, each a write
@@ -29,13 +28,16 @@ impl Core {
     /// so work the watch missed is found there (the protocol of [`super::idle`] is
     /// unchanged; the watch only comes before it). It watches nothing with sockets
     /// registered: readiness is seen only by polling the I/O driver, which the holder
-    /// does at once in `epoll_wait`. Timers that come due are fired here (their tasks
+    /// does at once in `epoll_wait` (the others spin in `park` as before). Timers that come due are fired here (their tasks
     /// are woken onto this worker's queues).
-    pub(super) fn watch_for_work(&self, done: &dyn Fn() -> bool) -> bool {
+    ///
+    /// Returns how long `park` should still spin: `None` when work was seen, zero
+    /// after a watch in vain, the whole spin when it did not watch (sockets).
+    pub(super) fn watch_for_work(&self, done: &dyn Fn() -> bool) -> Option<u64> {
         let spin_ns = self.shared.spin_ns();
         let time = &self.shared.time;
         if spin_ns == 0 || time.has_io_sources() {
-            return false;
+            return Some(spin_ns);
         }
         let start = clock::now_ns();
         self.sample_task_time(start);
@@ -51,7 +53,9 @@ impl Core {
             if time.has_pending() && time.process() > 0 && self.has_local_work() {
                 break true;
             }
-            if done() || (batches % PEER_EVERY == 0 && self.shared.has_work_for(self.index)) {
+            if done()
+                || (batches.is_multiple_of(PEER_EVERY) && self.shared.has_work_for(self.index))
+            {
                 break true;
             }
             if self.shared.is_shutdown()
@@ -60,9 +64,13 @@ impl Core {
                 break false;
             }
         };
+        if seen {
+            // As a park that ended in its spin: an idle spell that needed no futex wake.
+            self.counters().spin_wakeups.bump(1);
+        }
         // Watching is not task time.
         self.tick_start.set(clock::now_ns());
-        seen
+        (!seen).then_some(0)
     }
 
     /// The sleep transition (see [`super::idle`] for why this order is safe), spinning
