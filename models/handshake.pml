@@ -116,6 +116,10 @@ inline notify_parked(w, last)
     do
     :: searching != 0 -> break  /* claim_parked: a searcher will find the task */
     :: else ->
+        if                      /* any_parked(): nobody parked, nobody to wake */
+        :: !(parked[0] || parked[1]) -> break
+        :: else
+        fi;
         INC(searching);         /* count the worker to be woken first */
         if                      /* CAS: clear one bit that is set now, or find none */
         :: atomic { parked[0] -> parked[0] = false; w = 0 }

@@ -126,9 +126,17 @@ impl Idle {
     /// the last searcher looks again, and retries if a worker published its bit
     /// meanwhile (an insert that skipped its wake because of this producer's count may
     /// be invisible to that worker's re-check).
+    ///
+    /// With no parked bit set there is nobody to claim, and it returns at once without
+    /// counting itself (store-buffering again: a worker that publishes its bit after
+    /// this load fences and re-checks the queues, where it finds this insert). Idle
+    /// workers watch for work before they publish (`Core::watch_for_work`), so this is
+    /// the common case of an insert from outside into a runtime whose workers are
+    /// merely idle; counting and uncounting a searcher there cost each insert two
+    /// writes to a line every worker reads.
     pub(crate) fn claim_parked(&self) -> Option<usize> {
         loop {
-            if self.num_searching.load(SeqCst) != 0 {
+            if self.num_searching.load(SeqCst) != 0 || !self.any_parked() {
                 return None;
             }
             self.num_searching.fetch_add(1, SeqCst);

@@ -7,7 +7,7 @@ use super::*;
 const WATCH_BATCH: u32 = 32;
 /// Looks at the peers' queues every this many batches: each look reads a line of every
 /// peer's queue, which that peer writes as it pushes and pops.
-const PEER_EVERY: u32 = 4;
+const PEER_EVERY: u32 = 1;
 
 impl Core {
     /// Before the sleep transition, an idle worker watches for work for as long as a
@@ -44,7 +44,7 @@ impl Core {
         let mut batches = 0u32;
         let seen = 'watch: loop {
             for _ in 0..WATCH_BATCH {
-                if !self.inbox().is_empty() {
+                if !self.inbox().is_empty() || !self.shared.inject.is_empty() {
                     break 'watch true;
                 }
                 std::hint::spin_loop();
