@@ -41,6 +41,8 @@ impl Core {
         }
         let start = clock::now_ns();
         self.sample_task_time(start);
+        // A joining peer shares its other half only with a hungry worker: this one is.
+        self.shared.idle.set_watching(self.index, true);
         let mut batches = 0u32;
         let seen = 'watch: loop {
             for _ in 0..WATCH_BATCH {
@@ -64,6 +66,7 @@ impl Core {
                 break false;
             }
         };
+        self.shared.idle.set_watching(self.index, false);
         if seen {
             // As a park that ended in its spin: an idle spell that needed no futex wake.
             self.counters().spin_wakeups.bump(1);
