@@ -723,3 +723,77 @@ fn idle_workers_do_not_spin_for_ever() {
         );
     });
 }
+
+/// A task spawns children (onto its own worker's queues) and then blocks its thread
+/// until every child has run: the children can run only if idle peers (watching, or
+/// asleep) steal them, so a watch or a searcher gate that missed a peer's queue hangs.
+#[test]
+fn tasks_queued_behind_a_blocked_worker_are_stolen() {
+    for workers in [2, 4] {
+        watchdog(move || {
+            let rt = rt(workers);
+            let mut rng = Rng(31 + workers as u64);
+            for round in 0..60u64 {
+                spin_for(rng.next() % 40_000);
+                let kids = 1 + round % 8;
+                rt.spawn(async move {
+                    let (tx, rx) = mpsc::channel::<u64>();
+                    for k in 0..kids {
+                        let tx = tx.clone();
+                        weft::spawn(async move {
+                            tx.send(k).unwrap();
+                        });
+                    }
+                    drop(tx);
+                    // The newest spawn sits in the LIFO slot, which no peer may steal:
+                    // a plug that needs to run only after us pushes every child out to
+                    // the stealable queue.
+                    weft::spawn(async {});
+                    let mut seen = 0;
+                    for _ in 0..kids {
+                        // Blocks this worker's thread: only a peer can run the children.
+                        rx.recv_timeout(Duration::from_secs(60))
+                            .expect("a child queued behind a blocked worker never ran");
+                        seen += 1;
+                    }
+                    assert_eq!(seen, kids);
+                })
+                .join()
+                .unwrap();
+            }
+        });
+    }
+}
+
+/// `join(a, b)` on a worker where `a` runs long (here: blocks the thread until `b` has
+/// run) while a peer is idle: the peer is hungry, so the outermost join must show `b`
+/// to thieves (`outermost_join` promotes it only if `someone_hungry()`), and the peer
+/// must take it. A peer that is watching (idle, but neither parked nor searching) is
+/// not counted as hungry: `b` then stays private and runs only after `a`.
+/// Found in review of 8191f74 (passes on 8191f74^).
+#[test]
+fn join_half_is_stolen_while_the_forker_blocks() {
+    for workers in [2, 4] {
+        watchdog(move || {
+            let rt = rt(workers);
+            rt.spawn(async move {
+                let mut rng = Rng(77);
+                for _ in 0..200 {
+                    spin_for(rng.next() % 30_000);
+                    let (tx, rx) = mpsc::channel::<()>();
+                    weft::join(
+                        move || {
+                            rx.recv_timeout(Duration::from_secs(20))
+                                .expect("the other half of a join was never stolen")
+                        },
+                        move || {
+                            let _ = tx.send(());
+                        },
+                    );
+                }
+            })
+            .join()
+            .unwrap();
+        });
+    }
+}
