@@ -802,3 +802,69 @@ fn join_half_is_stolen_while_the_first_half_keeps_joining() {
         });
     }
 }
+
+/// How many of `rounds` outermost joins had their second half taken by the peer that
+/// had just gone idle (it ran a task for us a few microseconds before the join).
+fn joins_shared_with_a_just_idle_peer(rounds: usize) -> usize {
+    let rt = rt(2);
+    rt.spawn(async move {
+        let me = std::thread::current().id();
+        let mut shared = 0;
+        for round in 0..rounds + 5 {
+            // Wake the peer for a tiny task (the plug pushes it out of our LIFO slot
+            // into the stealable queue) and wait until it ran there.
+            let done = Arc::new(AtomicBool::new(false));
+            let d = done.clone();
+            weft::spawn(async move { d.store(true, SeqCst) });
+            weft::spawn(async {});
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !done.load(SeqCst) {
+                assert!(Instant::now() < deadline, "the peer never ran the task");
+                std::hint::spin_loop();
+            }
+            // The peer is now out of work: give it a few us to reach its idle path.
+            spin_for(3_000 + (round as u64 % 5) * 1_000);
+            let (_, b_thread) = weft::join(|| spin_for(3_000_000), || std::thread::current().id());
+            // The first rounds warm the EWMA of outermost joins past a wake-up.
+            if round >= 5 && b_thread != me {
+                shared += 1;
+            }
+        }
+        shared
+    })
+    .join()
+    .unwrap()
+}
+
+/// An outermost `join` made a few microseconds after the only peer ran out of work
+/// shows its second half to that peer: the peer is hungry (idle), so
+/// `outermost_join` must promote the half (and, its outermost joins lasting longer
+/// than a wake-up, wake the peer for it). Found in review of 8191f74: a worker that
+/// watches (`Core::watch_for_work`) is neither parked nor searching, so
+/// `someone_hungry()` is false during its watch, the half stays private, and with a
+/// first half that joins no more (no heartbeat) it runs after it on the same thread:
+/// 0/40 rounds shared at 8191f74 (three runs), 36-38/40 at 8191f74^. Run in a child
+/// so the other tests of this binary do not load the two workers' cores; the bound
+/// (10 of 40) leaves room for a loaded machine.
+#[test]
+fn join_right_after_a_peer_went_idle_is_shared() {
+    if std::env::var_os(CHILD).is_some() {
+        let n = joins_shared_with_a_just_idle_peer(40);
+        println!("CHILD shared={n}");
+        println!("CHILD done=ok");
+        return;
+    }
+    watchdog(|| {
+        let out = child::run(
+            "join_right_after_a_peer_went_idle_is_shared",
+            &[(CHILD, "1")],
+            Duration::from_secs(90),
+        );
+        out.assert_finished();
+        let n: usize = out.report("shared").unwrap().parse().unwrap();
+        assert!(
+            n >= 10,
+            "only {n} of 40 joins made just after the peer went idle were shared with it"
+        );
+    });
+}
