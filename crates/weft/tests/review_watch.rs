@@ -868,3 +868,29 @@ fn join_right_after_a_peer_went_idle_is_shared() {
         );
     });
 }
+
+/// On a one-worker runtime a timer comes due while its only worker runs a long task;
+/// when that task ends the worker goes idle, and the first place that sees the due
+/// timer may be the watch (`watch_for_work` fires it, and the woken task lands in the
+/// worker's own LIFO slot, which the sleep transition's re-check does not look at): the
+/// watch must run that task rather than sleep with it queued (no other timer or wake
+/// would come to rescue it here).
+#[test]
+fn timer_due_behind_a_long_task_on_one_worker_fires() {
+    watchdog(|| {
+        let rt = rt(1);
+        for round in 0..200u64 {
+            let (tx, rx) = mpsc::channel::<()>();
+            rt.spawn(async move {
+                weft::time::sleep(Duration::from_millis(1)).await;
+                tx.send(()).unwrap();
+            });
+            rt.spawn(async move {
+                // Runs past the sleeper's deadline without returning to the scheduler.
+                spin_for(1_500_000 + (round % 8) * 125_000);
+            });
+            rx.recv_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|_| panic!("round {round}: a due timer's task never ran"));
+        }
+    });
+}
