@@ -98,7 +98,7 @@ fn fiber_ping_pong_across_watching_workers() {
                 let ping = weft::fiber::spawn(move || {
                     let mut rng = Rng(7);
                     for i in 0..n {
-                        if rng.next() % 4 == 0 {
+                        if rng.next().is_multiple_of(4) {
                             spin_for(rng.next() % 10_000);
                         }
                         a_tx.send_blocking(i).unwrap();
@@ -459,10 +459,12 @@ fn semaphore_mixed_blocking_acquires_with_add_and_close() {
                     std::thread::spawn(move || sem2.acquire_many_blocking(1 + k % 2).is_ok())
                 })
                 .collect();
-            let fiber_waiter = rt.block_on({
+            let fiber_waiter = {
                 let sem2 = sem2.clone();
-                async move { weft::fiber::spawn(move || sem2.acquire_many_blocking(2).is_ok()) }
-            });
+                common::on(&rt, move || {
+                    weft::fiber::spawn(move || sem2.acquire_many_blocking(2).is_ok())
+                })
+            };
             spin_for(200_000);
             closed.store(true, SeqCst);
             sem2.close();
@@ -500,7 +502,7 @@ fn rwlock_writer_before_late_blocking_reader() {
                     if round % 2 == 0 {
                         EitherJoin::Thread(std::thread::spawn(body))
                     } else {
-                        EitherJoin::Fiber(rt.block_on(async move { weft::fiber::spawn(body) }))
+                        EitherJoin::Fiber(common::on(&rt, move || weft::fiber::spawn(body)))
                     }
                 };
                 let deadline = Instant::now() + LIMIT;
@@ -517,7 +519,7 @@ fn rwlock_writer_before_late_blocking_reader() {
                         order.lock().unwrap().push("r");
                     };
                     if round % 3 == 0 {
-                        EitherJoin::Fiber(rt.block_on(async move { weft::fiber::spawn(body) }))
+                        EitherJoin::Fiber(common::on(&rt, move || weft::fiber::spawn(body)))
                     } else {
                         EitherJoin::Thread(std::thread::spawn(body))
                     }
