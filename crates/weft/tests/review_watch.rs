@@ -908,3 +908,75 @@ fn timer_due_behind_a_long_task_on_one_worker_fires() {
         }
     });
 }
+
+/// On one worker, blocking acquires from a task (a nested wait that runs other work
+/// meanwhile) and from fibers, while the holder (an async task or a fiber) is suspended
+/// on that same worker: every acquire completes, and the lock's value counts each.
+#[test]
+fn blocking_rwlock_and_semaphore_on_one_worker_with_suspended_holders() {
+    watchdog(|| {
+        let rt = rt(1);
+        let l = Arc::new(RwLock::new(0u64));
+        let sem = Arc::new(Semaphore::new(2));
+        rt.block_on({
+            let (l, sem) = (l.clone(), sem.clone());
+            async move {
+                let mut hs = Vec::new();
+                // Async writers that hold across a timer.
+                for _ in 0..2 {
+                    let l = l.clone();
+                    hs.push(weft::spawn(async move {
+                        for _ in 0..30 {
+                            let mut g = l.write().await;
+                            *g += 1;
+                            weft::time::sleep(Duration::from_micros(200)).await;
+                            drop(g);
+                        }
+                    }));
+                }
+                // Tasks that block in nested waits (`weft::wait` under `*_blocking`).
+                for k in 0..2u64 {
+                    let (l, sem) = (l.clone(), sem.clone());
+                    hs.push(weft::spawn(async move {
+                        for i in 0..30u64 {
+                            if (i + k) % 2 == 0 {
+                                let mut g = l.write_blocking();
+                                *g += 1;
+                            } else {
+                                let _r = l.read_blocking();
+                            }
+                            let p = sem.acquire_many_blocking(1 + (i % 2) as u32).unwrap();
+                            weft::task::yield_now().await;
+                            drop(p);
+                        }
+                    }));
+                }
+                // Fibers that suspend while holding.
+                let mut fs = Vec::new();
+                for k in 0..3u64 {
+                    let (l, sem) = (l.clone(), sem.clone());
+                    fs.push(weft::fiber::spawn(move || {
+                        for i in 0..30u64 {
+                            let p = sem.acquire_many_blocking(1 + ((i + k) % 2) as u32).unwrap();
+                            let mut g = l.write_blocking();
+                            *g += 1;
+                            weft::fiber::yield_now();
+                            drop(g);
+                            weft::fiber::sleep(Duration::from_micros(100));
+                            drop(p);
+                            let _r = l.read_blocking();
+                        }
+                    }));
+                }
+                for h in hs {
+                    h.await.unwrap();
+                }
+                for f in fs {
+                    f.await.unwrap();
+                }
+            }
+        });
+        assert_eq!(*l.try_read().unwrap(), 2 * 30 + 2 * 15 + 3 * 30);
+        assert_eq!(sem.available_permits(), 2);
+    });
+}
