@@ -348,3 +348,89 @@ fn ring_drain_mixed() {
 fn list_drain_mixed() {
     drain_mixed(None, 4, 600);
 }
+
+/// The store-buffering window itself: the holder's last `taken` (without the lock) and
+/// the waiter's registration, lined up by a spin on a flag and then skewed by random
+/// spins of a few hundred nanoseconds, so that over the rounds the decrement lands in
+/// every spot of the waiter's locked path (its drained check, its node's push, its
+/// publishing of `slow`, its re-check).
+fn sb_window(cap: Option<usize>, how: Waiter, rounds: usize) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    fn spin(n: u64) {
+        for _ in 0..n {
+            std::hint::spin_loop();
+        }
+    }
+    watchdog(WATCHDOG, move || {
+        let mut rng = Rng::new(seed());
+        for round in 0..rounds {
+            let what = format!("{cap:?} window round {round} {how:?}");
+            let (tx, mut rx) = make::<u32>(cap);
+            tx.try_send(1).unwrap();
+            assert!(tx.close());
+            let rx2 = rx.clone();
+            let ready = Arc::new(AtomicUsize::new(0));
+            let go = Arc::new(AtomicBool::new(false));
+            let (d_hold, d_wait) = (rng.below(400), rng.below(600));
+            let (r1, g1, r2, g2) = (ready.clone(), go.clone(), ready.clone(), go.clone());
+            let holder = std::thread::spawn(move || {
+                let mut sel = Select::new();
+                sel.recv(&rx2);
+                r1.fetch_add(1, SeqCst);
+                while !g1.load(SeqCst) {
+                    // Yields: on a loaded 2-core machine two spinners starve the rest.
+                    std::thread::yield_now();
+                }
+                let got = match sel.try_select() {
+                    Ok(op) => {
+                        spin(d_hold);
+                        op.recv(&rx2).ok()
+                    }
+                    Err(_) => None,
+                };
+                drop(sel);
+                drop(rx2);
+                got
+            });
+            let waiter = std::thread::spawn(move || {
+                r2.fetch_add(1, SeqCst);
+                while !g2.load(SeqCst) {
+                    std::thread::yield_now();
+                }
+                spin(d_wait);
+                let got = wait_for(&mut rx, how);
+                (got, rx)
+            });
+            let deadline = std::time::Instant::now() + PATIENCE;
+            while ready.load(SeqCst) < 2 {
+                assert!(std::time::Instant::now() < deadline, "hang: {what} start");
+                std::thread::yield_now();
+            }
+            go.store(true, SeqCst);
+            let theirs = holder.join().expect(&what);
+            let (mine, mut rx) = waiter.join().expect(&what);
+            account(&what, mine, theirs, End::Perform);
+            check_drained(&mut rx);
+        }
+    });
+}
+
+#[test]
+fn ring_window_recv() {
+    sb_window(Some(1), Waiter::RecvAsync, 3_000);
+}
+
+#[test]
+fn list_window_stream() {
+    sb_window(None, Waiter::Stream, 3_000);
+}
+
+#[test]
+fn ring_window_select() {
+    sb_window(Some(1), Waiter::Select, 1_500);
+}
+
+#[test]
+fn ring_window_ready() {
+    sb_window(Some(1), Waiter::Ready, 1_500);
+}
