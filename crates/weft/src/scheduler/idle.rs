@@ -67,9 +67,7 @@
 //! as empty. Every decision here reads the per-worker bit, which is set *before* the
 //! re-check, and bits are per pool, so a busy pool can never hide a sleeping one.
 
-use std::sync::atomic::Ordering::{AcqRel, Relaxed, SeqCst};
-
-use crossbeam_utils::CachePadded;
+use std::sync::atomic::Ordering::{AcqRel, SeqCst};
 
 use crate::base::{AtomicU64, AtomicUsize};
 
@@ -80,11 +78,6 @@ pub(crate) struct Idle {
     driver_holder: AtomicUsize,
     /// One bit per worker: set while the worker is parked (or about to park).
     parked: Box<[AtomicU64]>,
-    /// One bit per worker: set while it watches for work before parking
-    /// (`Core::watch_for_work`). Not part of the sleep handshake: it only tells a
-    /// joining worker that a peer would take a half it shares (`Core::someone_hungry`).
-    /// Apart from `parked`, which producers read at every insert.
-    watching: CachePadded<Box<[AtomicU64]>>,
     /// The base worker count: at most about half of it searches at once.
     num_workers: usize,
 }
@@ -97,9 +90,6 @@ impl Idle {
             num_searching: AtomicUsize::new(0),
             driver_holder: AtomicUsize::new(usize::MAX),
             parked: (0..slots.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
-            watching: CachePadded::new(
-                (0..slots.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
-            ),
             num_workers,
         }
     }
@@ -139,11 +129,9 @@ impl Idle {
     ///
     /// With no parked bit set there is nobody to claim, and it returns at once without
     /// counting itself (store-buffering again: a worker that publishes its bit after
-    /// this load fences and re-checks the queues, where it finds this insert). Idle
-    /// workers watch for work before they publish (`Core::watch_for_work`), so this is
-    /// the common case of an insert from outside into a runtime whose workers are
-    /// merely idle; counting and uncounting a searcher there cost each insert two
-    /// writes to a line every worker reads.
+    /// this load fences and re-checks the queues, where it finds this insert; checked
+    /// by the SPIN model). Counting and uncounting a searcher for nobody cost an insert
+    /// into a pool whose workers are all busy two writes to a line every worker reads.
     pub(crate) fn claim_parked(&self) -> Option<usize> {
         loop {
             if self.num_searching.load(SeqCst) != 0 || !self.any_parked() {
@@ -208,28 +196,6 @@ impl Idle {
                 bits &= !(1 << (me % 64));
             }
             (bits != 0).then(|| w * 64 + bits.trailing_zeros() as usize)
-        })
-    }
-
-    /// Marks worker `index` as watching for work (or no longer).
-    pub(crate) fn set_watching(&self, index: usize, on: bool) {
-        let bit = 1 << (index % 64);
-        let word = &self.watching[index / 64];
-        if on {
-            word.fetch_or(bit, Relaxed);
-        } else {
-            word.fetch_and(!bit, Relaxed);
-        }
-    }
-
-    /// Whether a worker other than `me` watches for work now.
-    pub(crate) fn any_watching_except(&self, me: usize) -> bool {
-        self.watching.iter().enumerate().any(|(w, word)| {
-            let mut bits = word.load(Relaxed);
-            if me / 64 == w {
-                bits &= !(1 << (me % 64));
-            }
-            bits != 0
         })
     }
 

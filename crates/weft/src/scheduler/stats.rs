@@ -137,7 +137,7 @@ pub struct PoolStats {
     pub total_wake_calls: u64,
     /// Wake-ups after which the worker found no work before sleeping again.
     pub total_spurious_wakeups: u64,
-    /// Idle spells that ended while the worker still watched or spun, before it slept.
+    /// Parks that ended while the worker still spun, before it slept.
     pub total_spin_wakeups: u64,
     /// Worker threads in this pool.
     pub num_workers: usize,
@@ -234,8 +234,7 @@ pub struct WorkerStats {
     pub wake_calls: u64,
     /// Wake-ups after which this worker found no work before sleeping again.
     pub spurious_wakeups: u64,
-    /// Idle spells that ended while the worker still watched for work or spun, before
-    /// it slept (no futex wake).
+    /// Parks that ended while the worker still spun, before it slept (no futex wake).
     pub spin_wakeups: u64,
     /// Fork-join jobs this worker ran that another thread had forked (stolen or
     /// injected).

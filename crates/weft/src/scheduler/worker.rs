@@ -462,10 +462,7 @@ impl Core {
                     Some(Work::Task(task)) => self.run_task(task),
                     Some(Work::Job(job)) => self.run_job(job),
                     None => {
-                        let Some(spin_ns) = self.watch_for_work(&done) else {
-                            continue;
-                        };
-                        self.park(&done, spin_ns);
+                        self.park(&done);
                         if self.retiring.get() {
                             break;
                         }
@@ -764,7 +761,7 @@ impl Core {
     ///
     /// A worker becomes a searcher only if a peer's queues or the injection queue hold
     /// something: the searcher count is a line every worker writes, and a fiber pair on
-    /// two workers would otherwise bounce it twice a message for nothing.
+    /// two workers bounced it twice a message for nothing.
     fn steal_work(&self) -> Option<Work> {
         if !self.searching.get() {
             if !self.shared.has_work_for(self.index) || !self.shared.idle.try_become_searcher() {
@@ -895,11 +892,11 @@ impl Core {
 
     /// One sleep transition; returns when woken (or at once if work is visible).
     pub(crate) fn park_for_test(&self) {
-        self.park(&|| false, self.shared.spin_ns());
+        self.park(&|| false);
     }
 
     pub(crate) fn park_until_for_test(&self, done: &dyn Fn() -> bool) {
-        self.park(done, self.shared.spin_ns());
+        self.park(done);
     }
 
     /// Queues a task as a spawn on this worker would (evicting through the ring, with

@@ -145,14 +145,12 @@ impl Core {
         }
     }
 
-    /// Whether another worker would take work from this one: one searches, watches for
-    /// work (see `Core::watch_for_work`) or sleeps,
+    /// Whether another worker would take work from this one: one searches or sleeps,
     /// or waits in `join` for a job this worker stole (and can help with its parts).
     #[inline]
     pub(crate) fn someone_hungry(&self) -> bool {
         self.shared.idle.num_searching() > 0
             || self.shared.idle.any_parked_except(self.index).is_some()
-            || self.shared.idle.any_watching_except(self.index)
             || self.remote().leapfroggers.load(Relaxed) > 0
     }
 
