@@ -99,7 +99,7 @@ fn own_queue_spawns_run_elsewhere(workers: usize, producers: usize, rounds: u64)
                     assert!(t0.elapsed() < ROUND_LIMIT, "producers never all started");
                     std::hint::spin_loop();
                 }
-                let mut rng = Rng(0x5851_f42d_4c95_7f2d ^ (p as u64 + 1) * 0x9e37);
+                let mut rng = Rng(0x5851_f42d_4c95_7f2d ^ ((p as u64 + 1) * 0x9e37));
                 let mut slowest = Duration::ZERO;
                 for round in 0..rounds {
                     gap(&mut rng);
@@ -155,7 +155,7 @@ fn serial_joins(workers: usize, rounds: u32, warm_up: bool) -> u32 {
     rt.spawn(async move {
         let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ workers as u64);
         let mut serial = 0;
-        for round in 0..rounds {
+        for _ in 0..rounds {
             if warm_up {
                 for _ in 0..2_000 {
                     weft::join(|| 1, || 2);
@@ -233,7 +233,7 @@ fn many_outside_producers_against_idle_workers() {
                     let h = rt.handle().clone();
                     let count = count.clone();
                     std::thread::spawn(move || {
-                        let mut rng = Rng(0xdead_beef ^ (p + 1) * 0x1234_5677);
+                        let mut rng = Rng(0xdead_beef ^ ((p + 1) * 0x1234_5677));
                         for _ in 0..1_000 {
                             gap(&mut rng);
                             let count = count.clone();
