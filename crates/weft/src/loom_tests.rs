@@ -1188,3 +1188,47 @@ fn loom_io_readiness_stale_error_vs_clear() {
 fn loom_io_readiness_event_vs_first_poll() {
     model_readiness_event_vs_clear(0);
 }
+
+/// Review of 0e9d8fb (`claim_parked` returns at once when no bit is set): a worker
+/// queues a task on its OWN local queue and then stays busy (never looks at that
+/// queue again in the model), while the pool's only other worker runs out of work and
+/// goes to sleep. The producer's claim may find no bit (the sleeper has not published
+/// yet) or a searcher (the sleeper searching): either way the sleeper's own hand-off
+/// and its fenced re-check of its peers' queues must see the task. A task stranded in
+/// the busy worker's queue while the other sleeps shows as a loom deadlock (the busy
+/// worker waits, parked, for the task to be run elsewhere).
+#[test]
+fn loom_park_vs_own_queue_push_with_no_parked_bit() {
+    loom::model(|| {
+        let (shared, mut locals) = new_pool(2);
+        let rec = Arc::new(Recorder::default());
+        let l1 = locals.pop().unwrap();
+        let l0 = locals.pop().unwrap();
+        let got = Arc::new(AtomicUsize::new(0));
+        let task = dummy_task(&rec);
+        let s1 = shared.clone();
+        let got1 = got.clone();
+        let producer = thread::spawn(move || {
+            let core = Core::new(1, s1.clone(), l1);
+            core.push_for_test(task);
+            // Busy elsewhere: wait (asleep in loom's eyes) until worker 0 ran it.
+            while got1.load(SeqCst) == 0 {
+                thread::park();
+            }
+            core.finish_for_test();
+        });
+        let core = Core::new(0, shared.clone(), l0);
+        loop {
+            if let Some(t) = core.next_task_for_test() {
+                drop(t);
+                got.fetch_add(1, SeqCst);
+                producer.thread().unpark();
+                break;
+            }
+            core.park_until_for_test(&|| got.load(SeqCst) != 0);
+        }
+        producer.join().unwrap();
+        core.finish_for_test();
+        assert_eq!(got.load(SeqCst), 1);
+    });
+}
