@@ -7,10 +7,9 @@
 //! a watchdog that fails the test instead of hanging the suite.
 //!
 //! The watch was later taken out again (its eager stealing of tiny tasks cost more
-//! than it saved; see ARCHITECTURE.md, "Spin, then sleep"): idle workers now spin
-//! inside `park`, before they offer to hold the timer driver when none is needed. The
-//! tests stand for that path as they did for the watch: each drives work at an idle
-//! worker from one of those places.
+//! than it saved; see ARCHITECTURE.md, "Spin, then sleep"): idle workers spin inside
+//! `park` again, as before it. The tests stand for that path as they did for the
+//! watch: each drives work at an idle worker from one of those places.
 
 mod common;
 

@@ -31,37 +31,6 @@ impl Core {
             let mut holds_driver = false;
             let mut spin_ns = self.shared.spin_ns();
             loop {
-                // The spin comes before the driver when no timer is pending and no
-                // socket registered: taking and giving back the driver (its holder's
-                // lock, the wheel's lock for the deadline, the holder's slot in `idle`)
-                // cost a worker woken within its spin more than the spin itself, and
-                // nobody needs a holder then. A timer registered meanwhile from outside
-                // the workers waits for the spin's end at most (busy workers fire due
-                // timers themselves); with a timer pending the holder spins as before,
-                // bounded by its deadline. Two fibers ping-ponging on two workers:
-                // 1.36 us a message with the driver taken first, 0.9-1.08 us after.
-                if spin_ns > 0 && !holds_driver && !time.has_pending() && !time.has_io_sources() {
-                    let mut no_deadline = None;
-                    let got = parker.spin(spin_ns, &mut no_deadline);
-                    spin_ns = 0;
-                    if got {
-                        self.counters().spin_wakeups.bump(1);
-                        if !idle.is_parked(self.index) {
-                            // Claimed: counted as a searcher by the producer.
-                            self.searching.set(true);
-                            self.woken.set(true);
-                            break;
-                        }
-                        if !self.inbox().is_empty() {
-                            // A fiber tied to this worker was woken.
-                            self.unpublish();
-                            break;
-                        }
-                        // An unpark for the driver (a timer registered, a peer handing
-                        // it on): take it below and look again.
-                        continue;
-                    }
-                }
                 if !holds_driver && time.try_acquire(parker) {
                     holds_driver = true;
                     idle.set_driver_holder(Some(self.index));
