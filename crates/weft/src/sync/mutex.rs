@@ -4,7 +4,7 @@ use std::cell::UnsafeCell;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
-use super::semaphore::{wait_acquire, AcquireRaw, Sem, TryFail};
+use super::semaphore::{spin_try, wait_acquire, AcquireRaw, Sem, TryFail};
 use crate::base::Arc;
 
 /// A mutual-exclusion lock for every context (tokio's `Mutex`): async tasks `.await`
@@ -164,6 +164,9 @@ impl<T: ?Sized> Mutex<T> {
     /// assert_eq!(*m.lock_blocking(), 1);
     /// ```
     pub fn lock_blocking(&self) -> MutexGuard<'_, T> {
+        if let Some(g) = spin_try(|| self.try_lock().ok()) {
+            return g;
+        }
         match wait_acquire(&self.sem, 1) {
             Ok(()) => MutexGuard { lock: self },
             Err(()) => unreachable!("a mutex's semaphore is never closed"),

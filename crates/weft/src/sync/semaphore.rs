@@ -70,12 +70,6 @@ impl Sem {
         self.word.load(Acquire) & CLOSED != 0
     }
 
-    /// Whether someone is queued: then every released permit goes to the queue, in
-    /// order, and only queuing can get one.
-    fn has_waiters(&self) -> bool {
-        self.word.load(Acquire) & WAITERS != 0
-    }
-
     /// Takes `n` permits if they are free now.
     pub(crate) fn try_acquire(&self, n: usize) -> Result<(), TryFail> {
         let mut cur = self.word.load(Acquire);
@@ -229,14 +223,12 @@ impl Sem {
         }
     }
 
-    /// One poll of an acquire of `n` permits whose node is `node`. When it queues the
-    /// node, `first` tells whether it went to the head of the queue.
+    /// One poll of an acquire of `n` permits whose node is `node`.
     pub(crate) fn poll_acquire(
         &self,
         node: &Node<Need>,
         n: usize,
         registered: &mut bool,
-        first: &mut bool,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), ()>> {
         let mut wakes = WakeBatch::new();
@@ -257,7 +249,7 @@ impl Sem {
                         return Poll::Pending;
                     }
                     drop(list);
-                    return self.poll_acquire(node, n, registered, first, cx);
+                    return self.poll_acquire(node, n, registered, cx);
                 }
                 _ => {
                     *registered = false;
@@ -278,7 +270,6 @@ impl Sem {
                 // SAFETY: under the lock; the node is ours, on no list, and the caller
                 // keeps it pinned until `cancel_acquire` (its `Drop`) takes it off.
                 unsafe {
-                    *first = is_empty_locked(&list);
                     node.put_slot((n, missing));
                     list.push_back(node);
                     *registered = true;
@@ -351,8 +342,6 @@ pub(crate) struct AcquireRaw<'a> {
     n: usize,
     node: Node<Need>,
     registered: bool,
-    /// Queued at the head: the next release serves it.
-    first: bool,
 }
 
 impl<'a> AcquireRaw<'a> {
@@ -362,7 +351,6 @@ impl<'a> AcquireRaw<'a> {
             n,
             node: Node::new(),
             registered: false,
-            first: false,
         }
     }
 }
@@ -374,38 +362,16 @@ impl AcquireRaw<'_> {
     }
 }
 
-/// The blocking acquire (`weft::wait`'s rule) that `Mutex`, `RwLock` and `Semaphore`
-/// share. Spinning pays only where a release is near: on the count while nobody is
-/// queued (a holder on the other core usually lets go well within a futex round trip),
-/// then on its node, on a worker only if it queued at the head. A waiter behind others
-/// waits for their critical sections too, so on a worker shared by many fibers it
-/// suspends at once: a spinner keeps the worker from running the fiber the lock is
-/// handed to next, and sees that it should yield only between two rounds of its
-/// backoff (16 fibers on one `Mutex`, 2 workers: 55% of the time in the spin, 1.0-1.5
-/// us an increment).
+/// `wait` of an acquire whose node, once queued, is watched a while before the waiter
+/// sleeps: a holder on the other core usually hands the permits over well within a
+/// futex round trip, and the waiter sees that without being woken.
 pub(crate) fn wait_acquire(sem: &Sem, n: usize) -> Result<(), ()> {
-    let mut backoff = None;
-    loop {
-        match sem.try_acquire(n) {
-            Ok(()) => return Ok(()),
-            Err(TryFail::Closed) => return Err(()),
-            Err(TryFail::NoPermits) if sem.has_waiters() => break,
-            Err(TryFail::NoPermits) => {}
-        }
-        if !backoff.get_or_insert_with(Backoff::new).snooze() {
-            break;
-        }
-    }
     let mut fut = std::pin::pin!(AcquireRaw::new(sem, n));
     crate::wait(std::future::poll_fn(move |cx| {
         if let Poll::Ready(v) = fut.as_mut().poll(cx) {
             return Poll::Ready(v);
         }
-        // On a worker only the head watches its node; a plain thread watches it wherever
-        // it queued, since it has nothing else to run (see `Backoff`: threads parked
-        // behind a waking one made a convoy, every hand-off a futex wake).
-        let watch = fut.first || crate::scheduler::worker::with_current(|c| c.is_none());
-        if watch && spin_try(|| fut.is_notified().then_some(())).is_some() {
+        if spin_try(|| fut.is_notified().then_some(())).is_some() {
             return fut.as_mut().poll(cx);
         }
         Poll::Pending
@@ -418,13 +384,8 @@ impl Future for AcquireRaw<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // SAFETY: nothing is moved out of the pinned future; the node stays where it is.
         let this = unsafe { self.get_unchecked_mut() };
-        this.sem.poll_acquire(
-            &this.node,
-            this.n,
-            &mut this.registered,
-            &mut this.first,
-            cx,
-        )
+        this.sem
+            .poll_acquire(&this.node, this.n, &mut this.registered, cx)
     }
 }
 
@@ -436,7 +397,7 @@ impl Drop for AcquireRaw<'_> {
     }
 }
 
-use crate::fiber::wait::{spin_try, Backoff};
+pub(crate) use crate::fiber::wait::spin_try;
 
 // ---- the public semaphore ----
 
@@ -760,6 +721,14 @@ impl Semaphore {
     /// t.join().unwrap();
     /// ```
     pub fn acquire_many_blocking(&self, n: u32) -> Result<SemaphorePermit<'_>, AcquireError> {
+        let attempt = || match self.try_acquire_many(n) {
+            Ok(p) => Some(Ok(p)),
+            Err(TryAcquireError::Closed) => Some(Err(AcquireError(()))),
+            Err(TryAcquireError::NoPermits) => None,
+        };
+        if let Some(r) = spin_try(attempt) {
+            return r;
+        }
         match wait_acquire(&self.sem, n as usize) {
             Ok(()) => Ok(SemaphorePermit {
                 sem: self,
