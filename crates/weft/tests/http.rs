@@ -224,7 +224,11 @@ fn fiber_server_answers_1000_requests_on_10_connections() {
 /// Sends `parts` with pauses between them from a plain thread (weft's blocking I/O
 /// outside the runtime's workers), then reads until the server closes.
 fn raw_exchange(addr: SocketAddr, parts: &[&[u8]]) -> String {
-    let _rt = weft::Runtime::new().unwrap();
+    // Entered: a socket made on a plain thread otherwise registers with the most
+    // recently started live runtime, which may be another test's, dropped while this
+    // one writes (seen in CI: "the weft runtime this socket belongs to has shut down").
+    let rt = weft::Runtime::new().unwrap();
+    let _in_rt = rt.enter();
     let mut s = weft::net::TcpStream::connect_blocking(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     for p in parts {

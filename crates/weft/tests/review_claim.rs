@@ -26,24 +26,7 @@ const LIMIT: Duration = Duration::from_secs(150);
 const ROUND_LIMIT: Duration = Duration::from_secs(30);
 
 fn watchdog<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let body = std::thread::Builder::new()
-        .name("review-claim-body".into())
-        .spawn(move || {
-            let _ = tx.send(f());
-        })
-        .unwrap();
-    match rx.recv_timeout(LIMIT) {
-        Ok(v) => {
-            body.join().unwrap();
-            v
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("hang: the body ran past {LIMIT:?}"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => match body.join() {
-            Err(p) => std::panic::resume_unwind(p),
-            Ok(()) => unreachable!(),
-        },
-    }
+    common::with_limit(LIMIT, f)
 }
 
 fn rt(workers: usize) -> Runtime {

@@ -8,8 +8,9 @@
 //!
 //! The watch was later taken out again (its eager stealing of tiny tasks cost more
 //! than it saved; see ARCHITECTURE.md, "Spin, then sleep"): idle workers spin inside
-//! `park` again, as before it. The tests stand for that path as they did for the
-//! watch: each drives work at an idle worker from one of those places.
+//! `park` again, as before it; the blocking acquires' spin is back as it was too. The
+//! tests stand for those paths as they did for the changes: each drives work at an
+//! idle worker from one of those places, or checks the locks.
 
 mod common;
 
@@ -28,24 +29,7 @@ const LIMIT: Duration = Duration::from_secs(120);
 /// Runs `f` on a thread of its own; panics with "hang" if it has not finished within
 /// [`LIMIT`], re-raises its panic otherwise.
 fn watchdog<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let body = std::thread::Builder::new()
-        .name("review-watch-body".into())
-        .spawn(move || {
-            let _ = tx.send(f());
-        })
-        .unwrap();
-    match rx.recv_timeout(LIMIT) {
-        Ok(v) => {
-            body.join().unwrap();
-            v
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("hang: the body ran past {LIMIT:?}"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => match body.join() {
-            Err(p) => std::panic::resume_unwind(p),
-            Ok(()) => unreachable!(),
-        },
-    }
+    common::with_limit(LIMIT, f)
 }
 
 fn rt(workers: usize) -> Runtime {

@@ -16,6 +16,11 @@ pub const TIMEOUT: Duration = Duration::from_secs(30);
 /// Panics with "hang" if `f` takes longer than [`TIMEOUT`], so a deadlock
 /// fails the test instead of hanging CI.
 pub fn with_timeout<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    with_limit(TIMEOUT, f)
+}
+
+/// [`with_timeout`] with a limit of the caller's.
+pub fn with_limit<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("test-body".into())
@@ -23,13 +28,13 @@ pub fn with_timeout<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -
             let _ = tx.send(f());
         })
         .unwrap();
-    match rx.recv_timeout(TIMEOUT) {
+    match rx.recv_timeout(limit) {
         Ok(value) => {
             thread.join().unwrap();
             value
         }
         Err(mpsc::RecvTimeoutError::Timeout) => {
-            panic!("hang: the test body did not finish within {TIMEOUT:?}")
+            panic!("hang: the test body did not finish within {limit:?}")
         }
         Err(mpsc::RecvTimeoutError::Disconnected) => match thread.join() {
             Err(payload) => std::panic::resume_unwind(payload),
