@@ -16,8 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use common::Rng;
-use weft::{Builder, Runtime};
+use common::{spin_for, Rng};
 
 /// Generous: CI runs many tests on two cores, and a process may be stopped a while.
 const LIMIT: Duration = Duration::from_secs(150);
@@ -29,24 +28,13 @@ fn watchdog<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     common::with_limit(LIMIT, f)
 }
 
-fn rt(workers: usize) -> Runtime {
-    Builder::new().worker_threads(workers).build().unwrap()
-}
-
-fn spin_for(ns: u64) {
-    let start = Instant::now();
-    while (start.elapsed().as_nanos() as u64) < ns {
-        std::hint::spin_loop();
-    }
-}
-
 /// A gap that lands the idle workers in every phase: inside the watch (a few us), at
 /// its end, in the sleep transition, or asleep (a few hundred us).
 fn gap(rng: &mut Rng) {
     match rng.next() % 8 {
-        0..=3 => spin_for(rng.next() % 15_000),
-        4..=5 => spin_for(20_000 + rng.next() % 60_000),
-        6 => spin_for(100_000 + rng.next() % 300_000),
+        0..=3 => spin_for(Duration::from_nanos(rng.next() % 15_000)),
+        4..=5 => spin_for(Duration::from_nanos(20_000 + rng.next() % 60_000)),
+        6 => spin_for(Duration::from_nanos(100_000 + rng.next() % 300_000)),
         _ => {}
     }
 }
@@ -68,7 +56,7 @@ fn busy_until(flag: &AtomicBool) -> bool {
 /// least one worker is left idle), spawn children onto their own queues and then stay
 /// busy until a child has run on another worker. Returns the slowest round.
 fn own_queue_spawns_run_elsewhere(workers: usize, producers: usize, rounds: u64) -> Duration {
-    let rt = rt(workers);
+    let rt = common::workers(workers);
     let started = Arc::new(AtomicUsize::new(0));
     let handles: Vec<_> = (0..producers)
         .map(|p| {
@@ -134,7 +122,7 @@ fn spawn_onto_a_busy_workers_own_queue_reaches_the_idle_one() {
 /// later join, and this first half joins no more). Counts the joins whose halves ran
 /// one after the other on one thread.
 fn serial_joins(workers: usize, rounds: u32, warm_up: bool) -> u32 {
-    let rt = rt(workers);
+    let rt = common::workers(workers);
     rt.spawn(async move {
         let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ workers as u64);
         let mut serial = 0;
@@ -209,7 +197,7 @@ fn long_join_after_tiny_joins_with_a_parked_peer_is_shared() {
 fn many_outside_producers_against_idle_workers() {
     watchdog(|| {
         for workers in [1, 2, 4] {
-            let rt = rt(workers);
+            let rt = common::workers(workers);
             let count = Arc::new(AtomicUsize::new(0));
             let threads: Vec<_> = (0..4u64)
                 .map(|p| {

@@ -19,9 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use common::{child, Rng};
+use common::{child, spin_for, Rng};
 use weft::sync::{Mutex, RwLock, Semaphore};
-use weft::{Builder, Runtime};
+use weft::Builder;
 
 /// Generous: CI runs many tests on two cores, and a process may be stopped a while.
 const LIMIT: Duration = Duration::from_secs(120);
@@ -32,19 +32,6 @@ fn watchdog<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     common::with_limit(LIMIT, f)
 }
 
-fn rt(workers: usize) -> Runtime {
-    Builder::new().worker_threads(workers).build().unwrap()
-}
-
-/// Spins for about `ns` nanoseconds: gaps of the order of a watch (a few us), so the
-/// worker on the other end is often watching when the next message comes.
-fn spin_for(ns: u64) {
-    let start = Instant::now();
-    while (start.elapsed().as_nanos() as u64) < ns {
-        std::hint::spin_loop();
-    }
-}
-
 /// A plain thread wakes a task (through a channel) again and again, with gaps that
 /// land in the worker's watch window: every message must arrive (a wake lost while
 /// the worker watched would hang the round trip).
@@ -52,7 +39,7 @@ fn spin_for(ns: u64) {
 fn plain_thread_wakes_tasks_while_workers_watch() {
     for workers in [1, 2, 4] {
         watchdog(move || {
-            let rt = rt(workers);
+            let rt = common::workers(workers);
             let (to_task, from_thread) = weft::chan::bounded::<u64>(1);
             let (to_thread, from_task) = weft::chan::bounded::<u64>(1);
             let echo = rt.spawn(async move {
@@ -62,7 +49,7 @@ fn plain_thread_wakes_tasks_while_workers_watch() {
             });
             let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ workers as u64);
             for i in 0..3_000u64 {
-                spin_for(rng.next() % 20_000);
+                spin_for(Duration::from_nanos(rng.next() % 20_000));
                 to_task.send_blocking(i).unwrap();
                 assert_eq!(from_task.recv_blocking().unwrap(), i + 1);
             }
@@ -79,7 +66,7 @@ fn plain_thread_wakes_tasks_while_workers_watch() {
 fn fiber_ping_pong_across_watching_workers() {
     for workers in [1, 2, 4] {
         watchdog(move || {
-            let rt = rt(workers);
+            let rt = common::workers(workers);
             rt.block_on(async move {
                 let (a_tx, a_rx) = weft::chan::bounded::<u32>(0);
                 let (b_tx, b_rx) = weft::chan::bounded::<u32>(0);
@@ -88,7 +75,7 @@ fn fiber_ping_pong_across_watching_workers() {
                     let mut rng = Rng(7);
                     for i in 0..n {
                         if rng.next().is_multiple_of(4) {
-                            spin_for(rng.next() % 10_000);
+                            spin_for(Duration::from_nanos(rng.next() % 10_000));
                         }
                         a_tx.send_blocking(i).unwrap();
                         assert_eq!(b_rx.recv_blocking().unwrap(), i);
@@ -113,7 +100,7 @@ fn fiber_ping_pong_across_watching_workers() {
 fn timers_fire_while_workers_watch() {
     for workers in [1, 2, 4] {
         watchdog(move || {
-            let rt = rt(workers);
+            let rt = common::workers(workers);
             let fired = Arc::new(AtomicUsize::new(0));
             let mut handles = Vec::new();
             for t in 0..4u64 {
@@ -164,7 +151,7 @@ fn timers_fire_while_workers_watch() {
 fn nested_wait_on_a_worker_sees_done_while_watching() {
     for workers in [1, 2] {
         watchdog(move || {
-            let rt = rt(workers);
+            let rt = common::workers(workers);
             let (tx, rx) = weft::chan::bounded::<u32>(1);
             let waiter = rt.spawn(async move {
                 let mut sum = 0u64;
@@ -180,7 +167,7 @@ fn nested_wait_on_a_worker_sees_done_while_watching() {
             });
             let mut rng = Rng(99);
             for i in 0..300u32 {
-                spin_for(rng.next() % 15_000);
+                spin_for(Duration::from_nanos(rng.next() % 15_000));
                 tx.send_blocking(i).unwrap();
             }
             assert_eq!(waiter.join().unwrap(), (0..300u64).sum::<u64>());
@@ -194,7 +181,7 @@ fn nested_wait_on_a_worker_sees_done_while_watching() {
 fn fork_join_injected_from_plain_threads_while_workers_watch() {
     for workers in [1, 2, 4] {
         watchdog(move || {
-            let rt = Arc::new(rt(workers));
+            let rt = Arc::new(common::workers(workers));
             let threads: Vec<_> = (0..3u64)
                 .map(|t| {
                     let rt = rt.clone();
@@ -202,7 +189,7 @@ fn fork_join_injected_from_plain_threads_while_workers_watch() {
                         let _g = rt.enter();
                         let mut rng = Rng(t + 11);
                         for _ in 0..150 {
-                            spin_for(rng.next() % 30_000);
+                            spin_for(Duration::from_nanos(rng.next() % 30_000));
                             assert_eq!(common::fib(12), 144);
                             let (a, b) = weft::join(|| 1u32, || 2u32);
                             assert_eq!(a + b, 3);
@@ -232,7 +219,7 @@ fn fork_join_injected_from_plain_threads_while_workers_watch() {
 fn socket_readiness_reaches_a_reader_while_workers_watch() {
     for workers in [1, 2] {
         watchdog(move || {
-            let rt = rt(workers);
+            let rt = common::workers(workers);
             let (addr_tx, addr_rx) = mpsc::channel();
             let server = rt.spawn(async move {
                 let l = weft::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -254,7 +241,7 @@ fn socket_readiness_reaches_a_reader_while_workers_watch() {
             let mut c = std::net::TcpStream::connect(addr).unwrap();
             let mut rng = Rng(5);
             for i in 0..400u32 {
-                spin_for(rng.next() % 40_000);
+                spin_for(Duration::from_nanos(rng.next() % 40_000));
                 let msg = i.to_le_bytes();
                 c.write_all(&msg).unwrap();
                 let mut back = [0u8; 4];
@@ -294,7 +281,7 @@ mod futures_io_ext {
 fn runtime_dropped_while_workers_watch() {
     watchdog(|| {
         for round in 0..60usize {
-            let rt = rt(1 + round % 4);
+            let rt = common::workers(1 + round % 4);
             let n = Arc::new(AtomicUsize::new(0));
             let hs: Vec<_> = (0..round % 7)
                 .map(|_| {
@@ -307,7 +294,7 @@ fn runtime_dropped_while_workers_watch() {
             for h in hs {
                 h.join().unwrap();
             }
-            spin_for((round as u64 % 5) * 3_000);
+            spin_for(Duration::from_nanos((round as u64 % 5) * 3_000));
             drop(rt);
             assert_eq!(n.load(SeqCst), round % 7);
         }
@@ -367,7 +354,7 @@ fn temporary_worker_retires_and_the_pool_still_wakes() {
 fn semaphore_mixed_blocking_acquires_with_add_and_close() {
     for workers in [1, 2, 4] {
         watchdog(move || {
-            let rt = rt(workers);
+            let rt = common::workers(workers);
             const BASE: usize = 6;
             let sem = Arc::new(Semaphore::new(BASE));
             let added = Arc::new(AtomicUsize::new(0));
@@ -388,7 +375,7 @@ fn semaphore_mixed_blocking_acquires_with_add_and_close() {
                                     "{now} permits out of {}",
                                     BASE + added.load(SeqCst)
                                 );
-                                spin_for(rng.next() % 3_000);
+                                spin_for(Duration::from_nanos(rng.next() % 3_000));
                                 out.fetch_sub(n as usize, SeqCst);
                                 drop(p);
                             }
@@ -424,7 +411,7 @@ fn semaphore_mixed_blocking_acquires_with_add_and_close() {
                 }
             });
             for _ in 0..20 {
-                spin_for(50_000);
+                spin_for(Duration::from_nanos(50_000));
                 // Count it first: the permits may be taken the moment they land.
                 added.fetch_add(1, SeqCst);
                 sem.add_permits(1);
@@ -454,7 +441,7 @@ fn semaphore_mixed_blocking_acquires_with_add_and_close() {
                     weft::fiber::spawn(move || sem2.acquire_many_blocking(2).is_ok())
                 })
             };
-            spin_for(200_000);
+            spin_for(Duration::from_nanos(200_000));
             closed.store(true, SeqCst);
             sem2.close();
             drop(hold);
@@ -476,7 +463,7 @@ fn semaphore_mixed_blocking_acquires_with_add_and_close() {
 fn rwlock_writer_before_late_blocking_reader() {
     for workers in [1, 2] {
         watchdog(move || {
-            let rt = rt(workers);
+            let rt = common::workers(workers);
             for round in 0..30 {
                 let l = Arc::new(RwLock::new(0u32));
                 let order = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -513,7 +500,7 @@ fn rwlock_writer_before_late_blocking_reader() {
                         EitherJoin::Thread(std::thread::spawn(body))
                     }
                 };
-                spin_for(20_000);
+                spin_for(Duration::from_nanos(20_000));
                 drop(r1);
                 writer.join();
                 reader.join();
@@ -543,7 +530,7 @@ impl EitherJoin {
 #[test]
 fn head_of_queue_fiber_does_not_starve_a_holder_on_its_worker() {
     watchdog(|| {
-        let rt = rt(1);
+        let rt = common::workers(1);
         let m = Arc::new(Mutex::new(0u64));
         rt.block_on({
             let m = m.clone();
@@ -591,7 +578,7 @@ fn head_of_queue_fiber_does_not_starve_a_holder_on_its_worker() {
 fn cancelled_async_acquires_race_blocking_ones() {
     for workers in [1, 2] {
         watchdog(move || {
-            let rt = rt(workers);
+            let rt = common::workers(workers);
             let sem = Arc::new(Semaphore::new(3));
             let out = Arc::new(AtomicUsize::new(0));
             let asyncs: Vec<_> = (0..3u64)
@@ -620,7 +607,7 @@ fn cancelled_async_acquires_race_blocking_ones() {
                         let n = 1 + (rng.next() % 3) as u32;
                         let p = sem.acquire_many_blocking(n).unwrap();
                         assert!(out.fetch_add(n as usize, SeqCst) + n as usize <= 3);
-                        spin_for(rng.next() % 2_000);
+                        spin_for(Duration::from_nanos(rng.next() % 2_000));
                         out.fetch_sub(n as usize, SeqCst);
                         drop(p);
                     }
@@ -666,7 +653,7 @@ const CHILD: &str = "REVIEW_WATCH_CHILD";
 #[test]
 fn idle_workers_do_not_spin_for_ever() {
     if std::env::var_os(CHILD).is_some() {
-        let rt = rt(4);
+        let rt = common::workers(4);
         for _ in 0..200 {
             let hs: Vec<_> = (0..8).map(|i| rt.spawn(async move { i })).collect();
             for h in hs {
@@ -722,10 +709,10 @@ fn idle_workers_do_not_spin_for_ever() {
 fn tasks_queued_behind_a_blocked_worker_are_stolen() {
     for workers in [2, 4] {
         watchdog(move || {
-            let rt = rt(workers);
+            let rt = common::workers(workers);
             let mut rng = Rng(31 + workers as u64);
             for round in 0..60u64 {
-                spin_for(rng.next() % 40_000);
+                spin_for(Duration::from_nanos(rng.next() % 40_000));
                 let kids = 1 + round % 8;
                 rt.spawn(async move {
                     let (tx, rx) = mpsc::channel::<u64>();
@@ -766,11 +753,11 @@ fn tasks_queued_behind_a_blocked_worker_are_stolen() {
 fn join_half_is_stolen_while_the_first_half_keeps_joining() {
     for workers in [2, 4] {
         watchdog(move || {
-            let rt = rt(workers);
+            let rt = common::workers(workers);
             rt.spawn(async move {
                 let mut rng = Rng(77);
                 for round in 0..200 {
-                    spin_for(rng.next() % 30_000);
+                    spin_for(Duration::from_nanos(rng.next() % 30_000));
                     let ran = AtomicBool::new(false);
                     let deadline = Instant::now() + Duration::from_secs(30);
                     weft::join(
@@ -781,7 +768,7 @@ fn join_half_is_stolen_while_the_first_half_keeps_joining() {
                                     "round {round}: the other half of a join was never stolen"
                                 );
                                 weft::join(|| std::hint::black_box(1), || std::hint::black_box(2));
-                                spin_for(1_000);
+                                spin_for(Duration::from_nanos(1_000));
                             }
                         },
                         || ran.store(true, SeqCst),
@@ -797,7 +784,7 @@ fn join_half_is_stolen_while_the_first_half_keeps_joining() {
 /// How many of `rounds` outermost joins had their second half taken by the peer that
 /// had just gone idle (it ran a task for us a few microseconds before the join).
 fn joins_shared_with_a_just_idle_peer(rounds: usize) -> usize {
-    let rt = rt(2);
+    let rt = common::workers(2);
     rt.spawn(async move {
         let me = std::thread::current().id();
         let mut shared = 0;
@@ -816,8 +803,11 @@ fn joins_shared_with_a_just_idle_peer(rounds: usize) -> usize {
             // The peer is now out of work: give it a few us to reach its idle path.
             // Delays from 2 to 20 us: the watch lasts about a futex wake (an EWMA of
             // measured wakes, at most 50 us), so some land in it whatever its length.
-            spin_for(3_000 + (round as u64 % 10) * 1_000);
-            let (_, b_thread) = weft::join(|| spin_for(3_000_000), || std::thread::current().id());
+            spin_for(Duration::from_nanos(3_000 + (round as u64 % 10) * 1_000));
+            let (_, b_thread) = weft::join(
+                || spin_for(Duration::from_nanos(3_000_000)),
+                || std::thread::current().id(),
+            );
             // The first rounds warm the EWMA of outermost joins past a wake-up.
             if round >= 5 && b_thread != me {
                 shared += 1;
@@ -881,7 +871,7 @@ fn join_right_after_a_peer_went_idle_is_shared() {
 #[test]
 fn timer_due_behind_a_long_task_on_one_worker_fires() {
     watchdog(|| {
-        let rt = rt(1);
+        let rt = common::workers(1);
         for round in 0..200u64 {
             let (tx, rx) = mpsc::channel::<()>();
             rt.spawn(async move {
@@ -890,7 +880,7 @@ fn timer_due_behind_a_long_task_on_one_worker_fires() {
             });
             rt.spawn(async move {
                 // Runs past the sleeper's deadline without returning to the scheduler.
-                spin_for(1_500_000 + (round % 8) * 125_000);
+                spin_for(Duration::from_nanos(1_500_000 + (round % 8) * 125_000));
             });
             rx.recv_timeout(Duration::from_secs(20))
                 .unwrap_or_else(|_| panic!("round {round}: a due timer's task never ran"));
@@ -904,7 +894,7 @@ fn timer_due_behind_a_long_task_on_one_worker_fires() {
 #[test]
 fn blocking_rwlock_and_semaphore_on_one_worker_with_suspended_holders() {
     watchdog(|| {
-        let rt = rt(1);
+        let rt = common::workers(1);
         let l = Arc::new(RwLock::new(0u64));
         let sem = Arc::new(Semaphore::new(2));
         rt.block_on({

@@ -595,13 +595,11 @@ impl<T> Chan<T> {
 
     /// A receiver's registration after its fence (see [`Chan::taken`]): a closed
     /// channel found drained wakes its receivers, as the last `taken` would have had
-    /// it seen them. True if it did.
-    fn recheck_drained(&self, st: &mut State<T>, wakes: &mut WakeBatch) -> bool {
+    /// it seen them.
+    fn recheck_drained(&self, st: &mut State<T>, wakes: &mut WakeBatch) {
         if self.is_drained(st) {
             st.wake_closed(wakes);
-            return true;
         }
-        false
     }
 
     /// As [`Chan::taken`], under the lock.

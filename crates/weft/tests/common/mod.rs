@@ -72,6 +72,14 @@ pub fn load(c: &AtomicUsize) -> usize {
     c.load(Ordering::SeqCst)
 }
 
+/// Busy-waits for `d` (a gap shorter than a sleep can make).
+pub fn spin_for(d: Duration) {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        std::hint::spin_loop();
+    }
+}
+
 /// A runtime with exactly `n` workers.
 pub fn workers(n: usize) -> Runtime {
     Builder::new()
