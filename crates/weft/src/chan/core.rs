@@ -38,12 +38,14 @@
 //! Values are dropped and wakers woken only after the lock is released.
 
 use std::collections::VecDeque;
+use std::mem::MaybeUninit;
 use std::ops::{Deref, DerefMut};
 use std::ptr;
 use std::task::{Context, Poll};
 
 use crossbeam_utils::CachePadded;
 
+use super::error::RecvError;
 use super::flavors::list::{self, List};
 use super::flavors::ring::{self, PushError, Ring};
 use super::flavors::Backoff;
@@ -100,19 +102,52 @@ impl<T> Buffer<T> {
         }
     }
 
+    /// [`push`](Self::push) of the value in `src` (left `None` if pushed, untouched if
+    /// not): a ring copies it straight into its slot ([`Ring::try_push_from`]).
+    fn push_from(&self, src: &mut Option<T>) -> bool {
+        match self {
+            Buffer::None => false,
+            Buffer::Ring(r) => r.try_push_from(src),
+            Buffer::List(l) => {
+                let v = src.take().expect("push of a value already gone");
+                match l.try_push(v) {
+                    Ok(()) => true,
+                    Err(v) => {
+                        *src = Some(v);
+                        false
+                    }
+                }
+            }
+        }
+    }
+
     /// A value, `Ok(None)` when empty, `Err(())` when a push has claimed the next
     /// value's place but not yet written it.
     fn pop(&self) -> Result<Option<T>, ()> {
+        let mut out = MaybeUninit::uninit();
+        // SAFETY: `pop_into` said it moved a value into `out`.
+        Ok(self
+            .pop_into(&mut out)?
+            .then(|| unsafe { out.assume_init() }))
+    }
+
+    /// [`pop`](Self::pop) into `out`: `Ok(true)` when `out` now holds the value (the
+    /// caller's to take). A ring's value is copied once, straight from its slot (see
+    /// [`Ring::try_pop_into`]).
+    fn pop_into(&self, out: &mut MaybeUninit<T>) -> Result<bool, ()> {
         match self {
-            Buffer::None => Ok(None),
-            Buffer::Ring(r) => match r.try_pop() {
-                ring::Pop::Value(v) => Ok(Some(v)),
-                ring::Pop::Empty => Ok(None),
+            Buffer::None => Ok(false),
+            Buffer::Ring(r) => match r.try_pop_into(out) {
+                ring::Pop::Value(()) => Ok(true),
+                ring::Pop::Empty => Ok(false),
                 ring::Pop::Busy => Err(()),
             },
             Buffer::List(l) => match l.try_pop() {
-                list::Pop::Value(v) => Ok(Some(v)),
-                list::Pop::Empty => Ok(None),
+                list::Pop::Value(v) => {
+                    out.write(v);
+                    Ok(true)
+                }
+                list::Pop::Empty => Ok(false),
                 list::Pop::Busy => Err(()),
             },
         }
@@ -334,6 +369,18 @@ impl<T> Chan<T> {
         Ok(())
     }
 
+    /// [`send_fast`](Self::send_fast) of the value in `src` (a send future's node
+    /// slot): `true` when sent (`src` is then `None`), `false` with `src` untouched.
+    pub(crate) fn send_fast_from(&self, src: &mut Option<T>) -> bool {
+        if !self.fast_sends || self.slow.load(Acquire) || !self.buffer.push_from(src) {
+            return false;
+        }
+        if self.met_waiter() {
+            self.settle();
+        }
+        true
+    }
+
     /// The fast operation's half of the store-buffering pair (module doc), after its
     /// claim in the buffer: whether the lock's state came into use meanwhile.
     ///
@@ -347,37 +394,49 @@ impl<T> Chan<T> {
         self.slow.load(SeqCst)
     }
 
-    /// Receives without the lock if nothing needs it and a value is there.
-    pub(crate) fn recv_fast(&self) -> Option<T> {
-        self.recv_fast_probe().ok().flatten()
+    /// Receives without the lock if nothing needs it and a value is there: `true` when
+    /// `out` now holds it (the caller's to take).
+    pub(crate) fn recv_fast_into(&self, out: &mut MaybeUninit<T>) -> bool {
+        matches!(self.recv_fast_probe_into(out), Ok(true))
     }
 
     /// A receive through the fast path only, for a select's first pass: `Ok(None)`
     /// when the channel is empty, `Err(())` when the fast path cannot decide (the
     /// lock's state is in use, or a value is being written).
     pub(crate) fn recv_fast_probe(&self) -> Result<Option<T>, ()> {
+        let mut out = MaybeUninit::uninit();
+        // SAFETY: `recv_fast_probe_into` said it moved a value into `out`.
+        Ok(self
+            .recv_fast_probe_into(&mut out)?
+            .then(|| unsafe { out.assume_init() }))
+    }
+
+    /// [`recv_fast_probe`](Self::recv_fast_probe) into `out` (`Ok(true)`: `out` holds
+    /// the value, the caller's to take), so that a large value is copied once on its
+    /// way from the buffer to the caller's future, not once per layer.
+    pub(crate) fn recv_fast_probe_into(&self, out: &mut MaybeUninit<T>) -> Result<bool, ()> {
         if self.slow.load(Acquire) {
             return Err(());
         }
-        match self.buffer.pop()? {
-            None => self.empty_fast(),
-            Some(v) => {
-                if self.met_waiter() {
-                    // Given back if a wake panics. Not counted in `in_flight`: the
-                    // value is this receiver's (its pop is the receive), as a value
-                    // held while the locked path's wakes run is. Counting it after
-                    // the pop let a receiver that had just seen the closed channel
-                    // drained see it not drained (`Empty`) a moment later.
-                    let mut hold = GiveBackOnUnwind {
-                        chan: self,
-                        value: Some(v),
-                    };
-                    self.settle();
-                    return Ok(hold.value.take());
-                }
-                Ok(Some(v))
-            }
+        if !self.buffer.pop_into(out)? {
+            return self.fast_empty();
         }
+        if self.met_waiter() {
+            // Given back if a wake panics. Not counted in `in_flight`: the value is this
+            // receiver's (its pop is the receive), as a value held while the locked
+            // path's wakes run is. Counting it after the pop let a receiver that had
+            // just seen the closed channel drained see it not drained (`Empty`) a
+            // moment later.
+            let mut hold = GiveBackOnUnwind {
+                chan: self,
+                // SAFETY: `pop_into` moved the value into `out`; it moves on to `hold`
+                // (`out` counts as empty until written again below).
+                value: Some(unsafe { out.assume_init_read() }),
+            };
+            self.settle();
+            out.write(hold.value.take().expect("kept while the wakes ran"));
+        }
+        Ok(true)
     }
 
     /// Whether a send would find room through the fast path now: `Err(())` when the
@@ -444,10 +503,15 @@ impl<T> Chan<T> {
     /// once it is closed only the lock can tell drained from a value handed to a
     /// receiver that may still give it back (`Err`: undecided).
     fn empty_fast(&self) -> Result<Option<T>, ()> {
+        self.fast_empty().map(|_| None)
+    }
+
+    /// [`empty_fast`](Self::empty_fast) with `Ok(false)` for "empty".
+    fn fast_empty(&self) -> Result<bool, ()> {
         if self.closed.load(Acquire) {
             Err(())
         } else {
-            Ok(None)
+            Ok(false)
         }
     }
 
@@ -543,8 +607,17 @@ impl<T> Chan<T> {
     /// oldest first.
     fn drain_locked(&self, st: &mut State<T>) -> VecDeque<T> {
         let mut all = std::mem::take(&mut st.front);
-        while let Some(v) = self.buffer.pop_settled() {
-            all.push_back(v);
+        // Each value copied once, into the deque (`pop_settled` hands it up through an
+        // `Option`, and a large `T` was copied even for the `None` that ends the loop).
+        let mut out = MaybeUninit::uninit();
+        let mut backoff = Backoff::new();
+        loop {
+            match self.buffer.pop_into(&mut out) {
+                // SAFETY: `pop_into` said it moved a value into `out`.
+                Ok(true) => all.push_back(unsafe { out.assume_init_read() }),
+                Ok(false) => break,
+                Err(()) => backoff.snooze(),
+            }
         }
         all.append(&mut st.over);
         all
@@ -963,8 +1036,10 @@ impl<T> Chan<T> {
             node.reset();
         }
         loop {
-            if let Some(v) = self.recv_fast() {
-                return Poll::Ready(Some(v));
+            let mut out = MaybeUninit::uninit();
+            if self.recv_fast_into(&mut out) {
+                // SAFETY: `recv_fast_into` said it moved a value into `out`.
+                return Poll::Ready(Some(unsafe { out.assume_init() }));
             }
             let mut wakes = WakeBatch::new();
             let mut st = self.lock();
@@ -1031,7 +1106,7 @@ impl<T> Chan<T> {
         node: &Node<T>,
         registered: &mut bool,
         cx: &mut Context<'_>,
-    ) -> Poll<Result<T, ()>> {
+    ) -> Poll<Result<T, RecvError>> {
         let mut wakes = WakeBatch::new();
         if *registered {
             match node.reason() {
@@ -1084,13 +1159,15 @@ impl<T> Chan<T> {
                 }
             }
         }
-        if let Some(v) = self.recv_fast() {
-            return Poll::Ready(Ok(v));
+        let mut out = MaybeUninit::uninit();
+        if self.recv_fast_into(&mut out) {
+            // SAFETY: `recv_fast_into` said it moved a value into `out`.
+            return Poll::Ready(Ok(unsafe { out.assume_init() }));
         }
         let mut st = self.lock();
         match self.try_recv_locked(&mut st, Some(node), &mut wakes) {
             Ok(v) => Poll::Ready(Ok(v)),
-            Err(Fail::Closed) => Poll::Ready(Err(())),
+            Err(Fail::Closed) => Poll::Ready(Err(RecvError)),
             Err(Fail::Paired) => {
                 // Recorded before any user code (the waker's clone, the wakes) can
                 // panic: the future's `Drop` must undo the pairing.
@@ -1191,10 +1268,12 @@ impl<T> Chan<T> {
     }
 
     /// One poll of a send of `value` whose node is `node`.
+    ///
+    /// The value waits in the node's slot from the start (see `SendFuture`): while the
+    /// node is on no list the slot is the future's alone.
     pub(crate) fn poll_send(
         &self,
         node: &Node<T>,
-        value: &mut Option<T>,
         registered: &mut bool,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), T>> {
@@ -1223,37 +1302,37 @@ impl<T> Chan<T> {
                         // Polled by another task than the one it was registered for (a
                         // boxed future moved on): a receiver may have passed it over for
                         // that task's cancellation, and nothing would pair it again.
-                        // Withdrawn with its value (nothing was committed: still
-                        // waiting), and sent afresh below.
+                        // Withdrawn with its value, which stays in the node (nothing
+                        // was committed: still waiting), and sent afresh below.
                         // SAFETY: under the lock; a waiting send is on the list.
                         let stale = unsafe {
                             st.senders.remove(node);
-                            *value = node.take_slot();
                             node.end_commit()
                         };
                         drop(st);
                         drop(stale);
                         node.reset();
                         *registered = false;
-                        return self.poll_send(node, value, registered, cx);
+                        return self.poll_send(node, registered, cx);
                     }
                     drop(st);
-                    return self.poll_send(node, value, registered, cx);
+                    return self.poll_send(node, registered, cx);
                 }
                 _ => {
+                    // Woken with a reason other than `Data`: the value is still in
+                    // the node, which is ours again.
                     *registered = false;
-                    // SAFETY: woken with a reason: the node is ours again.
-                    *value = unsafe { node.take_slot() };
                     end_commit(node);
                     node.reset();
                 }
             }
         }
-        let v = value.take().expect("send polled after completion");
-        let v = match self.send_fast(v) {
-            Ok(()) => return Poll::Ready(Ok(())),
-            Err(v) => v,
-        };
+        // SAFETY: not registered: the node is on no list, so its slot is ours alone.
+        if unsafe { node.with_slot(|src| self.send_fast_from(src)) } {
+            return Poll::Ready(Ok(()));
+        }
+        // SAFETY: as above.
+        let v = unsafe { node.take_slot() }.expect("send polled after completion");
         let mut st = self.lock();
         match self.try_send_locked(&mut st, v, &mut wakes) {
             Ok(()) => Poll::Ready(Ok(())),

@@ -293,6 +293,7 @@ impl<T> Sender<T> {
     /// assert_eq!(rx.recv_blocking(), Ok(5));
     /// assert!(h.join().unwrap().is_ok());
     /// ```
+    #[inline]
     pub fn send(&self, value: T) -> SendFuture<'_, T> {
         SendFuture::new(&self.chan, value)
     }
@@ -519,6 +520,7 @@ impl<T> Receiver<T> {
     /// tx.send_blocking(3).unwrap();
     /// assert_eq!(rt.block_on(rx.recv()), Ok(3));
     /// ```
+    #[inline]
     pub fn recv(&self) -> RecvFuture<'_, T> {
         match &self.flavor {
             Flavor::Chan(c) => RecvFuture::chan(c),

@@ -16,17 +16,19 @@ use crate::waitlist::Node;
 #[must_use = "futures do nothing unless awaited"]
 pub struct SendFuture<'a, T> {
     chan: &'a Chan<T>,
-    value: Option<T>,
+    /// Holds the value in its slot until it is sent: a second place for it beside the
+    /// node made the future twice the value's size, and a future is moved whole at
+    /// least once (into `wait`, into a task), so a 32 KiB value cost two extra copies.
     node: Node<T>,
     registered: bool,
 }
 
 impl<'a, T> SendFuture<'a, T> {
+    #[inline]
     pub(crate) fn new(chan: &'a Chan<T>, value: T) -> Self {
         SendFuture {
             chan,
-            value: Some(value),
-            node: Node::new(),
+            node: Node::holding(value),
             registered: false,
         }
     }
@@ -36,7 +38,8 @@ impl<T> SendFuture<'_, T> {
     /// Ends the send where it stands: the value back, or `None` if it was sent.
     pub(crate) fn take_back_inner(&mut self) -> Option<T> {
         if !self.registered {
-            return self.value.take();
+            // SAFETY: not registered: the node is on no list, its slot ours alone.
+            return unsafe { self.node.take_slot() };
         }
         self.registered = false;
         self.chan.cancel_send(&self.node)
@@ -57,7 +60,7 @@ impl<T> Future for SendFuture<'_, T> {
         // SAFETY: nothing is moved out of the pinned future; the node stays where it is.
         let this = unsafe { self.get_unchecked_mut() };
         this.chan
-            .poll_send(&this.node, &mut this.value, &mut this.registered, cx)
+            .poll_send(&this.node, &mut this.registered, cx)
             .map(|r| r.map_err(SendError))
     }
 }
@@ -92,6 +95,7 @@ enum RecvInner<'a, T> {
 }
 
 impl<'a, T> RecvFuture<'a, T> {
+    #[inline]
     pub(crate) fn chan(chan: &'a Chan<T>) -> Self {
         RecvFuture {
             inner: RecvInner::Chan {
@@ -148,9 +152,7 @@ impl<T> Future for RecvFuture<'_, T> {
                 chan,
                 node,
                 registered,
-            } => chan
-                .poll_recv(node, registered, cx)
-                .map(|r| r.map_err(|()| RecvError)),
+            } => chan.poll_recv(node, registered, cx),
             RecvInner::Timer(t) => t.poll(cx).map(Ok),
         }
     }

@@ -198,13 +198,27 @@ unsafe impl<T: Send> Sync for Node<T> {}
 
 impl<T> Node<T> {
     /// A node of a plain operation.
+    #[inline]
     pub(crate) fn new() -> Node<T> {
         Node::with(Kind::Op, ptr::null(), 0)
     }
 
+    /// A plain operation's node that holds `value` in its slot (a send's, made with
+    /// its value in place).
+    #[inline]
+    pub(crate) fn holding(value: T) -> Node<T> {
+        Node::make(Kind::Op, ptr::null(), 0, Some(value))
+    }
+
     /// A node of operation `index` of the select whose group is `group` (which must
     /// outlive the node's time on any list).
+    #[inline]
     pub(crate) fn with(kind: Kind, group: *const Group, index: usize) -> Node<T> {
+        Node::make(kind, group, index, None)
+    }
+
+    #[inline]
+    fn make(kind: Kind, group: *const Group, index: usize, slot: Option<T>) -> Node<T> {
         Node {
             reason: AtomicUsize::new(Reason::Waiting as usize),
             links: UnsafeCell::new(Links {
@@ -217,7 +231,7 @@ impl<T> Node<T> {
                 task: None,
                 shielded: false,
             }),
-            slot: UnsafeCell::new(None),
+            slot: UnsafeCell::new(slot),
             kind,
             group,
             index,
@@ -325,6 +339,15 @@ impl<T> Node<T> {
     pub(crate) unsafe fn take_slot(&self) -> Option<T> {
         // SAFETY: the contract.
         self.slot.with_mut(|s| unsafe { (*s).take() })
+    }
+
+    /// Runs `f` on the slot in place (a large value is not copied out and back).
+    ///
+    /// # Safety
+    /// As [`Node::take_slot`].
+    pub(crate) unsafe fn with_slot<R>(&self, f: impl FnOnce(&mut Option<T>) -> R) -> R {
+        // SAFETY: the contract.
+        self.slot.with_mut(|s| f(unsafe { &mut *s }))
     }
 
     /// # Safety

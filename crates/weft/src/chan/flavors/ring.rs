@@ -338,6 +338,26 @@ impl<T> Ring<T> {
         Ok(())
     }
 
+    /// [`try_push`](Self::try_push) of the value in `src`, copied straight from there
+    /// into its slot (`src` is then `None`); `false`, `src` untouched, when there is no
+    /// room or the ring is closed. A send future keeps its value in place until it
+    /// goes: taken out and handed down by value, a large value was copied at each level.
+    ///
+    /// Panics if `src` is `None` (before claiming anything).
+    pub(crate) fn try_push_from(&self, src: &mut Option<T>) -> bool {
+        assert!(src.is_some(), "push of a value already gone");
+        match self.claim_tail() {
+            Ok(pos) => {
+                // SAFETY: `claim_tail` just gave this position to us alone; `src` holds
+                // a value (checked above).
+                unsafe { self.publish_from(pos, src) };
+                self.prefault_ahead(pos);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// During the first lap, the push of every `prefault_step`-th index from the
     /// first step on, once its value is published, faults in the pages of the next
     /// step's slots. So the first write to each page of the ring (but the first two
@@ -376,11 +396,29 @@ impl<T> Ring<T> {
         }
     }
 
-    /// Takes the oldest value.
+    /// Takes the oldest value (the tests' form of [`try_pop_into`](Self::try_pop_into)).
+    #[cfg(test)]
     pub(crate) fn try_pop(&self) -> Pop<T> {
+        let mut out = MaybeUninit::uninit();
+        match self.try_pop_into(&mut out) {
+            // SAFETY: `Value` says the value was moved into `out`.
+            Pop::Value(()) => Pop::Value(unsafe { out.assume_init() }),
+            Pop::Empty => Pop::Empty,
+            Pop::Busy => Pop::Busy,
+        }
+    }
+
+    /// [`try_pop`](Self::try_pop) that moves the value into `out` (`Value(())`: `out`
+    /// now holds it, the caller's to take). One copy of the value, where handing it up
+    /// through `Pop` and its callers' wrappers copied it at each level: for a 32 KiB
+    /// value that copying was most of a receive (the sync suite's `mpsc_send_large`).
+    pub(crate) fn try_pop_into(&self, out: &mut MaybeUninit<T>) -> Pop<()> {
         match self.claim_head() {
-            // SAFETY: `claim_head` just gave this position to us alone.
-            Ok(pos) => Pop::Value(unsafe { self.take(pos) }),
+            Ok(pos) => {
+                // SAFETY: `claim_head` just gave this position to us alone.
+                unsafe { self.take_into(pos, out) };
+                Pop::Value(())
+            }
             Err(NoValue::Empty) => Pop::Empty,
             Err(NoValue::Busy) => Pop::Busy,
         }
@@ -563,6 +601,29 @@ impl<T> Ring<T> {
         self.set_stamp(pos, pos + 1);
     }
 
+    /// [`publish`](Self::publish) of the value `src` holds, moved out of it without an
+    /// intermediate copy; `src` is left `None`.
+    ///
+    /// # Safety
+    ///
+    /// As [`publish`](Self::publish), and `src` is `Some`.
+    unsafe fn publish_from(&self, pos: usize, src: &mut Option<T>) {
+        let from: *const T = match src {
+            Some(v) => v,
+            // SAFETY: the contract.
+            None => unsafe { std::hint::unreachable_unchecked() },
+        };
+        // SAFETY: the slot at `pos` is ours alone and empty (as in `publish`); `from`
+        // points into `src`, a distinct place.
+        self.value(pos)
+            .with_mut(|p| unsafe { std::ptr::copy_nonoverlapping(from, p.cast::<T>(), 1) });
+        // SAFETY: the value now lives in the slot, so `src` forgets it: `None` written
+        // over it without dropping what it held.
+        unsafe { std::ptr::write(src, None) };
+        // Release: the pop that acquires `pos + 1` sees the value written.
+        self.set_stamp(pos, pos + 1);
+    }
+
     /// Claims the oldest written value for a pop, which must then be completed with
     /// [`take`](Self::take) before the ring is dropped.
     fn claim_head(&self) -> Result<usize, NoValue> {
@@ -610,18 +671,19 @@ impl<T> Ring<T> {
     ///
     /// `pos` was returned by [`claim_head`](Self::claim_head) and has not been taken yet:
     /// the slot at `pos` is this caller's alone and holds the value pushed at `pos`.
-    unsafe fn take(&self, pos: usize) -> T {
+    unsafe fn take_into(&self, pos: usize, out: &mut MaybeUninit<T>) {
         // SAFETY: the caller owns position `pos` (its CAS on `head` was the only one from
         // `pos`), and the claim followed an Acquire read of the stamp `pos + 1` that the
         // push of `pos` stored after writing the value, so the value is initialised,
         // visible, and nobody else touches the slot until the store below.
-        let v = self.value(pos).with(|p| {
-            // SAFETY: as above: the slot is ours alone and holds the value pushed at `pos`.
-            unsafe { p.read().assume_init() }
+        self.value(pos).with(|p| {
+            // SAFETY: as above: the slot is ours alone and holds the value pushed at `pos`;
+            // `out` is a distinct place (a `&mut`), and the slot counts as empty once the
+            // stamp below is stored, so the value has exactly one owner: `out`'s.
+            unsafe { std::ptr::copy_nonoverlapping(p, out, 1) }
         });
         // Release: the next lap's push, which acquires this stamp, writes after our read.
         self.set_stamp(pos, pos.wrapping_add(self.one_lap));
-        v
     }
 }
 
@@ -701,6 +763,38 @@ mod tests {
             assert_eq!(pop_value(&ring), i);
         }
         assert_eq!(ring.try_pop(), Pop::Empty);
+    }
+
+    /// `try_push_from` moves the value out of its `Option` only when it pushes; full
+    /// or closed, the value stays where it was. Values with a heap part (a `String`),
+    /// so a double drop or a leak shows under the test allocator's checks.
+    #[test]
+    fn push_from_moves_only_on_success() {
+        let ring = Ring::new(2);
+        let mut a = Some(String::from("a"));
+        assert!(ring.try_push_from(&mut a));
+        assert_eq!(a, None);
+        let mut b = Some(String::from("b"));
+        assert!(ring.try_push_from(&mut b));
+        let mut c = Some(String::from("c"));
+        assert!(!ring.try_push_from(&mut c), "pushed into a full ring");
+        assert_eq!(c.as_deref(), Some("c"));
+        assert_eq!(pop_value(&ring), "a");
+        ring.close();
+        assert!(!ring.try_push_from(&mut c), "pushed into a closed ring");
+        assert_eq!(c.as_deref(), Some("c"));
+        let mut out = MaybeUninit::uninit();
+        assert_eq!(ring.try_pop_into(&mut out), Pop::Value(()));
+        // SAFETY: `Value` says `out` holds the value.
+        assert_eq!(unsafe { out.assume_init_read() }, "b");
+        assert_eq!(ring.try_pop_into(&mut out), Pop::Empty);
+    }
+
+    #[test]
+    #[should_panic(expected = "already gone")]
+    fn push_from_an_empty_option_panics_before_claiming() {
+        let ring = Ring::<u8>::new(1);
+        let _ = ring.try_push_from(&mut None);
     }
 
     #[test]
@@ -807,8 +901,13 @@ mod tests {
         assert_eq!(ring.len(), 0);
         assert_eq!(ring.try_push(9), Err(PushError::Full(9)));
         assert_eq!(ring.try_pop(), Pop::Empty);
-        // SAFETY: `pos` is our untaken claim.
-        assert_eq!(unsafe { ring.take(pos) }, 5);
+        let mut out = MaybeUninit::uninit();
+        // SAFETY: `pos` is our untaken claim; `take_into` then filled `out`.
+        let v = unsafe {
+            ring.take_into(pos, &mut out);
+            out.assume_init()
+        };
+        assert_eq!(v, 5);
         ring.try_push(9).unwrap();
         assert_eq!(pop_value(&ring), 9);
     }
