@@ -1166,7 +1166,18 @@ impl<T> Chan<T> {
         }
         let mut st = self.lock();
         match self.try_recv_locked(&mut st, Some(node), &mut wakes) {
-            Ok(v) => Poll::Ready(Ok(v)),
+            Ok(v) => {
+                // Given back if a wake panics (as `try_recv_held` does): returned as the
+                // tail expression, the value was leaked by an unwind from the batch's
+                // `Drop`, which runs after it.
+                let mut hold = GiveBackOnUnwind {
+                    chan: self,
+                    value: Some(v),
+                };
+                drop(st);
+                drop(wakes);
+                Poll::Ready(Ok(hold.value.take().expect("kept while the wakes ran")))
+            }
             Err(Fail::Closed) => Poll::Ready(Err(RecvError)),
             Err(Fail::Paired) => {
                 // Recorded before any user code (the waker's clone, the wakes) can

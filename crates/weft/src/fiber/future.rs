@@ -282,6 +282,23 @@ pub(crate) struct FiberFuture<F, T> {
 // that it keeps only `Send` data across waits.
 unsafe impl<F: Send, T: Send> Send for FiberFuture<F, T> {}
 
+/// The largest fiber closure moved onto its stack as it is (corosensei's limit for
+/// what it moves there is 1 KiB); larger ones are boxed.
+const INLINE_CLOSURE_MAX: usize = 512;
+
+/// What a fiber runs on its own stack: the closure, then its fiber-locals' drops.
+fn fiber_body<T>(yielder: &Yielder<(), ()>, f: impl FnOnce() -> T) -> T {
+    // SAFETY: the resuming poll set this fiber's context as current.
+    let ctx = unsafe { &*current_ctx() };
+    ctx.yielder.set(yielder);
+    let out = f();
+    // Fiber-locals are dropped here, on the fiber, like thread-locals at a thread's
+    // exit.
+    // SAFETY: as above; the fiber is still running.
+    drop(unsafe { &*current_ctx() }.locals.take());
+    out
+}
+
 impl<F, T> FiberFuture<F, T>
 where
     F: FnOnce() -> T + Send + 'static,
@@ -326,17 +343,18 @@ where
         if let Some(name) = &self.ctx.name {
             crate::task::diag::register_name(self.ctx.id.get(), name);
         }
-        let co = Coroutine::with_stack(stack, move |yielder: &Yielder<(), ()>, ()| {
-            // SAFETY: the resuming poll set this fiber's context as current.
-            let ctx = unsafe { &*current_ctx() };
-            ctx.yielder.set(yielder);
-            let out = f();
-            // Fiber-locals are dropped here, on the fiber, like thread-locals at a
-            // thread's exit.
-            // SAFETY: as above; the fiber is still running.
-            drop(unsafe { &*current_ctx() }.locals.take());
-            out
-        });
+        // corosensei moves the closure onto the new stack and refuses (panics) above
+        // 1 KiB: a larger one goes over in a box.
+        let co = if std::mem::size_of::<F>() <= INLINE_CLOSURE_MAX {
+            Coroutine::with_stack(stack, move |yielder: &Yielder<(), ()>, ()| {
+                fiber_body(yielder, f)
+            })
+        } else {
+            let f = Box::new(f);
+            Coroutine::with_stack(stack, move |yielder: &Yielder<(), ()>, ()| {
+                fiber_body(yielder, *f)
+            })
+        };
         self.run = Run::Started(co);
     }
 

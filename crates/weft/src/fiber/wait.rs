@@ -279,10 +279,13 @@ impl Handle {
     /// assert_eq!(h.block_on(async { 7 }), 7);
     /// ```
     #[inline]
-    pub fn block_on<F: Future>(&self, mut future: F) -> F::Output {
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
         let _enter = crate::runtime::enter(self);
-        // SAFETY: as in `wait` (handed to `wait` by value, the future was copied whole
-        // once more).
+        // Moved into a local bound after the guard, so that it is dropped before the
+        // guard: its `Drop` runs with this runtime current, as its polls did (the
+        // parameter itself is dropped after every local, outside the runtime).
+        let mut future = future;
+        // SAFETY: as in `wait`.
         wait_pinned(unsafe { Pin::new_unchecked(&mut future) })
     }
 }
