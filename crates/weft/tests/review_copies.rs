@@ -635,7 +635,7 @@ fn panicking_value_drops_when_a_channel_is_drained() {
 fn large_values_arrive_whole_between_threads() {
     quiet();
     with_timeout(|| {
-        const PER: u64 = 200;
+        const PER: u64 = 90;
         const THREADS: u64 = 3;
         let rt = Arc::new(workers(2));
         for cap in [Some(2), None] {
