@@ -1168,3 +1168,40 @@ fn select_receives_large_values_whole() {
         ledger.assert_all_once();
     });
 }
+
+/// A runtime dropped while fibers are suspended in `weft::wait` on sends of large
+/// values (the future pinned in place in `wait`'s own frame, on the fiber's stack):
+/// the fibers are unwound at shutdown and each future, with its value, dropped once.
+#[test]
+fn runtime_dropped_with_fibers_waiting_in_sends_drops_each_value_once() {
+    with_timeout(|| {
+        let ledger = Ledger::new(5);
+        let (tx, rx) = chan::bounded::<Small>(1);
+        tx.try_send(Small::new(0, &ledger)).ok().unwrap();
+        let rt = workers(2);
+        let started = Arc::new(AtomicUsize::new(0));
+        let fibers: Vec<_> = (1..5u64)
+            .map(|i| {
+                let (tx, l, started) = (tx.clone(), ledger.clone(), started.clone());
+                common::on(&rt, move || {
+                    weft::fiber::spawn(move || {
+                        started.fetch_add(1, SeqCst);
+                        let _ = weft::wait(tx.send(Small::new(i, &l)));
+                    })
+                })
+            })
+            .collect();
+        common::wait_until("the fibers started", || started.load(SeqCst) == 4);
+        std::thread::sleep(Duration::from_millis(20));
+        drop(rt);
+        for f in fibers {
+            // Unwound (or, had one been admitted, finished): either way it ended.
+            let _ = f.join();
+        }
+        for id in 1..5 {
+            assert_eq!(ledger.dropped(id), 1, "value {id} of an unwound fiber");
+        }
+        assert_eq!(rx.try_recv().unwrap().check(), 0);
+        ledger.assert_all_once();
+    });
+}
