@@ -48,6 +48,8 @@ mod error;
 mod flavors;
 mod iter;
 #[cfg(all(test, loom))]
+mod loom_review_copies;
+#[cfg(all(test, loom))]
 mod loom_review_taken;
 #[cfg(all(test, loom))]
 mod loom_tests;
