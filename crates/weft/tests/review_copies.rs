@@ -424,16 +424,15 @@ fn panicking_sender_waker_on_a_try_recv_loses_no_value() {
     with_timeout(|| sender_waker_panics_in_a_receive(false));
 }
 
-/// REVIEW BUG (older than c420328, found while reviewing it): `Chan::poll_recv`'s
-/// locked path returns `Poll::Ready(Ok(v))` as its tail expression while its
+/// Found by this review (older than c420328), fixed in 7e47a9c: `Chan::poll_recv`'s
+/// locked path returned `Poll::Ready(Ok(v))` as its tail expression while its
 /// `WakeBatch` (declared first, dropped last) still holds the wakes; when a wake
-/// panics (here the waiting sender's, admitted into the slot the receive freed), the
-/// unwind leaks the value being returned: it is neither received nor given back nor
+/// panicked (here the waiting sender's, admitted into the slot the receive freed), the
+/// unwind leaked the value being returned: it is neither received nor given back nor
 /// dropped (the ledger shows 0 drops, and the next receive finds the admitted value
 /// instead). `try_recv_held`, `poll_stream` and `recv_fast_probe_into` hold the value
-/// in a `GiveBackOnUnwind` for exactly this; `poll_recv`'s `Ok(v)` arm should too.
+/// in a `GiveBackOnUnwind` for exactly this; `poll_recv`'s `Ok(v)` arm now does too.
 #[test]
-#[ignore = "review bug: poll_recv leaks the received value when a wake panics"]
 fn panicking_sender_waker_on_an_async_recv_loses_no_value() {
     quiet();
     with_timeout(|| sender_waker_panics_in_a_receive(true));
@@ -1007,7 +1006,8 @@ fn wait_and_block_on_drop_a_panicking_future_exactly_once() {
     });
 }
 
-/// REVIEW BUG (c420328): `Handle::block_on` now pins its by-value parameter in place,
+/// Found by this review, fixed in 7e47a9c (the future moves into a local bound after the
+/// guard): `Handle::block_on` pinned its by-value parameter in place,
 /// so the future is dropped after the function's locals, i.e. after the
 /// `runtime::enter` guard is gone: a future's `Drop` (and, on a panicking poll, the
 /// whole unwinding drop of the future's state) runs with no current runtime, where
@@ -1018,7 +1018,6 @@ fn wait_and_block_on_drop_a_panicking_future_exactly_once() {
 /// parameter of an inner function whose second parameter is the future (parameters
 /// drop in reverse order), or pin inside a block that ends before the guard's scope.
 #[test]
-#[ignore = "review bug: block_on drops its future after leaving the runtime (c420328)"]
 fn block_on_drops_its_future_inside_its_runtime() {
     quiet();
     with_timeout(|| {
@@ -1036,14 +1035,14 @@ fn block_on_drops_its_future_inside_its_runtime() {
     });
 }
 
-/// REVIEW BUG (older than c420328, found while reviewing it): `weft::fiber::spawn`
+/// Found by this review (older than c420328), fixed in 7e47a9c (closures over 512 bytes
+/// are boxed): `weft::fiber::spawn`
 /// keeps the closure unboxed and hands it to `corosensei::Coroutine::with_stack`,
 /// which asserts that what it moves onto the new stack is at most 1 KiB ("type is too
 /// big to transfer"): a fiber whose closure captures more (a 4 KiB future here)
 /// panics on the worker at its first poll, and its `join` reports a panic; the
 /// closure never runs. Boxing a closure over that size would fix it.
 #[test]
-#[ignore = "review bug: fiber::spawn of a closure capturing over 1 KiB panics at its start"]
 fn fiber_spawn_of_a_large_closure_runs_it() {
     with_timeout(|| {
         let rt = workers(1);

@@ -1317,7 +1317,10 @@ impl<T> Chan<T> {
                         // was committed: still waiting), and sent afresh below.
                         // SAFETY: under the lock; a waiting send is on the list.
                         let stale = unsafe {
-                            st.senders.remove(node);
+                            let was_on = st.senders.remove(node);
+                            // A plain send is taken off only as it is completed (no
+                            // longer `Waiting`), or by its own future.
+                            debug_assert!(was_on, "a waiting send off the list");
                             node.end_commit()
                         };
                         drop(st);

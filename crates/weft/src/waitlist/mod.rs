@@ -334,8 +334,10 @@ impl<T> Node<T> {
     }
 
     /// # Safety
-    /// The caller holds the lock, or owns the node and has seen a reason other than
-    /// `Waiting` (whoever stored it no longer touches the slot).
+    /// The caller holds the lock; or owns the node and has seen a reason other than
+    /// `Waiting` (whoever stored it no longer touches the slot); or owns a node that is
+    /// on no list (never registered, or taken off under the lock since; nobody else
+    /// holds a pointer to it then).
     pub(crate) unsafe fn take_slot(&self) -> Option<T> {
         // SAFETY: the contract.
         self.slot.with_mut(|s| unsafe { (*s).take() })

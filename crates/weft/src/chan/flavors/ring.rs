@@ -608,10 +608,8 @@ impl<T> Ring<T> {
     ///
     /// As [`publish`](Self::publish), and `src` is `Some`.
     unsafe fn publish_from(&self, pos: usize, src: &mut Option<T>) {
-        let from: *const T = match src {
-            Some(v) => v,
-            // SAFETY: the contract.
-            None => unsafe { std::hint::unreachable_unchecked() },
+        let Some(from) = src.as_ref().map(|v| v as *const T) else {
+            unreachable!("`try_push_from` checks for a value before it claims");
         };
         // SAFETY: the slot at `pos` is ours alone and empty (as in `publish`); `from`
         // points into `src`, a distinct place.
