@@ -64,10 +64,11 @@ fn allocations(f: impl FnOnce()) -> usize {
 
 const MSGS: usize = 10_000;
 
-/// Fills four channels made by `new`, then selects every message with one `Select`
-/// (reused: building a select allocates its list of operations, as crossbeam's does).
-/// Returns the allocations counted while selecting and receiving.
-fn select_allocations(new: impl Fn() -> (Sender<u64>, Receiver<u64>)) -> usize {
+/// Fills four channels made by `new`, then selects every message, with one `Select`
+/// reused or (`fresh`) a new one per message, as crossbeam's benchmarks do (a select
+/// of up to four operations keeps them inline). Returns the allocations counted while
+/// selecting and receiving.
+fn select_allocations(new: impl Fn() -> (Sender<u64>, Receiver<u64>), fresh: bool) -> usize {
     let (txs, rxs): (Vec<_>, Vec<_>) = (0..4).map(|_| new()).unzip();
     for (k, tx) in txs.iter().enumerate() {
         for i in 0..MSGS / 4 {
@@ -87,6 +88,12 @@ fn select_allocations(new: impl Fn() -> (Sender<u64>, Receiver<u64>)) -> usize {
     seen[k] += 1;
     let n = allocations(|| {
         for _ in 1..MSGS {
+            if fresh {
+                sel = Select::new();
+                for rx in &rxs {
+                    sel.recv(rx);
+                }
+            }
             let op = sel.select();
             let k = op.index();
             let v = op.recv(&rxs[k]).expect("a buffered value");
@@ -100,16 +107,26 @@ fn select_allocations(new: impl Fn() -> (Sender<u64>, Receiver<u64>)) -> usize {
 
 #[test]
 fn selecting_a_ready_value_on_bounded_channels_allocates_nothing() {
-    let n = select_allocations(|| bounded(MSGS));
-    assert_eq!(n, 0, "{n} allocations for {MSGS} selected messages");
+    for fresh in [false, true] {
+        let n = select_allocations(|| bounded(MSGS), fresh);
+        assert_eq!(
+            n, 0,
+            "{n} allocations for {MSGS} selected messages (fresh: {fresh})"
+        );
+    }
 }
 
 #[test]
 fn selecting_a_ready_value_on_unbounded_channels_allocates_nothing() {
     // An unbounded channel's blocks were allocated by the sends (and are only freed
     // here): the select adds nothing per message.
-    let n = select_allocations(unbounded);
-    assert_eq!(n, 0, "{n} allocations for {MSGS} selected messages");
+    for fresh in [false, true] {
+        let n = select_allocations(unbounded, fresh);
+        assert_eq!(
+            n, 0,
+            "{n} allocations for {MSGS} selected messages (fresh: {fresh})"
+        );
+    }
 }
 
 #[test]
@@ -152,4 +169,29 @@ fn a_quick_selected_value_given_back_to_a_closed_channel_is_still_received() {
     drop(op);
     assert_eq!(rx.try_recv(), Ok(vec![7; 3]));
     assert_eq!(rx.try_recv(), Err(weft::chan::TryRecvError::Disconnected));
+}
+
+#[test]
+fn a_select_of_more_operations_than_fit_inline_keeps_their_indices() {
+    // Seven operations: the first four inline, then all of them in a `Vec`; removed
+    // ones keep their places.
+    let chans: Vec<_> = (0..7).map(|_| bounded::<usize>(1)).collect();
+    let mut sel = Select::new();
+    for (k, (_, rx)) in chans.iter().enumerate() {
+        assert_eq!(sel.recv(rx), k);
+    }
+    sel.remove(2);
+    sel.remove(5);
+    for k in [6, 0, 4, 1, 3] {
+        chans[k].0.send_blocking(k).unwrap();
+        let op = sel.select();
+        assert_eq!(op.index(), k);
+        assert_eq!(op.recv(&chans[k].1), Ok(k));
+    }
+    assert!(sel.try_select().is_err());
+    let (tx, _rx) = bounded::<usize>(1);
+    assert_eq!(sel.send(&tx), 7);
+    let op = sel.select();
+    assert_eq!(op.index(), 7);
+    assert_eq!(op.send(&tx, 1), Ok(()));
 }
