@@ -631,6 +631,10 @@ impl<'a> Select<'a> {
     /// the operations in the order the pass drew. With `spin` (a blocking select),
     /// while the pass finds every operation not ready it backs off and tries again
     /// (as a blocking receive does) before the machine registers anything.
+    // The machine goes back by value: boxing it would add an allocation to every
+    // select that waits, and a large `Err` costs nothing on the quick path (the `Ok`
+    // is written in place).
+    #[allow(clippy::result_large_err)]
     fn quick_or_machine(&self, spin: bool) -> Result<SelectedOperation<'a>, Machine<'a>> {
         let mut backoff = spin.then(crate::fiber::wait::Backoff::new);
         let order = loop {
