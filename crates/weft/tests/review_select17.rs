@@ -115,7 +115,7 @@ macro_rules! size_case {
             let i = sel.recv(&rx);
             let op = sel.select();
             assert_eq!(op.index(), i);
-            if k % 2 == 0 {
+            if k.is_multiple_of(2) {
                 // Dropped unperformed: the value goes back to the front.
                 drop(op);
             } else {
@@ -367,7 +367,7 @@ fn op_performed_or_dropped_on_another_thread() {
         let op = sel.select();
         std::thread::scope(|s| {
             s.spawn(|| {
-                if k % 2 == 0 {
+                if k.is_multiple_of(2) {
                     drop(op);
                 } else {
                     assert_eq!(op.recv(&rx).unwrap().id(), k / 2);
@@ -514,7 +514,7 @@ fn timers_with_channels() {
         match op.index() {
             i if i == a => {
                 seen[0] += 1;
-                if seen[0] % 2 == 0 {
+                if seen[0].is_multiple_of(2) {
                     op.recv(&rx).unwrap();
                 }
             }
@@ -526,7 +526,7 @@ fn timers_with_channels() {
             }
             i if i == c => {
                 seen[2] += 1;
-                if seen[2] % 2 == 0 {
+                if seen[2].is_multiple_of(2) {
                     op.recv(&k).unwrap();
                 }
             }
@@ -548,19 +548,19 @@ fn timers_with_channels() {
 fn waiting_select_woken_by_close_or_value() {
     for round in 0..200u64 {
         let drops = Arc::new(AtomicUsize::new(0));
-        let (tx, rx) = bounded::<Counted>(if round % 2 == 0 { 0 } else { 1 });
+        let (tx, rx) = bounded::<Counted>(if round.is_multiple_of(2) { 0 } else { 1 });
         let (tx2, rx2) = unbounded::<Counted>();
         std::thread::scope(|s| {
             let d = drops.clone();
             let tx = &tx;
             s.spawn(move || {
-                if round % 3 == 0 {
+                if round.is_multiple_of(3) {
                     let _ = tx.try_send(Counted::new(round, &d));
                 }
                 tx.close();
             });
             s.spawn(|| {
-                if round % 5 == 0 {
+                if round.is_multiple_of(5) {
                     tx2.send_blocking(Counted::new(1000 + round, &drops))
                         .unwrap();
                 }
@@ -575,7 +575,7 @@ fn waiting_select_woken_by_close_or_value() {
                     Err(_) => panic!("a close must wake the select"),
                 };
                 if op.index() == a {
-                    if round % 7 == 0 {
+                    if round.is_multiple_of(7) {
                         drop(op);
                         match rx.try_recv() {
                             Ok(v) => {
@@ -600,7 +600,7 @@ fn waiting_select_woken_by_close_or_value() {
             assert!(got <= 1);
         });
         drop((tx, rx, tx2, rx2));
-        let made = usize::from(round % 3 == 0) + usize::from(round % 5 == 0);
+        let made = usize::from(round.is_multiple_of(3)) + usize::from(round.is_multiple_of(5));
         // A try_send into a full zero-capacity channel fails (its value dropped too).
         assert_eq!(drops.load(SeqCst), made, "round {round}");
     }
@@ -639,7 +639,7 @@ fn stress_conservation_with_drops() {
                         let mut sel = Select::new();
                         let mut ops = Vec::new();
                         for (c, (tx, rx)) in chans.iter().enumerate() {
-                            if (c + t) % 2 == 0 {
+                            if (c + t).is_multiple_of(2) {
                                 ops.push((sel.send(tx), c, false));
                             }
                             ops.push((sel.recv(rx), c, true));
@@ -649,7 +649,7 @@ fn stress_conservation_with_drops() {
                             Err(_) => continue,
                         };
                         let &(_, c, recv) = ops.iter().find(|o| o.0 == op.index()).unwrap();
-                        let dropit = next() % 4 == 0;
+                        let dropit = next().is_multiple_of(4);
                         if dropit {
                             drop(op);
                         } else if recv {
@@ -719,7 +719,7 @@ fn select_async_cancelled_at_every_poll() {
                 if let Poll::Ready(op) = fut.as_mut().poll(&mut cx) {
                     let i = op.index();
                     let r = if i == 0 { &rx } else { &rx2 };
-                    if polls % 5 == 0 {
+                    if polls.is_multiple_of(5) {
                         drop(op);
                     } else {
                         match op.recv(r) {
@@ -791,29 +791,6 @@ fn runtime_dropped_while_selects_wait() {
     assert_eq!(rx2.try_recv().unwrap().id(), 2);
     drop((tx, rx, tx2, rx2));
     assert_eq!(drops.load(SeqCst), 2);
-}
-
-/// The `select!` macro with a value arm, a timeout arm and a send arm; values counted.
-#[test]
-fn macro_forms_count_drops() {
-    let drops = Arc::new(AtomicUsize::new(0));
-    let (tx, rx) = bounded::<Counted>(2);
-    let (tx2, rx2) = bounded::<Counted>(1);
-    tx.send_blocking(Counted::new(1, &drops)).unwrap();
-    for _ in 0..4 {
-        weft::select! {
-            recv(rx) -> v => { v.unwrap().id(); }
-            send(tx2, Counted::new(2, &drops)) -> r => { r.unwrap(); }
-            default(Duration::from_millis(1)) => {}
-        }
-    }
-    while let Ok(v) = rx2.try_recv() {
-        v.id();
-    }
-    drop((tx, rx, tx2));
-    let d = drops.load(SeqCst);
-    assert!(d >= 2, "{d}");
-    // Every value made was dropped (made: one, plus each send arm evaluated).
 }
 
 /// `mem::forget` of a selected operation (safe code) leaks its value: crossbeam's
@@ -905,4 +882,87 @@ fn forgotten_recv_future_does_not_hang_receivers() {
         matches!(r, Err(weft::chan::RecvTimeoutError::Disconnected)),
         "{r:?}"
     );
+}
+
+/// A value given back while another receiver waits (a blocking receive, or another
+/// thread's select in a full round) goes to that receiver, before Disconnected when
+/// the senders are gone meanwhile.
+#[test]
+fn given_back_value_reaches_a_waiting_receiver_before_disconnected() {
+    for case in 0..8u64 {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = unbounded::<Counted>();
+        tx.send_blocking(Counted::new(case, &drops)).unwrap();
+        let mut sel = Select::new();
+        sel.recv(&rx);
+        let op = sel.select();
+        let waiting = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                waiting.store(1, SeqCst);
+                let mut got = Vec::new();
+                loop {
+                    let r = if case.is_multiple_of(2) {
+                        rx.recv_timeout(Duration::from_secs(60))
+                            .map_err(|e| format!("{e:?}"))
+                    } else {
+                        let mut sel = Select::new();
+                        sel.recv(&rx);
+                        match sel.select_timeout(Duration::from_secs(60)) {
+                            Ok(op) => op.recv(&rx).map_err(|e| format!("{e:?}")),
+                            Err(e) => Err(format!("{e:?}")),
+                        }
+                    };
+                    match r {
+                        Ok(v) => got.push(v.id()),
+                        Err(e) => return (got, e),
+                    }
+                }
+            });
+            while waiting.load(SeqCst) == 0 {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(Duration::from_millis(2));
+            if case % 4 < 2 {
+                drop(tx);
+                drop(op);
+            } else {
+                drop(op);
+                drop(tx);
+            }
+            let (got, end) = h.join().unwrap();
+            assert_eq!(got, [case], "case {case}");
+            assert!(!end.contains("Timeout"), "case {case}: {end}");
+        });
+        assert_eq!(drops.load(SeqCst), 1);
+    }
+}
+
+/// `select!`'s send arm evaluates its value only when that arm is selected (as in
+/// crossbeam): every value made is dropped exactly once.
+#[test]
+fn macro_send_arm_values_counted() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let made = AtomicUsize::new(0);
+    let mk = |id| {
+        made.fetch_add(1, SeqCst);
+        Counted::new(id, &drops)
+    };
+    let (tx, rx) = bounded::<Counted>(4);
+    let (tx2, rx2) = bounded::<Counted>(1);
+    for i in 0..3 {
+        tx.send_blocking(mk(i)).unwrap();
+    }
+    for i in 0..8 {
+        weft::select! {
+            recv(rx) -> v => { v.unwrap().id(); }
+            send(tx2, mk(100 + i)) -> r => { r.unwrap(); }
+            default(Duration::from_millis(1)) => {}
+        }
+    }
+    while let Ok(v) = rx2.try_recv() {
+        v.id();
+    }
+    drop((tx, rx, tx2));
+    assert_eq!(drops.load(SeqCst), made.load(SeqCst));
 }
