@@ -966,3 +966,76 @@ fn macro_send_arm_values_counted() {
     drop((tx, rx, tx2));
     assert_eq!(drops.load(SeqCst), made.load(SeqCst));
 }
+
+/// `select_async`'s future polled again after it returned an operation (allowed to
+/// misbehave, not to be unsound): its machine, whose group was won and whose
+/// selected node is gone, must panic or select anew, never touch what it gave away.
+#[test]
+fn select_async_polled_after_ready() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    let drops = Arc::new(AtomicUsize::new(0));
+    for quick in [true, false] {
+        let (tx, rx) = bounded::<Counted>(0);
+        let (tx2, rx2) = unbounded::<Counted>();
+        let mut sel = Select::new();
+        sel.recv(&rx);
+        sel.recv(&rx2);
+        if quick {
+            tx2.send_blocking(Counted::new(1, &drops)).unwrap();
+        }
+        tx2.send_blocking(Counted::new(2, &drops)).unwrap();
+        let mut fut = Box::pin(sel.select_async());
+        let mut cx = Context::from_waker(Waker::noop());
+        std::thread::scope(|s| {
+            let op = if quick {
+                match fut.as_mut().poll(&mut cx) {
+                    Poll::Ready(op) => op,
+                    Poll::Pending => panic!("a value was ready"),
+                }
+            } else {
+                // Registered on both (the rendezvous has no sender yet, and the
+                // buffered channel's value is taken first only if the quick pass
+                // saw it: drain it so the round registers).
+                let v = rx2.try_recv().unwrap();
+                v.id();
+                assert!(fut.as_mut().poll(&mut cx).is_pending());
+                s.spawn(|| tx.send_blocking(Counted::new(3, &drops)).unwrap());
+                let mut polls = 0;
+                loop {
+                    polls += 1;
+                    assert!(polls < 10_000_000);
+                    if let Poll::Ready(op) = fut.as_mut().poll(&mut cx) {
+                        break op;
+                    }
+                    std::thread::yield_now();
+                }
+            };
+            let first = op.index();
+            let r = if first == 0 { &rx } else { &rx2 };
+            op.recv(r).unwrap().id();
+            // Again: a panic is fine (the full round's machine panics: its selected
+            // node is gone), a second operation is fine (the quick pass runs anew).
+            tx2.send_blocking(Counted::new(4, &drops)).unwrap();
+            let again = catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut cx)));
+            if let Ok(Poll::Ready(op)) = again {
+                let r = if op.index() == 0 { &rx } else { &rx2 };
+                op.recv(r).unwrap().id();
+            }
+        });
+        drop(fut);
+        while let Ok(v) = rx2.try_recv() {
+            v.id();
+        }
+    }
+    // 1, 2, 4 (quick); 2, 3, 4 (full round): six values, each dropped once.
+    assert_eq!(drops.load(SeqCst), 6);
+}
+
+/// `SelectedOperation` is `Send` and `Sync` (performed on another thread above).
+#[test]
+fn selected_operation_is_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<weft::chan::SelectedOperation<'static>>();
+    is::<Select<'static>>();
+}
