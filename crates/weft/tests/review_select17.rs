@@ -1039,3 +1039,59 @@ fn selected_operation_is_send_sync() {
     is::<weft::chan::SelectedOperation<'static>>();
     is::<Select<'static>>();
 }
+
+/// Operations selected in fibers (quick and full-round), carried out of the fiber
+/// through its join handle and performed or dropped on this thread; fibers that
+/// block in a select while others send.
+#[test]
+fn ops_cross_fibers_and_threads() {
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
+    struct V(u32);
+    impl Drop for V {
+        fn drop(&mut self) {
+            DROPS.fetch_add(1, SeqCst);
+        }
+    }
+    let rt = weft::Runtime::new().unwrap();
+    let _enter = rt.enter();
+    let (tx, rx): (&'static Sender<V>, &'static Receiver<V>) = {
+        let (t, r) = bounded::<V>(0);
+        (Box::leak(Box::new(t)), Box::leak(Box::new(r)))
+    };
+    let (tx2, rx2): (&'static Sender<V>, &'static Receiver<V>) = {
+        let (t, r) = bounded::<V>(8);
+        (Box::leak(Box::new(t)), Box::leak(Box::new(r)))
+    };
+    const N: u32 = 40;
+    let sender = weft::fiber::spawn(move || {
+        for i in 0..N {
+            tx.send_blocking(V(i)).unwrap();
+            tx2.send_blocking(V(1000 + i)).unwrap();
+        }
+    });
+    let mut got = 0u32;
+    let mut k = 0u32;
+    while got < 2 * N {
+        k += 1;
+        assert!(k < 100_000, "bounded");
+        let h = weft::fiber::spawn(move || {
+            let mut sel = Select::new();
+            sel.recv(rx);
+            sel.recv(rx2);
+            sel.select_timeout(Duration::from_secs(60)).ok()
+        });
+        let Some(op) = h.join().unwrap() else {
+            panic!("a select timed out with senders running");
+        };
+        let r = if op.index() == 0 { rx } else { rx2 };
+        if k.is_multiple_of(3) {
+            drop(op);
+        } else {
+            drop(op.recv(r).unwrap());
+            got += 1;
+        }
+    }
+    sender.join().unwrap();
+    assert!(rx.try_recv().is_err() && rx2.try_recv().is_err());
+    assert_eq!(DROPS.load(SeqCst), 2 * N as usize);
+}
