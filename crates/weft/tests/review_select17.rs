@@ -1049,9 +1049,11 @@ fn ops_cross_fibers_and_threads() {
     struct V(u32);
     impl Drop for V {
         fn drop(&mut self) {
+            assert!(self.0 < N || (1000..1000 + N).contains(&self.0));
             DROPS.fetch_add(1, SeqCst);
         }
     }
+    const N: u32 = 40;
     let rt = weft::Runtime::new().unwrap();
     let _enter = rt.enter();
     let (tx, rx): (&'static Sender<V>, &'static Receiver<V>) = {
@@ -1062,7 +1064,6 @@ fn ops_cross_fibers_and_threads() {
         let (t, r) = bounded::<V>(8);
         (Box::leak(Box::new(t)), Box::leak(Box::new(r)))
     };
-    const N: u32 = 40;
     let sender = weft::fiber::spawn(move || {
         for i in 0..N {
             tx.send_blocking(V(i)).unwrap();
