@@ -1631,6 +1631,18 @@ impl<T> Chan<T> {
         self.send_anyway_locked(&mut st, v, &mut wakes)
     }
 
+    /// A value a select's quick pass took ([`Chan::recv_fast_held`], counted in
+    /// `in_flight`) goes back, its select's operation not performed: as
+    /// [`Chan::release_won`] gives back a node's value.
+    pub(crate) fn give_back_held(&self, v: T) {
+        let mut wakes = WakeBatch::new();
+        let mut st = self.lock();
+        let drop_later = self.give_back_locked(&mut st, v, &mut wakes);
+        self.taken_locked(&mut st, &mut wakes);
+        drop(st);
+        drop(drop_later);
+    }
+
     /// A selected operation that will not be performed lets go of what it holds: a
     /// value goes back, a slot or a held receiver is released, a pairing is undone.
     pub(crate) fn release_won(&self, node: &Node<T>, recv: bool) {

@@ -37,8 +37,94 @@ trait Handle: Send + Sync {
     fn node<'s>(&'s self, kind: Kind, group: *const Group, index: usize) -> Box<dyn OpNode + 's>;
     fn addr(&self) -> *const ();
     /// The first pass of a select (see [`Select::quick`]): a receive that took a value
-    /// through its channel's fast path, as the selected node, or a send that saw room.
-    fn try_fast(&self, index: usize) -> Fast<'_>;
+    /// through its channel's fast path (put in `stash`), or a send that saw room.
+    fn try_fast(&self, stash: &mut Stash) -> Fast;
+    /// A value the quick pass put in `stash` goes back to the channel (its
+    /// `SelectedOperation` was dropped unperformed).
+    ///
+    /// # Safety
+    /// `stash` holds a value this handle's `try_fast` put there, not taken since.
+    unsafe fn give_back(&self, stash: &mut Stash);
+}
+
+/// Room for the value a select's quick pass takes, inline in the `SelectedOperation`:
+/// the pass used to put it in a boxed node, an allocation and a free per selected
+/// message. A value that does not fit is boxed here instead (one allocation, as
+/// before, for values over [`Stash::BYTES`]).
+#[repr(C, align(16))]
+struct Stash(std::mem::MaybeUninit<[u8; Stash::BYTES]>);
+
+impl Stash {
+    /// Covers the common messages (integers, pointers, `String`, `Vec`, small
+    /// structs) without making every `SelectedOperation` large to move.
+    const BYTES: usize = 32;
+
+    fn new() -> Stash {
+        Stash(std::mem::MaybeUninit::uninit())
+    }
+
+    /// Whether a `T` is kept inline (else a `Box<T>` is).
+    const fn fits<T>() -> bool {
+        std::mem::size_of::<T>() <= Stash::BYTES
+            && std::mem::align_of::<T>() <= std::mem::align_of::<Stash>()
+    }
+
+    /// Stores `v`. Whatever was there is overwritten, never dropped: the caller knows
+    /// the stash holds nothing.
+    fn put<T>(&mut self, v: T) {
+        let at = self.0.as_mut_ptr();
+        if Stash::fits::<T>() {
+            // SAFETY: the buffer is `BYTES` long and aligned to 16, and `T` fits in
+            // both (`fits`).
+            unsafe { at.cast::<T>().write(v) }
+        } else {
+            // SAFETY: a `Box` is a pointer: it fits (`BYTES >= 8`, align 16).
+            unsafe { at.cast::<Box<T>>().write(Box::new(v)) }
+        }
+    }
+
+    /// Moves the value out.
+    ///
+    /// # Safety
+    /// The stash holds a `T` stored by [`put`](Stash::put) and not taken since; it is
+    /// moved out, so it must not be taken again.
+    unsafe fn take<T>(&mut self) -> T {
+        let at = self.0.as_ptr();
+        if Stash::fits::<T>() {
+            // SAFETY: the contract: a `T` was written here by `put`.
+            unsafe { at.cast::<T>().read() }
+        } else {
+            // SAFETY: the contract: `put` wrote a `Box<T>` for a `T` that does not fit.
+            *unsafe { at.cast::<Box<T>>().read() }
+        }
+    }
+}
+
+/// A value the quick pass took, with the handle of its receiver: given back to the
+/// channel if dropped (a `SelectedOperation` dropped unperformed).
+struct Quick<'a> {
+    stash: Stash,
+    handle: &'a dyn Handle,
+}
+
+impl Quick<'_> {
+    /// The value, for the selected receive.
+    ///
+    /// # Safety
+    /// `T` is the type of the channel whose receiver's `try_fast` filled the stash.
+    unsafe fn take<T>(self) -> T {
+        let mut this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: the contract; `this` is never dropped, so the value is taken once.
+        unsafe { this.stash.take() }
+    }
+}
+
+impl Drop for Quick<'_> {
+    fn drop(&mut self) {
+        // SAFETY: a `Quick` is made only around a stash its handle's `try_fast` filled
+        // (`Select::quick`), and `take` forgets it: the value is still there.
+        unsafe { self.handle.give_back(&mut self.stash) }
+    }
 }
 
 /// The order in which a select's quick pass tried its operations (indices into the
@@ -54,8 +140,9 @@ impl Drawn {
 }
 
 /// What a first-pass attempt found.
-enum Fast<'s> {
-    Done(Box<dyn OpNode + 's>),
+enum Fast {
+    /// A receive took a value: it is in the stash.
+    Taken,
     /// A send saw room in the buffer ([`Won::Room`]).
     Room,
     NotReady,
@@ -129,7 +216,7 @@ impl<T: Send> Handle for Receiver<T> {
     fn addr(&self) -> *const () {
         Receiver::addr(self)
     }
-    fn try_fast(&self, index: usize) -> Fast<'_> {
+    fn try_fast(&self, stash: &mut Stash) -> Fast {
         let Some(chan) = self.flavor_chan() else {
             return if self.flavor_timer().is_some() {
                 Fast::Undecided
@@ -139,16 +226,19 @@ impl<T: Send> Handle for Receiver<T> {
         };
         match chan.recv_fast_held() {
             Ok(Some(v)) => {
-                let n = RecvNode {
-                    chan,
-                    node: Node::with(Kind::Select, std::ptr::null(), index),
-                };
-                // SAFETY: the node was just made here and is on no list: ours alone.
-                unsafe { n.node.put_slot(v) };
-                Fast::Done(Box::new(n))
+                stash.put(v);
+                Fast::Taken
             }
             Ok(None) => Fast::NotReady,
             Err(()) => Fast::Undecided,
+        }
+    }
+    unsafe fn give_back(&self, stash: &mut Stash) {
+        // SAFETY: the contract: our `try_fast` put a `T` there.
+        let v: T = unsafe { stash.take() };
+        // Only a channel's `try_fast` stores a value.
+        if let Some(chan) = self.flavor_chan() {
+            chan.give_back_held(v);
         }
     }
 }
@@ -163,12 +253,15 @@ impl<T: Send> Handle for Sender<T> {
     fn addr(&self) -> *const () {
         std::ptr::from_ref(self.chan()).cast()
     }
-    fn try_fast(&self, _: usize) -> Fast<'_> {
+    fn try_fast(&self, _: &mut Stash) -> Fast {
         match self.chan().send_room_fast() {
             Ok(true) => Fast::Room,
             Ok(false) => Fast::NotReady,
             Err(()) => Fast::Undecided,
         }
+    }
+    unsafe fn give_back(&self, _: &mut Stash) {
+        unreachable!("a send's quick pass stores no value")
     }
 }
 
@@ -294,6 +387,61 @@ struct Entry<'a> {
     recv: bool,
 }
 
+/// A select's operations: inline up to [`Ops::INLINE`], so building a select of a few
+/// operations (crossbeam's benchmarks build one per message) allocates nothing; more
+/// move to a `Vec`.
+#[derive(Clone, Default)]
+struct Ops<'a> {
+    inline: [Option<Entry<'a>>; Ops::INLINE],
+    /// How many of `inline` are in use; unused once `spill` holds the operations.
+    len: usize,
+    /// Every operation, once there are more than `INLINE`.
+    spill: Vec<Option<Entry<'a>>>,
+}
+
+impl<'a> Ops<'a> {
+    const INLINE: usize = 4;
+
+    /// Inlined: called with an `Entry` just built, which a call would pass through
+    /// memory, stored in halves and loaded whole (a stalled store forwarding, about a
+    /// fifth of a select's quick receive in a profile).
+    #[inline]
+    fn push(&mut self, e: Entry<'a>) {
+        if self.spill.is_empty() && self.len < Ops::INLINE {
+            self.inline[self.len] = Some(e);
+            self.len += 1;
+            return;
+        }
+        if self.spill.is_empty() {
+            self.spill.extend_from_slice(&self.inline[..self.len]);
+        }
+        self.spill.push(Some(e));
+    }
+}
+
+impl<'a> std::ops::Deref for Ops<'a> {
+    type Target = [Option<Entry<'a>>];
+    #[inline]
+    fn deref(&self) -> &Self::Target {
+        if self.spill.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.spill
+        }
+    }
+}
+
+impl std::ops::DerefMut for Ops<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        if self.spill.is_empty() {
+            &mut self.inline[..self.len]
+        } else {
+            &mut self.spill
+        }
+    }
+}
+
 /// Waits on several channel operations at once and completes exactly one of them, as
 /// crossbeam-channel's `Select` (with [`select_async`](Select::select_async) for async
 /// code).
@@ -318,7 +466,7 @@ struct Entry<'a> {
 /// ```
 #[derive(Clone, Default)]
 pub struct Select<'a> {
-    ops: Vec<Option<Entry<'a>>>,
+    ops: Ops<'a>,
     biased: bool,
 }
 
@@ -354,7 +502,7 @@ impl<'a> Select<'a> {
     /// ```
     pub fn new_biased() -> Select<'a> {
         Select {
-            ops: Vec::new(),
+            ops: Ops::default(),
             biased: true,
         }
     }
@@ -367,10 +515,10 @@ impl<'a> Select<'a> {
     /// assert_eq!(sel.recv(&rx), 0);
     /// ```
     pub fn recv<T: Send>(&mut self, r: &'a Receiver<T>) -> usize {
-        self.ops.push(Some(Entry {
+        self.ops.push(Entry {
             handle: r,
             recv: true,
-        }));
+        });
         self.ops.len() - 1
     }
 
@@ -382,10 +530,10 @@ impl<'a> Select<'a> {
     /// assert_eq!(sel.send(&tx), 0);
     /// ```
     pub fn send<T: Send>(&mut self, s: &'a Sender<T>) -> usize {
-        self.ops.push(Some(Entry {
+        self.ops.push(Entry {
             handle: s,
             recv: false,
-        }));
+        });
         self.ops.len() - 1
     }
 
@@ -445,15 +593,19 @@ impl<'a> Select<'a> {
         for &i in &order[..n] {
             let i = usize::from(i);
             let Some(e) = self.ops[i] else { continue };
-            match e.handle.try_fast(i) {
-                Fast::Done(node) => {
+            let mut stash = Stash::new();
+            match e.handle.try_fast(&mut stash) {
+                Fast::Taken => {
                     return Ok(SelectedOperation {
                         index: i,
                         won: Won::Value,
                         addr: e.handle.addr(),
                         recv: true,
-                        node: Some(node),
-                        _group: None,
+                        node: None,
+                        quick: Some(Quick {
+                            stash,
+                            handle: e.handle,
+                        }),
                         done: false,
                     })
                 }
@@ -464,7 +616,7 @@ impl<'a> Select<'a> {
                         addr: e.handle.addr(),
                         recv: false,
                         node: None,
-                        _group: None,
+                        quick: None,
                         done: false,
                     })
                 }
@@ -479,6 +631,10 @@ impl<'a> Select<'a> {
     /// the operations in the order the pass drew. With `spin` (a blocking select),
     /// while the pass finds every operation not ready it backs off and tries again
     /// (as a blocking receive does) before the machine registers anything.
+    // The machine goes back by value: boxing it would add an allocation to every
+    // select that waits, and a large `Err` costs nothing on the quick path (the `Ok`
+    // is written in place).
+    #[allow(clippy::result_large_err)]
     fn quick_or_machine(&self, spin: bool) -> Result<SelectedOperation<'a>, Machine<'a>> {
         let mut backoff = spin.then(crate::fiber::wait::Backoff::new);
         let order = loop {
@@ -727,7 +883,7 @@ impl<'a> Select<'a> {
 
 /// One select call: its group, its nodes, and where it stands.
 struct Machine<'a> {
-    ops: Vec<Option<Entry<'a>>>,
+    ops: Ops<'a>,
     /// Boxed: the nodes point to it while they are on lists.
     group: Box<Group>,
     nodes: Vec<Option<Box<dyn OpNode + 'a>>>,
@@ -993,7 +1149,7 @@ impl<'a> Machine<'a> {
             addr: entry.handle.addr(),
             recv: entry.recv,
             node: self.nodes[index].take(),
-            _group: Some(std::mem::replace(&mut self.group, Box::new(Group::new()))),
+            quick: None,
             done: false,
         }
     }
@@ -1056,14 +1212,23 @@ pub struct SelectedOperation<'a> {
     won: Won,
     addr: *const (),
     recv: bool,
+    /// The node of an operation a full round selected. Its group, which stays with the
+    /// `Machine` and is freed with it, is never looked at again: only a node found on
+    /// a wait list (under that list's lock) has its group followed (`Node::claim`,
+    /// `Node::is_open`), and every node of the select is off every list before the
+    /// select returns (the winner taken off by whoever won it, the losers by the
+    /// select's cleanup). What a selected node still holds (a value, a held slot, a
+    /// held partner's address) is its own, not the group's.
     node: Option<Box<dyn OpNode + 'a>>,
-    /// The group the node points to.
-    _group: Option<Box<Group>>,
+    /// The value of a receive the quick pass selected (no node).
+    quick: Option<Quick<'a>>,
     done: bool,
 }
 
-// SAFETY: `addr` is only compared, never followed; the rest is `Send + Sync` (the node
-// is, by `OpNode`'s bounds).
+// SAFETY: `addr` is only compared, never followed; the node is `Send + Sync` (by
+// `OpNode`'s bounds); the quick pass's value is a `T: Send` of a channel (its handle is
+// `Send + Sync`), reached only through `&mut self` or `self` (`recv`, drop), never
+// through a shared reference.
 unsafe impl Send for SelectedOperation<'_> {}
 // SAFETY: as above.
 unsafe impl Sync for SelectedOperation<'_> {}
@@ -1114,6 +1279,15 @@ impl SelectedOperation<'_> {
             "passed a receiver that wasn't selected"
         );
         self.done = true;
+        if let Some(q) = self.quick.take() {
+            // SAFETY: the quick pass filled the stash through this very receiver's
+            // channel (checked above: a receive on the same channel, so the same `T`).
+            let v: T = unsafe { q.take() };
+            if let Some(chan) = r.flavor_chan() {
+                chan.taken();
+            }
+            return Ok(v);
+        }
         if let Some((_, convert)) = r.flavor_timer() {
             let node = self.node().as_ptr().cast::<TimerNode<'_>>();
             // SAFETY: the selected operation is a receive on this very timer receiver
