@@ -80,6 +80,11 @@ impl<T> fmt::Debug for SendFuture<'_, T> {
 }
 
 /// The future of [`Receiver::recv`](super::Receiver::recv).
+///
+/// Dropping it is always fine (a value a sender handed it goes back to the channel);
+/// leaking a polled one (`mem::forget`) is not: a value handed to it counts as on its
+/// way until taken, so once the channel closes its other receivers wait for that value
+/// for ever instead of seeing it disconnected.
 #[must_use = "futures do nothing unless awaited"]
 pub struct RecvFuture<'a, T> {
     inner: RecvInner<'a, T>,

@@ -1197,6 +1197,11 @@ impl Drop for Machine<'_> {
 /// [`send`](Self::send), passing the same receiver or sender that was added. Dropping
 /// it unperformed gives back what it held (a received value returns to its channel).
 ///
+/// Do not leak one (`mem::forget`): a received value it holds is counted as on its way
+/// to a receiver until it is taken or given back, so once the channel closes, its other
+/// receivers wait for that value for ever instead of seeing it disconnected (as a
+/// leaked `MutexGuard` keeps its lock).
+///
 /// ```
 /// let (tx, rx) = weft::chan::bounded(1);
 /// let mut sel = weft::chan::Select::new();
@@ -1280,8 +1285,13 @@ impl SelectedOperation<'_> {
         );
         self.done = true;
         if let Some(q) = self.quick.take() {
-            // SAFETY: the quick pass filled the stash through this very receiver's
-            // channel (checked above: a receive on the same channel, so the same `T`).
+            // SAFETY: the quick pass filled the stash from the channel of the receiver
+            // it was selected through, with that channel's `T`. `r` may be a clone, but
+            // the check above found `r`'s channel at the same address, and both are
+            // alive (the operation borrows its receiver for `'a`, and `r` is borrowed
+            // here): the same allocation, so the same channel and the same `T`. A
+            // timer's address is its own `Arc` and never fills the stash; `never()`'s
+            // is null.
             let v: T = unsafe { q.take() };
             if let Some(chan) = r.flavor_chan() {
                 chan.taken();
