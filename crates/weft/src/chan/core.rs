@@ -972,6 +972,20 @@ impl<T> Chan<T> {
         Err(Fail::NotReady)
     }
 
+    /// Releases the lock and runs the wakes of a receive that took `v` under it, then
+    /// returns `v`; if a wake panics, `v` goes back to the channel instead of being
+    /// lost in the unwind (returned beside a live batch, it was leaked: the batch's
+    /// `Drop` runs the wakes after the return value is made).
+    fn unlock_holding(&self, v: T, st: Guard<'_, T>, wakes: WakeBatch) -> T {
+        let mut hold = GiveBackOnUnwind {
+            chan: self,
+            value: Some(v),
+        };
+        drop(st);
+        drop(wakes);
+        hold.value.take().expect("kept while the wakes ran")
+    }
+
     /// One [`Chan::try_recv_locked`], the value held while the wakes run after the
     /// lock: if a wake panics, the value goes back to the channel instead of being
     /// dropped by the unwind.
@@ -1044,16 +1058,7 @@ impl<T> Chan<T> {
             let mut wakes = WakeBatch::new();
             let mut st = self.lock();
             match self.try_recv_locked(&mut st, None, &mut wakes) {
-                Ok(v) => {
-                    // Given back if a wake panics (as `try_recv_now` does).
-                    let mut hold = GiveBackOnUnwind {
-                        chan: self,
-                        value: Some(v),
-                    };
-                    drop(st);
-                    drop(wakes);
-                    return Poll::Ready(hold.value.take());
-                }
+                Ok(v) => return Poll::Ready(Some(self.unlock_holding(v, st, wakes))),
                 Err(Fail::Closed) => return Poll::Ready(None),
                 // A waiting select's send needs a pairing, which `try_recv_now` makes.
                 Err(Fail::Unpaired) => {
@@ -1166,18 +1171,7 @@ impl<T> Chan<T> {
         }
         let mut st = self.lock();
         match self.try_recv_locked(&mut st, Some(node), &mut wakes) {
-            Ok(v) => {
-                // Given back if a wake panics (as `try_recv_held` does): returned as the
-                // tail expression, the value was leaked by an unwind from the batch's
-                // `Drop`, which runs after it.
-                let mut hold = GiveBackOnUnwind {
-                    chan: self,
-                    value: Some(v),
-                };
-                drop(st);
-                drop(wakes);
-                Poll::Ready(Ok(hold.value.take().expect("kept while the wakes ran")))
-            }
+            Ok(v) => Poll::Ready(Ok(self.unlock_holding(v, st, wakes))),
             Err(Fail::Closed) => Poll::Ready(Err(RecvError)),
             Err(Fail::Paired) => {
                 // Recorded before any user code (the waker's clone, the wakes) can
