@@ -266,10 +266,13 @@ fn drops_that_panic_are_reported_and_the_cell_freed_once() {
         assert_eq!(load(&drops), 300);
         for _ in 0..300 {
             let d = drops.clone();
-            // Handle dropped before completion: nobody reads the output.
-            let (tx, rx) = mpsc::channel::<()>();
+            // Handle dropped before completion: nobody reads the output. The task ends
+            // only once `tx` is dropped, after the handle: it used to end at once, and a
+            // worker that finished it before `drop(h)` left the output to the handle,
+            // whose drop then panicked on this thread (seen once in CI).
+            let (tx, rx) = weft::sync::oneshot::channel::<()>();
             let h = rt.spawn(async move {
-                let _ = rx;
+                let _ = rx.await;
                 PanicOnDrop { drops: d }
             });
             drop(h);
