@@ -121,19 +121,10 @@ impl<T> Buffer<T> {
         }
     }
 
-    /// A value, `Ok(None)` when empty, `Err(())` when a push has claimed the next
-    /// value's place but not yet written it.
-    fn pop(&self) -> Result<Option<T>, ()> {
-        let mut out = MaybeUninit::uninit();
-        // SAFETY: `pop_into` said it moved a value into `out`.
-        Ok(self
-            .pop_into(&mut out)?
-            .then(|| unsafe { out.assume_init() }))
-    }
-
-    /// [`pop`](Self::pop) into `out`: `Ok(true)` when `out` now holds the value (the
-    /// caller's to take). A ring's value is copied once, straight from its slot (see
-    /// [`Ring::try_pop_into`]).
+    /// Pops into `out`: `Ok(true)` when `out` now holds the value (the caller's to
+    /// take), `Ok(false)` when empty, `Err(())` when a push has claimed the next
+    /// value's place but not yet written it. A ring's value is copied once, straight
+    /// from its slot (see [`Ring::try_pop_into`]).
     fn pop_into(&self, out: &mut MaybeUninit<T>) -> Result<bool, ()> {
         match self {
             Buffer::None => Ok(false),
@@ -176,10 +167,19 @@ impl<T> Buffer<T> {
     /// Pops, waiting out a push caught between claiming its place and writing it (a
     /// few instructions of another thread).
     fn pop_settled(&self) -> Option<T> {
+        let mut out = MaybeUninit::uninit();
+        // SAFETY: `pop_settled_into` said it moved a value into `out`.
+        self.pop_settled_into(&mut out)
+            .then(|| unsafe { out.assume_init() })
+    }
+
+    /// [`pop_settled`](Self::pop_settled) into `out`: `true` when `out` now holds the
+    /// value (the caller's to take).
+    fn pop_settled_into(&self, out: &mut MaybeUninit<T>) -> bool {
         let mut backoff = Backoff::new();
         loop {
-            match self.pop() {
-                Ok(v) => return v,
+            match self.pop_into(out) {
+                Ok(got) => return got,
                 Err(()) => backoff.snooze(),
             }
         }
@@ -359,14 +359,11 @@ impl<T> Chan<T> {
     /// Sends without the lock if nothing needs it and there is room; the value back if
     /// the slow path must decide.
     pub(crate) fn send_fast(&self, v: T) -> Result<(), T> {
-        if !self.fast_sends || self.slow.load(Acquire) {
-            return Err(v);
+        let mut src = Some(v);
+        if self.send_fast_from(&mut src) {
+            return Ok(());
         }
-        self.buffer.push(v)?;
-        if self.met_waiter() {
-            self.settle();
-        }
-        Ok(())
+        Err(src.expect("left where it was"))
     }
 
     /// [`send_fast`](Self::send_fast) of the value in `src` (a send future's node
@@ -487,7 +484,7 @@ impl<T> Chan<T> {
             return Err(());
         }
         if !self.buffer.may_have_written() {
-            return self.empty_fast();
+            return self.fast_empty().map(|_| None);
         }
         self.handed();
         match self.recv_fast_probe() {
@@ -499,14 +496,9 @@ impl<T> Chan<T> {
         }
     }
 
-    /// The fast path's answer for an empty buffer: "empty" while the channel is open;
-    /// once it is closed only the lock can tell drained from a value handed to a
-    /// receiver that may still give it back (`Err`: undecided).
-    fn empty_fast(&self) -> Result<Option<T>, ()> {
-        self.fast_empty().map(|_| None)
-    }
-
-    /// [`empty_fast`](Self::empty_fast) with `Ok(false)` for "empty".
+    /// The fast path's answer for an empty buffer: "empty" (`Ok(false)`) while the
+    /// channel is open; once it is closed only the lock can tell drained from a value
+    /// handed to a receiver that may still give it back (`Err`: undecided).
     fn fast_empty(&self) -> Result<bool, ()> {
         if self.closed.load(Acquire) {
             Err(())
@@ -610,14 +602,9 @@ impl<T> Chan<T> {
         // Each value copied once, into the deque (`pop_settled` hands it up through an
         // `Option`, and a large `T` was copied even for the `None` that ends the loop).
         let mut out = MaybeUninit::uninit();
-        let mut backoff = Backoff::new();
-        loop {
-            match self.buffer.pop_into(&mut out) {
-                // SAFETY: `pop_into` said it moved a value into `out`.
-                Ok(true) => all.push_back(unsafe { out.assume_init_read() }),
-                Ok(false) => break,
-                Err(()) => backoff.snooze(),
-            }
+        while self.buffer.pop_settled_into(&mut out) {
+            // SAFETY: `pop_settled_into` said it moved a value into `out`.
+            all.push_back(unsafe { out.assume_init_read() });
         }
         all.append(&mut st.over);
         all

@@ -1285,13 +1285,13 @@ impl SelectedOperation<'_> {
         );
         self.done = true;
         if let Some(q) = self.quick.take() {
-            // SAFETY: the quick pass filled the stash from the channel of the receiver
-            // it was selected through, with that channel's `T`. `r` may be a clone, but
-            // the check above found `r`'s channel at the same address, and both are
-            // alive (the operation borrows its receiver for `'a`, and `r` is borrowed
-            // here): the same allocation, so the same channel and the same `T`. A
-            // timer's address is its own `Arc` and never fills the stash; `never()`'s
-            // is null.
+            // The quick pass filled the stash from the channel of the receiver it was
+            // selected through, with that channel's `T`. `r` may be a clone, but the
+            // check above found `r`'s channel at the same address while both are alive
+            // (the operation borrows its receiver for `'a`, `r` is borrowed here): the
+            // same allocation. A timer's address is its own `Arc` and never fills the
+            // stash; `never()`'s is null.
+            // SAFETY: as just argued, the stash holds a `T` of `r`'s channel.
             let v: T = unsafe { q.take() };
             if let Some(chan) = r.flavor_chan() {
                 chan.taken();
