@@ -418,6 +418,38 @@ impl<T> Chan<T> {
         if !self.buffer.pop_into(out)? {
             return self.fast_empty();
         }
+        self.after_fast_pop(out);
+        Ok(true)
+    }
+
+    /// A blocking receive's first try: a value from the buffer if one is there and
+    /// nothing needs the lock, else `None` (the caller goes on to its full try).
+    /// On a ring it reads nothing a sender writes but the head slot's stamp
+    /// ([`Ring::try_pop_written_into`]).
+    #[inline]
+    pub(crate) fn recv_fast_first(&self) -> Option<T> {
+        if self.slow.load(Acquire) {
+            return None;
+        }
+        let mut out = MaybeUninit::uninit();
+        let popped = match &self.buffer {
+            Buffer::Ring(r) => r.try_pop_written_into(&mut out),
+            Buffer::List(_) => matches!(self.buffer.pop_into(&mut out), Ok(true)),
+            Buffer::None => false,
+        };
+        if !popped {
+            return None;
+        }
+        self.after_fast_pop(&mut out);
+        // SAFETY: the pop moved a value into `out`, and `after_fast_pop` leaves it there.
+        Some(unsafe { out.assume_init() })
+    }
+
+    /// After a fast receive popped the value now in `out`: settles with the waiters
+    /// its claim may have met, holding the value meanwhile (`out` holds it again
+    /// after).
+    #[inline]
+    fn after_fast_pop(&self, out: &mut MaybeUninit<T>) {
         if self.met_waiter() {
             // Given back if a wake panics. Not counted in `in_flight`: the value is this
             // receiver's (its pop is the receive), as a value held while the locked
@@ -433,7 +465,6 @@ impl<T> Chan<T> {
             self.settle();
             out.write(hold.value.take().expect("kept while the wakes ran"));
         }
-        Ok(true)
     }
 
     /// Whether a send would find room through the fast path now: `Err(())` when the
@@ -1099,7 +1130,6 @@ impl<T> Chan<T> {
         registered: &mut bool,
         cx: &mut Context<'_>,
     ) -> Poll<Result<T, RecvError>> {
-        let mut wakes = WakeBatch::new();
         if *registered {
             match node.reason() {
                 Reason::Data => {
@@ -1115,6 +1145,7 @@ impl<T> Chan<T> {
                     return Poll::Ready(Ok(v));
                 }
                 Reason::Waiting => {
+                    let mut wakes = WakeBatch::new();
                     let task = self.rendezvous_task(cx);
                     let mut st = self.lock();
                     if node.reason() == Reason::Waiting {
@@ -1156,6 +1187,8 @@ impl<T> Chan<T> {
             // SAFETY: `recv_fast_into` said it moved a value into `out`.
             return Poll::Ready(Ok(unsafe { out.assume_init() }));
         }
+        // After the fast path: a batch costs its drop even when empty.
+        let mut wakes = WakeBatch::new();
         let mut st = self.lock();
         match self.try_recv_locked(&mut st, Some(node), &mut wakes) {
             Ok(v) => Poll::Ready(Ok(self.unlock_holding(v, st, wakes))),
@@ -1269,7 +1302,6 @@ impl<T> Chan<T> {
         registered: &mut bool,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), T>> {
-        let mut wakes = WakeBatch::new();
         if *registered {
             match node.reason() {
                 Reason::Data => {
@@ -1281,6 +1313,7 @@ impl<T> Chan<T> {
                     return Poll::Ready(Ok(()));
                 }
                 Reason::Waiting => {
+                    let mut wakes = WakeBatch::new();
                     let task = self.rendezvous_task(cx);
                     let mut st = self.lock();
                     if node.reason() == Reason::Waiting {
@@ -1328,6 +1361,8 @@ impl<T> Chan<T> {
         }
         // SAFETY: as above.
         let v = unsafe { node.take_slot() }.expect("send polled after completion");
+        // After the fast path: a batch costs its drop even when empty.
+        let mut wakes = WakeBatch::new();
         let mut st = self.lock();
         match self.try_send_locked(&mut st, v, &mut wakes) {
             Ok(()) => Poll::Ready(Ok(())),

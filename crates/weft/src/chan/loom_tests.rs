@@ -114,6 +114,31 @@ fn loom_chan_bounded_full_two_senders() {
     });
 }
 
+/// A blocking receive's first try (`recv_fast_first`) frees the slot of a full
+/// bounded(1) while a sender registers for it: either the sender's registration sees
+/// the room, or the first try sees the sender and settles, moving its value in. The
+/// sender never sleeps with the slot free: it completes with no further receive.
+#[test]
+fn loom_chan_first_try_frees_room_for_a_registering_sender() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        tx.try_send(1).unwrap();
+        let t = thread::spawn(move || {
+            block_on(tx.send(2)).unwrap();
+            tx
+        });
+        let chan = rx.flavor_chan().expect("a channel receiver");
+        let first = chan.recv_fast_first();
+        let first = first.unwrap_or_else(|| block_on(rx.recv()).unwrap());
+        assert_eq!(first, 1);
+        // The send completes on the room the first value left, with no further
+        // receive to rescue it.
+        let _tx = t.join().unwrap();
+        assert_eq!(rx.try_recv(), Ok(2));
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
 /// unbounded: sends never wait; the receiver parks on the empty channel.
 #[test]
 fn loom_chan_unbounded() {

@@ -310,6 +310,14 @@ impl<T> Sender<T> {
     /// assert!(tx.send_blocking(2).is_err());
     /// ```
     pub fn send_blocking(&self, value: T) -> Result<(), SendError<T>> {
+        match self.chan.send_fast(value) {
+            Ok(()) => Ok(()),
+            Err(v) => self.send_blocking_slow(v),
+        }
+    }
+
+    #[inline(never)]
+    fn send_blocking_slow(&self, value: T) -> Result<(), SendError<T>> {
         let mut value = Some(value);
         let mut attempt = || match self.try_send(value.take().expect("not sent yet")) {
             Ok(()) => Some(Ok(())),
@@ -540,6 +548,16 @@ impl<T> Receiver<T> {
     /// assert_eq!(rx.recv_blocking(), Ok(9));
     /// ```
     pub fn recv_blocking(&self) -> Result<T, RecvError> {
+        if let Flavor::Chan(c) = &self.flavor {
+            if let Some(v) = c.recv_fast_first() {
+                return Ok(v);
+            }
+        }
+        self.recv_blocking_slow()
+    }
+
+    #[inline(never)]
+    fn recv_blocking_slow(&self) -> Result<T, RecvError> {
         match &self.flavor {
             Flavor::Chan(c) => match try_before_waiting(c, || {
                 // While it spins, a receive only looks (see `nothing_to_take`).

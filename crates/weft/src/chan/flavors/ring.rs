@@ -344,6 +344,7 @@ impl<T> Ring<T> {
     /// goes: taken out and handed down by value, a large value was copied at each level.
     ///
     /// Panics if `src` is `None` (before claiming anything).
+    #[inline]
     pub(crate) fn try_push_from(&self, src: &mut Option<T>) -> bool {
         assert!(src.is_some(), "push of a value already gone");
         match self.claim_tail() {
@@ -421,6 +422,42 @@ impl<T> Ring<T> {
             }
             Err(NoValue::Empty) => Pop::Empty,
             Err(NoValue::Busy) => Pop::Busy,
+        }
+    }
+
+    /// [`try_pop_into`](Self::try_pop_into) of a value already written at the head:
+    /// `false` (nothing moved) when the head slot holds none, told from its stamp alone
+    /// without reading `tail` (see [`head_written`](Self::head_written)). A receiver's
+    /// first try: one look at the head slot, which the claim then uses, where looking
+    /// first and popping after read it twice.
+    #[inline]
+    pub(crate) fn try_pop_written_into(&self, out: &mut MaybeUninit<T>) -> bool {
+        let mut head = self.head.load(SeqCst);
+        let mut contention = Backoff::new();
+        loop {
+            let stamp = self.stamp(head);
+            let ahead = stamp.wrapping_sub(head.wrapping_add(1)) as isize;
+            if ahead == 0 {
+                match self
+                    .head
+                    .compare_exchange(head, self.advance(head), SeqCst, SeqCst)
+                {
+                    Ok(_) => {
+                        // SAFETY: the CAS just gave this position to us alone.
+                        unsafe { self.take_into(head, out) };
+                        return true;
+                    }
+                    Err(now) => {
+                        head = now;
+                        contention.spin();
+                    }
+                }
+            } else if ahead < 0 {
+                return false;
+            } else {
+                // Another pop claimed `head` already (as in `claim_head`).
+                head = self.head.load(SeqCst);
+            }
         }
     }
 
@@ -540,6 +577,7 @@ impl<T> Ring<T> {
 
     /// Claims the slot at the tail for a push, which must then be completed with
     /// [`publish`](Self::publish) before the ring is dropped.
+    #[inline]
     fn claim_tail(&self) -> Result<usize, NoRoom> {
         let mut tail = self.tail.load(SeqCst);
         let mut contention = Backoff::new();
@@ -624,6 +662,7 @@ impl<T> Ring<T> {
 
     /// Claims the oldest written value for a pop, which must then be completed with
     /// [`take`](Self::take) before the ring is dropped.
+    #[inline]
     fn claim_head(&self) -> Result<usize, NoValue> {
         let mut head = self.head.load(SeqCst);
         let mut contention = Backoff::new();
@@ -934,6 +973,38 @@ mod tests {
             assert_eq!(pop_value(&ring), v);
             assert!(!ring.head_written());
         }
+        assert!(ring.is_empty());
+    }
+
+    /// `try_pop_written_into` takes published values in order and answers `false`,
+    /// moving nothing, for an empty ring and for a claimed but unpublished slot; it
+    /// follows the head across laps and past a closed mark.
+    #[test]
+    fn pop_written_takes_only_published_values() {
+        let take = |ring: &Ring<u32>| {
+            let mut out = MaybeUninit::uninit();
+            // SAFETY: `true` says a value was moved into `out`.
+            ring.try_pop_written_into(&mut out)
+                .then(|| unsafe { out.assume_init() })
+        };
+        let ring = Ring::new(2);
+        assert_eq!(take(&ring), None);
+        let pos = ring.claim_tail().ok().unwrap();
+        assert_eq!(take(&ring), None);
+        // SAFETY: `pos` is our unpublished claim.
+        unsafe { ring.publish(pos, 7) };
+        ring.try_push(8).unwrap();
+        assert_eq!(take(&ring), Some(7));
+        assert_eq!(take(&ring), Some(8));
+        assert_eq!(take(&ring), None);
+        for v in 0..10 {
+            ring.try_push(v).unwrap();
+            assert_eq!(take(&ring), Some(v));
+        }
+        ring.try_push(11).unwrap();
+        assert!(ring.close());
+        assert_eq!(take(&ring), Some(11));
+        assert_eq!(take(&ring), None);
         assert!(ring.is_empty());
     }
 
@@ -1452,6 +1523,51 @@ mod loom_tests {
             assert!(accepted.contains(&true), "both pushes refused");
             assert!(ring.is_empty() && !ring.is_full());
             assert_eq!(ring.len(), 0);
+        });
+    }
+
+    /// Two consumers take with `try_pop_written_into` (a blocking receive's first try)
+    /// while a producer pushes two values: a `true` always moved a whole value, no
+    /// value is taken twice, and what they leave the main thread drains afterwards.
+    #[test]
+    fn loom_pop_written_races_a_producer_and_a_consumer() {
+        loom::model(|| {
+            let ring = Arc::new(Ring::new(2));
+            let producer = {
+                let ring = ring.clone();
+                thread::spawn(move || {
+                    push(&ring, 1);
+                    push(&ring, 2);
+                })
+            };
+            let consumer = {
+                let ring = ring.clone();
+                thread::spawn(move || {
+                    let mut got = Vec::new();
+                    for _ in 0..2 {
+                        let mut out = MaybeUninit::uninit();
+                        if ring.try_pop_written_into(&mut out) {
+                            // SAFETY: `true`: `out` holds the value.
+                            got.push(unsafe { out.assume_init() });
+                        }
+                        thread::yield_now();
+                    }
+                    got
+                })
+            };
+            let mut got = Vec::new();
+            let mut out = MaybeUninit::uninit();
+            if ring.try_pop_written_into(&mut out) {
+                // SAFETY: as above.
+                got.push(unsafe { out.assume_init() });
+            }
+            producer.join().unwrap();
+            got.extend(consumer.join().unwrap());
+            while !ring.is_empty() {
+                got.push(pop(&ring));
+            }
+            got.sort_unstable();
+            assert_eq!(got, [1, 2], "each value exactly once");
         });
     }
 
