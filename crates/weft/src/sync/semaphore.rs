@@ -231,7 +231,6 @@ impl Sem {
         registered: &mut bool,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), ()>> {
-        let mut wakes = WakeBatch::new();
         if *registered {
             match node.reason() {
                 Reason::Data => {
@@ -239,6 +238,7 @@ impl Sem {
                     return Poll::Ready(Ok(()));
                 }
                 Reason::Waiting => {
+                    let mut wakes = WakeBatch::new();
                     let list = self.waiters.lock();
                     if node.reason() == Reason::Waiting {
                         // SAFETY: under the lock; the node is ours.
@@ -262,6 +262,8 @@ impl Sem {
             Err(TryFail::Closed) => return Poll::Ready(Err(())),
             Err(TryFail::NoPermits) => {}
         }
+        // After the fast path: a batch costs its drop even when empty.
+        let mut wakes = WakeBatch::new();
         let mut list = self.waiters.lock();
         match self.take_or_queue_locked(n) {
             Err(()) => Poll::Ready(Err(())),

@@ -38,10 +38,10 @@ impl Waiter {
         cx: &mut Context<'_>,
     ) -> Option<Reason> {
         debug_assert!(self.registered);
-        let mut wakes = WakeBatch::new();
         loop {
             match self.node.reason() {
                 Reason::Waiting => {
+                    let mut wakes = WakeBatch::new();
                     let guard = lock.lock();
                     if self.node.reason() != Reason::Waiting {
                         continue;

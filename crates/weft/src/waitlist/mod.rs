@@ -693,10 +693,19 @@ impl WakeBatch {
     /// taken off their lists: nobody else would wake them, and a close's batch left its
     /// other waiters asleep for good): each wake runs under `catch_unwind`, and the
     /// first panic resumes once all have run.
+    #[inline]
     pub(crate) fn flush(&mut self) {
         if self.len == 0 && self.more.is_empty() && self.retired.is_none() {
             return;
         }
+        self.flush_some();
+    }
+
+    /// [`flush`](Self::flush) of a batch that holds something: out of line, so that
+    /// the many batches that end empty (every fast path that made one) cost a few
+    /// compares at their drop.
+    #[inline(never)]
+    fn flush_some(&mut self) {
         depth::check_flush();
         let mut panic = None;
         let mut wake = |w: Waker| {
@@ -723,6 +732,7 @@ impl WakeBatch {
 }
 
 impl Drop for WakeBatch {
+    #[inline]
     fn drop(&mut self) {
         self.flush();
     }
