@@ -82,6 +82,37 @@ fn hand_polled_waiters_are_served_in_order() {
     assert!(matches!(poll(c.as_mut()), Poll::Ready(Ok(_))));
 }
 
+/// An acquire takes free permits at its first poll (it makes no wait node then), and
+/// one dropped unpolled takes nothing; once a waiter queues, a fresh acquire waits
+/// behind it at its first poll too, even with permits in the count.
+#[test]
+fn first_polls_take_free_permits_but_not_a_waiters() {
+    let sem = Semaphore::new(3);
+    drop(sem.acquire_many(2));
+    assert_eq!(sem.available_permits(), 3);
+    let p = match poll(Box::pin(sem.acquire()).as_mut()) {
+        Poll::Ready(Ok(p)) => p,
+        _ => panic!("a free permit at the first poll"),
+    };
+    let mut many = Box::pin(sem.acquire_many(3));
+    assert!(
+        poll(many.as_mut()).is_pending(),
+        "two permits free, three wanted"
+    );
+    assert_eq!(sem.available_permits(), 0, "the waiter absorbed the two");
+    let mut late = Box::pin(sem.acquire());
+    assert!(poll(late.as_mut()).is_pending(), "queued behind the waiter");
+    drop(p);
+    let three = match poll(many.as_mut()) {
+        Poll::Ready(Ok(p)) => p,
+        _ => panic!("the first waiter has all three"),
+    };
+    assert_eq!(three.num_permits(), 3);
+    assert!(poll(late.as_mut()).is_pending());
+    drop(three);
+    assert!(matches!(poll(late.as_mut()), Poll::Ready(Ok(_))));
+}
+
 /// An acquire dropped after it was handed its permits passes them on to the next
 /// waiter; one dropped with permits absorbed gives those back too.
 #[test]

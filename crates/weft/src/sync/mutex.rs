@@ -4,7 +4,7 @@ use std::cell::UnsafeCell;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
-use super::semaphore::{spin_try, wait_acquire, AcquireRaw, Sem, TryFail};
+use super::semaphore::{spin_try, wait_acquire, Sem, TryFail};
 use crate::base::Arc;
 
 /// A mutual-exclusion lock for every context (tokio's `Mutex`): async tasks `.await`
@@ -144,7 +144,7 @@ impl<T: ?Sized> Mutex<T> {
     /// assert_eq!(*m.try_lock().unwrap(), 2);
     /// ```
     pub async fn lock(&self) -> MutexGuard<'_, T> {
-        match AcquireRaw::new(&self.sem, 1).await {
+        match self.sem.acquire(1).await {
             Ok(()) => MutexGuard { lock: self },
             Err(()) => unreachable!("a mutex's semaphore is never closed"),
         }
@@ -202,7 +202,7 @@ impl<T: ?Sized> Mutex<T> {
     /// assert!(m.try_lock().is_ok());
     /// ```
     pub async fn lock_owned(self: Arc<Self>) -> OwnedMutexGuard<T> {
-        match AcquireRaw::new(&self.sem, 1).await {
+        match self.sem.acquire(1).await {
             Ok(()) => {}
             Err(()) => unreachable!("a mutex's semaphore is never closed"),
         }

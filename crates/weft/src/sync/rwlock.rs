@@ -8,7 +8,7 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 
 use super::mutex::TryLockError;
-use super::semaphore::{spin_try, wait_acquire, AcquireRaw, Sem};
+use super::semaphore::{spin_try, wait_acquire, Sem};
 use crate::base::Arc;
 
 /// Readers a lock admits at once.
@@ -145,7 +145,7 @@ impl<T: ?Sized> RwLock<T> {
     /// assert_eq!(*rt.block_on(l.read()), 5);
     /// ```
     pub async fn read(&self) -> RwLockReadGuard<'_, T> {
-        acquired!(AcquireRaw::new(&self.sem, 1).await);
+        acquired!(self.sem.acquire(1).await);
         RwLockReadGuard { lock: self }
     }
 
@@ -162,7 +162,7 @@ impl<T: ?Sized> RwLock<T> {
     /// assert_eq!(l.into_inner(), 6);
     /// ```
     pub async fn write(&self) -> RwLockWriteGuard<'_, T> {
-        acquired!(AcquireRaw::new(&self.sem, MAX_READS as usize).await);
+        acquired!(self.sem.acquire(MAX_READS as usize).await);
         RwLockWriteGuard { lock: self }
     }
 
@@ -240,7 +240,7 @@ impl<T: ?Sized> RwLock<T> {
     /// assert_eq!(*g, 1);
     /// ```
     pub async fn read_owned(self: Arc<Self>) -> OwnedRwLockReadGuard<T> {
-        acquired!(AcquireRaw::new(&self.sem, 1).await);
+        acquired!(self.sem.acquire(1).await);
         OwnedRwLockReadGuard { lock: self }
     }
 
@@ -256,7 +256,7 @@ impl<T: ?Sized> RwLock<T> {
     /// assert_eq!(*l.try_read().unwrap(), 2);
     /// ```
     pub async fn write_owned(self: Arc<Self>) -> OwnedRwLockWriteGuard<T> {
-        acquired!(AcquireRaw::new(&self.sem, MAX_READS as usize).await);
+        acquired!(self.sem.acquire(MAX_READS as usize).await);
         OwnedRwLockWriteGuard { lock: self }
     }
 
