@@ -1063,3 +1063,52 @@ fn timer_receivers_in_tasks_and_fibers() {
         assert_eq!(join_within(f, 5).unwrap(), 3);
     })
 }
+
+// ---------------------------------------------------------------------------------
+// send and receive futures polled by hand, first poll and after
+// ---------------------------------------------------------------------------------
+
+/// A send or receive that completes at its first poll takes the fast path (no wait
+/// node); one that must wait makes its node then and completes at a later poll once
+/// its partner came. A send future polled again after completing panics, as tokio's
+/// futures may.
+#[test]
+fn futures_complete_at_first_poll_or_after_waiting() {
+    let mut cx = Context::from_waker(Waker::noop());
+    let (tx, rx) = chan::bounded::<String>(1);
+    let mut first = Box::pin(tx.send("a".to_string()));
+    assert_eq!(first.as_mut().poll(&mut cx), Poll::Ready(Ok(())));
+    // Full: the second send waits, holding its value.
+    let mut second = Box::pin(tx.send("b".to_string()));
+    assert!(second.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(tx.len(), 1);
+    // The receive frees the slot and moves the waiting value in.
+    assert_eq!(rx.try_recv().as_deref(), Ok("a"));
+    assert_eq!(second.as_mut().poll(&mut cx), Poll::Ready(Ok(())));
+    assert_eq!(rx.try_recv().as_deref(), Ok("b"));
+    let again = catch_unwind(AssertUnwindSafe(|| first.as_mut().poll(&mut cx)));
+    assert!(again.is_err(), "a completed send polled again");
+
+    // A receive that waits gets the value sent after its first poll; one dropped
+    // unpolled takes nothing.
+    let mut recv = Box::pin(rx.recv());
+    assert!(recv.as_mut().poll(&mut cx).is_pending());
+    drop(rx.recv());
+    tx.try_send("c".to_string()).unwrap();
+    assert_eq!(
+        recv.as_mut().poll(&mut cx),
+        Poll::Ready(Ok("c".to_string()))
+    );
+    tx.try_send("d".to_string()).unwrap();
+    drop(rx.recv());
+    assert_eq!(rx.try_recv().as_deref(), Ok("d"));
+
+    // Dropped while waiting, a send gives its value back to nobody: it is dropped,
+    // never delivered.
+    tx.try_send("e".to_string()).unwrap();
+    let mut waiting = Box::pin(tx.send("f".to_string()));
+    assert!(waiting.as_mut().poll(&mut cx).is_pending());
+    drop(waiting);
+    assert_eq!(rx.try_recv().as_deref(), Ok("e"));
+    assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+}

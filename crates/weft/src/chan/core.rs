@@ -1294,8 +1294,8 @@ impl<T> Chan<T> {
 
     /// One poll of a send of `value` whose node is `node`.
     ///
-    /// The value waits in the node's slot from the start (see `SendFuture`): while the
-    /// node is on no list the slot is the future's alone.
+    /// The value waits in the node's slot from the node's making (see `SendFuture`):
+    /// while the node is on no list the slot is the future's alone.
     pub(crate) fn poll_send(
         &self,
         node: &Node<T>,

@@ -16,11 +16,19 @@ use crate::waitlist::Node;
 #[must_use = "futures do nothing unless awaited"]
 pub struct SendFuture<'a, T> {
     chan: &'a Chan<T>,
-    /// Holds the value in its slot until it is sent: a second place for it beside the
-    /// node made the future twice the value's size, and a future is moved whole at
-    /// least once (into `wait`, into a task), so a 32 KiB value cost two extra copies.
-    node: Node<T>,
-    registered: bool,
+    state: SendState<T>,
+}
+
+/// Where a send's value is: one place at a time, so the future is not twice the
+/// value's size (a future is moved whole at least once, into `wait` or a task, and a
+/// 32 KiB value cost two extra copies when the future held it beside its node).
+enum SendState<T> {
+    /// Not yet waited: the value (`None` once sent through the fast path). A send
+    /// that finds room never makes a node: making one (and moving it into the
+    /// caller's future) was a large part of a send in a task.
+    Value(Option<T>),
+    /// Waiting, or about to: the value in the node's slot until a receiver takes it.
+    Node { node: Node<T>, registered: bool },
 }
 
 impl<'a, T> SendFuture<'a, T> {
@@ -28,8 +36,7 @@ impl<'a, T> SendFuture<'a, T> {
     pub(crate) fn new(chan: &'a Chan<T>, value: T) -> Self {
         SendFuture {
             chan,
-            node: Node::holding(value),
-            registered: false,
+            state: SendState::Value(Some(value)),
         }
     }
 }
@@ -37,19 +44,23 @@ impl<'a, T> SendFuture<'a, T> {
 impl<T> SendFuture<'_, T> {
     /// Ends the send where it stands: the value back, or `None` if it was sent.
     pub(crate) fn take_back_inner(&mut self) -> Option<T> {
-        if !self.registered {
-            // SAFETY: not registered: the node is on no list, its slot ours alone.
-            return unsafe { self.node.take_slot() };
+        match &mut self.state {
+            SendState::Value(v) => v.take(),
+            SendState::Node { node, registered } => {
+                if !*registered {
+                    // SAFETY: not registered: the node is on no list, its slot ours alone.
+                    return unsafe { node.take_slot() };
+                }
+                *registered = false;
+                self.chan.cancel_send(node)
+            }
         }
-        self.registered = false;
-        self.chan.cancel_send(&self.node)
     }
-}
 
-impl<T> SendFuture<'_, T> {
     /// Whether its node waits and has been completed (or told to retry) meanwhile.
     pub(crate) fn is_notified(&self) -> bool {
-        self.registered && self.node.reason() != crate::waitlist::Reason::Waiting
+        matches!(&self.state, SendState::Node { node, registered: true }
+            if node.reason() != crate::waitlist::Reason::Waiting)
     }
 }
 
@@ -57,18 +68,39 @@ impl<T> Future for SendFuture<'_, T> {
     type Output = Result<(), SendError<T>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: nothing is moved out of the pinned future; the node stays where it is.
+        // SAFETY: nothing pinned is moved out of the future: the value of `Value` is
+        // never pinned, and a node stays where it is once made.
         let this = unsafe { self.get_unchecked_mut() };
+        if let SendState::Value(v) = &mut this.state {
+            assert!(v.is_some(), "send polled after completion");
+            if this.chan.send_fast_from(v) {
+                return Poll::Ready(Ok(()));
+            }
+            // The value moves into a node made in place; from here on the node stays
+            // where it is (`poll_send` tries the fast path again first).
+            let value = v.take().expect("left in place by the failed fast send");
+            this.state = SendState::Node {
+                node: Node::holding(value),
+                registered: false,
+            };
+        }
+        let SendState::Node { node, registered } = &mut this.state else {
+            unreachable!("made above")
+        };
         this.chan
-            .poll_send(&this.node, &mut this.registered, cx)
+            .poll_send(node, registered, cx)
             .map(|r| r.map_err(SendError))
     }
 }
 
 impl<T> Drop for SendFuture<'_, T> {
     fn drop(&mut self) {
-        if self.registered {
-            drop(self.chan.cancel_send(&self.node));
+        if let SendState::Node {
+            node,
+            registered: true,
+        } = &self.state
+        {
+            drop(self.chan.cancel_send(node));
         }
     }
 }
@@ -93,7 +125,10 @@ pub struct RecvFuture<'a, T> {
 enum RecvInner<'a, T> {
     Chan {
         chan: &'a Chan<T>,
-        node: Node<T>,
+        /// Made at the first poll that cannot take a value at once: a receive that
+        /// finds one never makes it (making a node and moving it into the caller's
+        /// future was about a fifth of an `unbounded` send-then-receive in a task).
+        node: Option<Node<T>>,
         registered: bool,
     },
     Timer(super::timer::TimerRecv<T>),
@@ -105,7 +140,7 @@ impl<'a, T> RecvFuture<'a, T> {
         RecvFuture {
             inner: RecvInner::Chan {
                 chan,
-                node: Node::new(),
+                node: None,
                 registered: false,
             },
         }
@@ -121,7 +156,7 @@ impl<'a, T> RecvFuture<'a, T> {
 impl<T> RecvFuture<'_, T> {
     /// Whether its node waits and has been completed (or told to retry) meanwhile.
     pub(crate) fn is_notified(&self) -> bool {
-        matches!(&self.inner, RecvInner::Chan { node, registered: true, .. }
+        matches!(&self.inner, RecvInner::Chan { node: Some(node), registered: true, .. }
             if node.reason() != crate::waitlist::Reason::Waiting)
     }
 
@@ -133,7 +168,7 @@ impl<T> RecvFuture<'_, T> {
         match &mut this.inner {
             RecvInner::Chan {
                 chan,
-                node,
+                node: Some(node),
                 registered,
             } if *registered => {
                 *registered = false;
@@ -157,7 +192,23 @@ impl<T> Future for RecvFuture<'_, T> {
                 chan,
                 node,
                 registered,
-            } => chan.poll_recv(node, registered, cx),
+            } => {
+                let node = match node {
+                    Some(node) => node,
+                    None => {
+                        // The fast path needs no node (`poll_recv` tries it first too).
+                        let mut out = std::mem::MaybeUninit::uninit();
+                        if chan.recv_fast_into(&mut out) {
+                            // SAFETY: `recv_fast_into` said it moved a value into `out`.
+                            return Poll::Ready(Ok(unsafe { out.assume_init() }));
+                        }
+                        // Written in place, before it can be registered: from here on
+                        // the node stays where it is (the future is pinned).
+                        node.insert(Node::new())
+                    }
+                };
+                chan.poll_recv(node, registered, cx)
+            }
             RecvInner::Timer(t) => t.poll(cx).map(Ok),
         }
     }
@@ -167,7 +218,7 @@ impl<T> Drop for RecvFuture<'_, T> {
     fn drop(&mut self) {
         if let RecvInner::Chan {
             chan,
-            node,
+            node: Some(node),
             registered: true,
         } = &self.inner
         {
