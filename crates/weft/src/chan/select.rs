@@ -20,6 +20,7 @@
 //! became possible and are never handed anything.
 
 use std::future::Future;
+use std::mem::MaybeUninit;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -121,8 +122,10 @@ impl Quick<'_> {
 
 impl Drop for Quick<'_> {
     fn drop(&mut self) {
-        // SAFETY: a `Quick` is made only around a stash its handle's `try_fast` filled
-        // (`Select::quick`), and `take` forgets it: the value is still there.
+        // SAFETY: a `Quick` is dropped only with a stash its handle's `try_fast`
+        // filled: `Select::quick` makes it around an empty stash, but writes over it,
+        // forgets it, or leaves it in memory its caller never reads unless `try_fast`
+        // took a value; and `take` forgets it. So the value is still there.
         unsafe { self.handle.give_back(&mut self.stash) }
     }
 }
@@ -572,7 +575,10 @@ impl<'a> Select<'a> {
     /// order. `Err((order, true))` when every operation was found not ready.
     ///
     /// [`Chan::send_selected`]: super::core::Chan::send_selected
-    fn quick(&self) -> Result<SelectedOperation<'a>, (Option<Drawn>, bool)> {
+    fn quick(
+        &self,
+        out: &mut MaybeUninit<SelectedOperation<'a>>,
+    ) -> Result<(), (Option<Drawn>, bool)> {
         let n = self.ops.len();
         if n > Drawn::MAX {
             return Err((None, false));
@@ -593,32 +599,41 @@ impl<'a> Select<'a> {
         for &i in &order[..n] {
             let i = usize::from(i);
             let Some(e) = self.ops[i] else { continue };
-            let mut stash = Stash::new();
-            match e.handle.try_fast(&mut stash) {
+            // Made where the caller's operation will be, and the value taken straight
+            // into its stash: returned up through `Result`s, a just-written operation
+            // was copied three times, each copy stalled reading back bytes written a
+            // moment before (perf: some 8% of a selected message). Until `try_fast`
+            // fills the stash this must not be dropped (see `Quick`'s `Drop`): it is
+            // written over at the next operation, its `Quick` forgotten for a send,
+            // and the caller reads `out` only on `Ok` (a `MaybeUninit` is never
+            // dropped, also not when `try_fast` panics).
+            let op = out.write(SelectedOperation {
+                index: i,
+                won: Won::Value,
+                // Filled in below once selected (a virtual call per tried operation).
+                addr: std::ptr::null(),
+                recv: true,
+                node: None,
+                quick: Some(Quick {
+                    stash: Stash::new(),
+                    handle: e.handle,
+                }),
+                done: false,
+            });
+            let stash = &mut op.quick.as_mut().expect("made above").stash;
+            match e.handle.try_fast(stash) {
                 Fast::Taken => {
-                    return Ok(SelectedOperation {
-                        index: i,
-                        won: Won::Value,
-                        addr: e.handle.addr(),
-                        recv: true,
-                        node: None,
-                        quick: Some(Quick {
-                            stash,
-                            handle: e.handle,
-                        }),
-                        done: false,
-                    })
+                    op.addr = e.handle.addr();
+                    return Ok(());
                 }
                 Fast::Room => {
-                    return Ok(SelectedOperation {
-                        index: i,
-                        won: Won::Room,
-                        addr: e.handle.addr(),
-                        recv: false,
-                        node: None,
-                        quick: None,
-                        done: false,
-                    })
+                    op.addr = e.handle.addr();
+                    op.won = Won::Room;
+                    op.recv = false;
+                    // Its stash holds nothing: forgotten, not dropped (a `Quick`'s drop
+                    // gives its value back).
+                    std::mem::forget(op.quick.take());
+                    return Ok(());
                 }
                 Fast::NotReady => {}
                 Fast::Undecided => return end(false),
@@ -630,16 +645,20 @@ impl<'a> Select<'a> {
     /// The quick pass, then (if it decided nothing) a machine whose first round tries
     /// the operations in the order the pass drew. With `spin` (a blocking select),
     /// while the pass finds every operation not ready it backs off and tries again
-    /// (as a blocking receive does) before the machine registers anything.
+    /// (as a blocking receive does) before the machine registers anything. `Ok`: the
+    /// pass wrote the selected operation into `out`.
     // The machine goes back by value: boxing it would add an allocation to every
-    // select that waits, and a large `Err` costs nothing on the quick path (the `Ok`
-    // is written in place).
+    // select that waits, and a large `Err` costs nothing on the quick path.
     #[allow(clippy::result_large_err)]
-    fn quick_or_machine(&self, spin: bool) -> Result<SelectedOperation<'a>, Machine<'a>> {
+    fn quick_or_machine(
+        &self,
+        spin: bool,
+        out: &mut MaybeUninit<SelectedOperation<'a>>,
+    ) -> Result<(), Machine<'a>> {
         let mut backoff = spin.then(crate::fiber::wait::Backoff::new);
         let order = loop {
-            match self.quick() {
-                Ok(op) => return Ok(op),
+            match self.quick(out) {
+                Ok(()) => return Ok(()),
                 Err((_, true))
                     if backoff
                         .as_mut()
@@ -659,6 +678,16 @@ impl<'a> Select<'a> {
         Err(m)
     }
 
+    /// [`quick_or_machine`](Self::quick_or_machine) with the operation returned.
+    #[allow(clippy::result_large_err)]
+    #[inline]
+    fn quick_op_or_machine(&self, spin: bool) -> Result<SelectedOperation<'a>, Machine<'a>> {
+        let mut out = MaybeUninit::uninit();
+        self.quick_or_machine(spin, &mut out)?;
+        // SAFETY: `Ok`: the quick pass wrote the selected operation into `out`.
+        Ok(unsafe { out.assume_init() })
+    }
+
     /// Completes an operation that is ready now, if any.
     ///
     /// ```
@@ -668,7 +697,7 @@ impl<'a> Select<'a> {
     /// assert!(sel.try_select().is_err());
     /// ```
     pub fn try_select(&mut self) -> Result<SelectedOperation<'a>, TrySelectError> {
-        let mut m = match self.quick_or_machine(false) {
+        let mut m = match self.quick_op_or_machine(false) {
             Ok(op) => return Ok(op),
             Err(m) => m,
         };
@@ -711,8 +740,10 @@ impl<'a> Select<'a> {
             self.ops.iter().any(|o| o.is_some()),
             "no operations have been added to `Select`"
         );
-        let mut m = match self.quick_or_machine(true) {
-            Ok(op) => return op,
+        let mut out = MaybeUninit::uninit();
+        let mut m = match self.quick_or_machine(true, &mut out) {
+            // SAFETY: `Ok`: the quick pass wrote the selected operation into `out`.
+            Ok(()) => return unsafe { out.assume_init() },
             Err(m) => m,
         };
         let (i, won) = m
@@ -752,7 +783,7 @@ impl<'a> Select<'a> {
         &mut self,
         deadline: Instant,
     ) -> Result<SelectedOperation<'a>, SelectTimeoutError> {
-        let mut m = match self.quick_or_machine(Instant::now() < deadline) {
+        let mut m = match self.quick_op_or_machine(Instant::now() < deadline) {
             Ok(op) => return Ok(op),
             Err(m) => m,
         };
@@ -791,10 +822,14 @@ impl<'a> Select<'a> {
         std::future::poll_fn(move |cx| loop {
             let m = match &mut m {
                 Some(m) => m,
-                None => match sel.quick_or_machine(false) {
-                    Ok(op) => return Poll::Ready(op),
-                    Err(machine) => m.insert(machine),
-                },
+                None => {
+                    let mut out = MaybeUninit::uninit();
+                    match sel.quick_or_machine(false, &mut out) {
+                        // SAFETY: `Ok`: the quick pass wrote the selected operation.
+                        Ok(()) => return Poll::Ready(unsafe { out.assume_init() }),
+                        Err(machine) => m.insert(machine),
+                    }
+                }
             };
             if let Poll::Ready(r) = m.poll(cx, false) {
                 let (i, won) = r.expect("a select without a deadline selects");
