@@ -185,6 +185,37 @@ impl<T> Buffer<T> {
         }
     }
 
+    /// [`push`](Self::push) that waits out a pop caught between claiming its slot and
+    /// freeing it (a few instructions of another thread): a ring then answers `Full`
+    /// below its capacity. A sender that registers looks for room this way: the fast
+    /// receive that claimed the slot read `slow` after its claim but maybe before its
+    /// slot's stamp was seen free (`Chan::met_waiter`), so it may not have seen this
+    /// sender, and admitting it falls to this side (found in review: a sender left
+    /// waiting with the slot free, `tests/review_s18.rs`). `Err` only when the buffer is
+    /// full (a fast send took the room) or closed.
+    fn push_settled(&self, v: T) -> Result<(), T> {
+        let Buffer::Ring(r) = self else {
+            return self.push(v);
+        };
+        let mut backoff = Backoff::new();
+        let mut v = v;
+        loop {
+            match r.try_push(v) {
+                Ok(()) => return Ok(()),
+                Err(PushError::Closed(back)) => return Err(back),
+                Err(PushError::Full(back)) => {
+                    // Full with a slot claimed by a pop and not yet freed: that pop is
+                    // between its claim and its stamp store; else truly full.
+                    if r.is_full() {
+                        return Err(back);
+                    }
+                    v = back;
+                    backoff.snooze();
+                }
+            }
+        }
+    }
+
     fn close(&self) {
         match self {
             Buffer::None => {}
@@ -378,12 +409,15 @@ impl<T> Chan<T> {
         true
     }
 
-    /// The fast operation's half of the store-buffering pair (module doc), after its
+    /// A fast operation's half of the store-buffering pair (module doc), after its
     /// claim in the buffer: whether the lock's state came into use meanwhile.
     ///
     /// The claim was a SeqCst read-modify-write and this load is SeqCst; against the
     /// waiter's SeqCst fence that is as strong as a fence here (C++'s rule for SeqCst
-    /// operations and fences), and costs none. loom treats SeqCst accesses as AcqRel
+    /// operations and fences), and costs none. It covers the claim, not the stores
+    /// after it, so the other side must count a claimed place as taken: a receiver a
+    /// claimed but unwritten slot as a value on its way (`Busy`), a sender a slot
+    /// whose pop has claimed it but not yet freed it as room ([`Buffer::push_settled`]). loom treats SeqCst accesses as AcqRel
     /// (weaker than the language), so its builds fence explicitly.
     fn met_waiter(&self) -> bool {
         #[cfg(loom)]
@@ -895,7 +929,7 @@ impl<T> Chan<T> {
                     let v = unsafe { s.take_slot() }.expect("a waiting send holds its value");
                     if !st.over.is_empty() {
                         st.over.push_back(v);
-                    } else if let Err(v) = self.buffer.push(v) {
+                    } else if let Err(v) = self.buffer.push_settled(v) {
                         // A fast send that read `slow` before this sender waited took
                         // the room: the sender keeps waiting, at the head (admitting it
                         // beyond the capacity would let a full channel take a send).
