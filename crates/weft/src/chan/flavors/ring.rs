@@ -116,6 +116,16 @@
 //! needs every effect of a ring operation to be an atomic store made before it returns;
 //! the fences must be the caller's. A caller must treat `Busy` as "not drained": a
 //! value is on its way.
+//!
+//! `weft::chan` keeps the fast operations fence-free: a push or pop's claim is a SeqCst
+//! read-modify-write and its flag load SeqCst, which orders the claim before the load
+//! as a fence would, but not the stamp store that follows the claim. So the waiting
+//! side must count a claimed slot as decided: a registering receiver treats `Busy`
+//! as a value on its way, and a registering sender that gets `Full` while
+//! [`Ring::is_full`] is false (a pop between its claim and its stamp store) waits for
+//! that store instead of sleeping (`Buffer::push_settled`; with only the pop's claim
+//! ordered, its flag load could miss the sender while the sender saw the slot still
+//! in use: found in review).
 
 use std::fmt;
 use std::mem::MaybeUninit;
