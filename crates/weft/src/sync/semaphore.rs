@@ -369,10 +369,18 @@ impl Sem {
     /// node is made only when the permits are not there at once: making it (and moving
     /// it into the caller's future) was about a fifth of an uncontended acquire.
     pub(crate) async fn acquire(&self, n: usize) -> Result<(), ()> {
+        match self.acquire_now(n) {
+            Some(r) => r,
+            None => AcquireRaw::new(self, n).await,
+        }
+    }
+
+    /// An acquire's answer without waiting: `None` when it must wait in line.
+    fn acquire_now(&self, n: usize) -> Option<Result<(), ()>> {
         match self.try_acquire(n) {
-            Ok(()) => Ok(()),
-            Err(TryFail::Closed) => Err(()),
-            Err(TryFail::NoPermits) => AcquireRaw::new(self, n).await,
+            Ok(()) => Some(Ok(())),
+            Err(TryFail::Closed) => Some(Err(())),
+            Err(TryFail::NoPermits) => None,
         }
     }
 }
@@ -382,10 +390,8 @@ impl Sem {
 /// futex round trip, and the waiter sees that without being woken.
 pub(crate) fn wait_acquire(sem: &Sem, n: usize) -> Result<(), ()> {
     // As `Sem::acquire`: no node when the permits are there.
-    match sem.try_acquire(n) {
-        Ok(()) => return Ok(()),
-        Err(TryFail::Closed) => return Err(()),
-        Err(TryFail::NoPermits) => {}
+    if let Some(r) = sem.acquire_now(n) {
+        return r;
     }
     let mut fut = std::pin::pin!(AcquireRaw::new(sem, n));
     crate::wait(std::future::poll_fn(move |cx| {
