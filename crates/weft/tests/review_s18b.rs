@@ -714,16 +714,28 @@ fn panicking_waker_of_waiting_send_admitted() {
     }
 }
 
+/// Panics of a `PanicWake` raised inside a select's quick pass (told by the
+/// backtrace: `Select::quick` on the stack).
+static QUICK_PASS_PANICS: AtomicUsize = AtomicUsize::new(0);
+
 /// The select's quick pass takes a value whose settle (a sender registered between the
 /// pass's look at `slow` and its pop) admits a waiting sender whose waker panics: the
-/// panic leaves `try_fast`. A race, so stressed: a thread selects while another keeps
-/// registering (and withdrawing) sends with panicking wakers. Whatever panicked where,
-/// every value is received once and the channel, once closed, ends drained.
+/// panic leaves `try_fast`. A race, so stressed for a few seconds: a thread selects
+/// while another keeps registering (and withdrawing) sends with panicking wakers.
+/// Whatever panicked where, every value is received once and the channel, once
+/// closed, ends drained.
 #[test]
+#[ignore = "BUG: a panicking wake in the quick pass's settle leaves the value counted in \
+            flight for ever (Chan::recv_fast_held): a closed channel is never seen drained"]
 fn quick_pass_settle_with_panicking_waker_race() {
-    let iters = scale(40_000);
+    let secs = if std::env::var_os("REVIEW_S18B_SMALL").is_some() {
+        1
+    } else {
+        4
+    };
+    let max = 2_000_000usize;
     let out = watchdog(200, move || {
-        let d = Drops::new(iters * 2 + 2);
+        let d = Drops::new(2 * max + 2);
         let (tx, rx) = bounded::<Tracked>(1);
         let stop = Arc::new(AtomicBool::new(false));
         let made = Arc::new(AtomicUsize::new(0));
@@ -733,19 +745,24 @@ fn quick_pass_settle_with_panicking_waker_race() {
             let stop = stop.clone();
             let made = made.clone();
             std::thread::spawn(move || {
-                let mut admitted_panics = 0usize;
+                let mut sender_side = 0usize;
                 let mut k = 0;
-                while !stop.load(SeqCst) && k < iters {
-                    let id = iters + 1 + k;
+                let mut rng = Rng::new(seed());
+                while !stop.load(SeqCst) && k < max {
+                    let id = max + 1 + k;
                     k += 1;
                     made.store(k, SeqCst);
-                    let (p, w) = panic_waker();
+                    let p = Arc::new(PanicWake {
+                        armed: AtomicBool::new(true),
+                        wakes: AtomicUsize::new(0),
+                    });
+                    let w = Waker::from(Arc::new(QuickProbe(p.clone())));
                     let mut s = Box::pin(tx.send(d.make(id)));
                     let r = catch_unwind(AssertUnwindSafe(|| poll_with(s.as_mut(), &w)));
                     if r.is_err() {
-                        admitted_panics += 1;
+                        sender_side += 1;
                     }
-                    for _ in 0..(k % 7) {
+                    for _ in 0..rng.below(200) {
                         std::hint::spin_loop();
                     }
                     p.armed.store(false, SeqCst);
@@ -753,13 +770,15 @@ fn quick_pass_settle_with_panicking_waker_race() {
                     let r = catch_unwind(AssertUnwindSafe(move || drop(s)));
                     assert!(r.is_ok());
                 }
-                admitted_panics
+                sender_side
             })
         };
         let mut got = Vec::new();
         let mut select_panics = 0usize;
         let mut next = 0;
-        for _ in 0..iters {
+        let mut rng = Rng::new(seed() ^ 77);
+        let end = Instant::now() + Duration::from_secs(secs);
+        while next < max && Instant::now() < end {
             // Keep one value in the buffer for the pass to take.
             if rx.is_empty() {
                 // A fresh id each time (a refused value is dropped at once); the
@@ -767,6 +786,9 @@ fn quick_pass_settle_with_panicking_waker_race() {
                 let v = d.make(next);
                 next += 1;
                 let _ = catch_unwind(AssertUnwindSafe(|| tx.try_send(v)));
+            }
+            for _ in 0..rng.below(200) {
+                std::hint::spin_loop();
             }
             let r = catch_unwind(AssertUnwindSafe(|| {
                 let mut sel = Select::new();
@@ -781,14 +803,19 @@ fn quick_pass_settle_with_panicking_waker_race() {
                 Ok(None) => {}
                 Err(_) => select_panics += 1,
             }
-            if next >= iters {
-                break;
-            }
         }
         stop.store(true, SeqCst);
-        let admitted_panics = reg.join().unwrap();
+        let sender_side = reg.join().unwrap();
         let k = made.load(SeqCst);
-        got.extend(assert_ends_drained(&rx, "after the race"));
+        let quick = QUICK_PASS_PANICS.load(SeqCst);
+        eprintln!(
+            "quick_pass_settle race: {next} fillers, {k} registered sends; panics: in \
+             selects {select_panics} (in the quick pass {quick}), sender side {sender_side}"
+        );
+        got.extend(assert_ends_drained(
+            &rx,
+            &format!("after the race ({quick} quick-pass panics)"),
+        ));
         let mut sorted = got.clone();
         sorted.sort_unstable();
         sorted.dedup();
@@ -796,16 +823,38 @@ fn quick_pass_settle_with_panicking_waker_race() {
         for i in 0..next {
             assert_eq!(d.get(i), 1, "filler {i}");
         }
-        for i in iters + 1..iters + 1 + k {
+        for i in max + 1..max + 1 + k {
             assert_eq!(d.get(i), 1, "registered send {i}");
         }
         drop(tx);
-        (select_panics, admitted_panics)
+        (select_panics, quick)
     });
-    eprintln!(
-        "quick_pass_settle race: select panics {}, sender-side panics {}",
-        out.0, out.1
-    );
+    let _ = out;
+}
+
+/// A `PanicWake` that, when it panics, notes whether a select's quick pass is on the
+/// stack.
+struct QuickProbe(Arc<PanicWake>);
+
+impl Wake for QuickProbe {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.wakes.fetch_add(1, SeqCst);
+        // Decided once: the registering thread may disarm it meanwhile.
+        if !self.0.armed.load(SeqCst) {
+            return;
+        }
+        let bt = std::backtrace::Backtrace::force_capture().to_string();
+        // `recv_fast_held` is the quick pass's receive (`try_fast`).
+        if bt.contains("recv_fast_held") && QUICK_PASS_PANICS.fetch_add(1, SeqCst) == 0 {
+            if let Some(path) = std::env::var_os("REVIEW_S18B_BT") {
+                let _ = std::fs::write(path, &bt);
+            }
+        }
+        panic!("review_s18b: this waker panics");
+    }
 }
 
 /// Deterministic form of the above without the race: a sender with a panicking waker
@@ -1701,7 +1750,7 @@ fn timeouts_race_partners_in_every_context() {
                 let rx = rx.clone();
                 let received = received.clone();
                 let body = move || loop {
-                    let t = Duration::from_micros(((r * 53) % 150) as u64 + 1);
+                    let t = Duration::from_micros((r * 53) % 150 + 1);
                     match rx.recv_timeout(t) {
                         Ok(v) => received.lock().unwrap().push(v.id),
                         Err(RecvTimeoutError::Timeout) => {}
