@@ -725,8 +725,6 @@ static QUICK_PASS_PANICS: AtomicUsize = AtomicUsize::new(0);
 /// Whatever panicked where, every value is received once and the channel, once
 /// closed, ends drained.
 #[test]
-#[ignore = "BUG: a panicking wake in the quick pass's settle leaves the value counted in \
-            flight for ever (Chan::recv_fast_held): a closed channel is never seen drained"]
 fn quick_pass_settle_with_panicking_waker_race() {
     let secs = if std::env::var_os("REVIEW_S18B_SMALL").is_some() {
         1

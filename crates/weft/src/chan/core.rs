@@ -552,12 +552,17 @@ impl<T> Chan<T> {
             return self.fast_empty().map(|_| None);
         }
         self.handed();
+        // Uncounted when no value comes out: none popped, or the settle after the pop
+        // panicked (a wake), the value then given back (`GiveBackOnUnwind`, dropped
+        // first, so the value is in the channel again before the count goes). A count
+        // left behind kept the closed channel from ever being seen drained.
+        let uncount = Uncount(self);
         match self.recv_fast_probe() {
-            Ok(Some(v)) => Ok(Some(v)),
-            r => {
-                self.taken();
-                r
+            Ok(Some(v)) => {
+                std::mem::forget(uncount);
+                Ok(Some(v))
             }
+            r => r,
         }
     }
 
@@ -1746,6 +1751,16 @@ impl<T> Chan<T> {
             });
         }
         (r, s, self.buf_len(&st), st.reserved)
+    }
+}
+
+/// A value counted in `in_flight` that did not reach its holder: uncounted on drop
+/// ([`Chan::recv_fast_held`]).
+struct Uncount<'a, T>(&'a Chan<T>);
+
+impl<T> Drop for Uncount<'_, T> {
+    fn drop(&mut self) {
+        self.0.taken();
     }
 }
 
