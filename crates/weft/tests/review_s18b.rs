@@ -9,7 +9,15 @@
 //!   caller's `MaybeUninit`, around an empty stash until `try_fast` fills it.
 //!
 //! Every value counts its drops (each must be dropped exactly once, none lost); every
-//! wait is bounded by a watchdog; meant to run under valgrind too (small sizes).
+//! wait is bounded by a watchdog; meant to run under valgrind too (small sizes:
+//! `REVIEW_S18B_SMALL=1`).
+//!
+//! Found (older than both commits, reached through the quick pass):
+//! `quick_pass_settle_with_panicking_waker_race` — a select's quick receive counts its
+//! value in flight before popping it; when the settle after the pop panicked (a
+//! waiting sender's waker), the value went back but the count stayed, so the closed
+//! channel was never seen drained (receivers waited for ever). Fixed in
+//! `Chan::recv_fast_held`.
 
 mod chan_common;
 
