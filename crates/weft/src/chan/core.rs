@@ -417,8 +417,9 @@ impl<T> Chan<T> {
     /// operations and fences), and costs none. It covers the claim, not the stores
     /// after it, so the other side must count a claimed place as taken: a receiver a
     /// claimed but unwritten slot as a value on its way (`Busy`), a sender a slot
-    /// whose pop has claimed it but not yet freed it as room ([`Buffer::push_settled`]). loom treats SeqCst accesses as AcqRel
-    /// (weaker than the language), so its builds fence explicitly.
+    /// whose pop has claimed it but not yet freed it as room
+    /// ([`Buffer::push_settled`]). loom treats SeqCst accesses as AcqRel (weaker than
+    /// the language), so its builds fence explicitly.
     fn met_waiter(&self) -> bool {
         #[cfg(loom)]
         fence(SeqCst);

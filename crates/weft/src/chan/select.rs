@@ -122,10 +122,11 @@ impl Quick<'_> {
 
 impl Drop for Quick<'_> {
     fn drop(&mut self) {
-        // SAFETY: a `Quick` is dropped only with a stash its handle's `try_fast`
-        // filled: `Select::quick` makes it around an empty stash, but writes over it,
-        // forgets it, or leaves it in memory its caller never reads unless `try_fast`
-        // took a value; and `take` forgets it. So the value is still there.
+        // A `Quick` is dropped only with a stash its handle's `try_fast` filled:
+        // `Select::quick` makes it around an empty stash, but writes over it, forgets
+        // it, or leaves it in memory its caller never reads unless `try_fast` took a
+        // value; and `take` forgets it.
+        // SAFETY: so the value `try_fast` put there is still there.
         unsafe { self.handle.give_back(&mut self.stash) }
     }
 }

@@ -70,6 +70,25 @@ impl Sem {
         self.word.load(Acquire) & CLOSED != 0
     }
 
+    /// Acquires `n` permits, waiting in line for them (`Err` once closed). The wait
+    /// node is made only when the permits are not there at once: making it (and moving
+    /// it into the caller's future) was about a fifth of an uncontended acquire.
+    pub(crate) async fn acquire(&self, n: usize) -> Result<(), ()> {
+        match self.acquire_now(n) {
+            Some(r) => r,
+            None => AcquireRaw::new(self, n).await,
+        }
+    }
+
+    /// An acquire's answer without waiting: `None` when it must wait in line.
+    fn acquire_now(&self, n: usize) -> Option<Result<(), ()>> {
+        match self.try_acquire(n) {
+            Ok(()) => Some(Ok(())),
+            Err(TryFail::Closed) => Some(Err(())),
+            Err(TryFail::NoPermits) => None,
+        }
+    }
+
     /// Takes `n` permits if they are free now.
     pub(crate) fn try_acquire(&self, n: usize) -> Result<(), TryFail> {
         let mut cur = self.word.load(Acquire);
@@ -361,27 +380,6 @@ impl AcquireRaw<'_> {
     /// Whether its node waits and has been served (or told the semaphore closed).
     fn is_notified(&self) -> bool {
         self.registered && self.node.reason() != Reason::Waiting
-    }
-}
-
-impl Sem {
-    /// Acquires `n` permits, waiting in line for them (`Err` once closed). The wait
-    /// node is made only when the permits are not there at once: making it (and moving
-    /// it into the caller's future) was about a fifth of an uncontended acquire.
-    pub(crate) async fn acquire(&self, n: usize) -> Result<(), ()> {
-        match self.acquire_now(n) {
-            Some(r) => r,
-            None => AcquireRaw::new(self, n).await,
-        }
-    }
-
-    /// An acquire's answer without waiting: `None` when it must wait in line.
-    fn acquire_now(&self, n: usize) -> Option<Result<(), ()>> {
-        match self.try_acquire(n) {
-            Ok(()) => Some(Ok(())),
-            Err(TryFail::Closed) => Some(Err(())),
-            Err(TryFail::NoPermits) => None,
-        }
     }
 }
 
