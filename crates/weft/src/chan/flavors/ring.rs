@@ -442,32 +442,13 @@ impl<T> Ring<T> {
     /// first and popping after read it twice.
     #[inline]
     pub(crate) fn try_pop_written_into(&self, out: &mut MaybeUninit<T>) -> bool {
-        let mut head = self.head.load(SeqCst);
-        let mut contention = Backoff::new();
-        loop {
-            let stamp = self.stamp(head);
-            let ahead = stamp.wrapping_sub(head.wrapping_add(1)) as isize;
-            if ahead == 0 {
-                match self
-                    .head
-                    .compare_exchange(head, self.advance(head), SeqCst, SeqCst)
-                {
-                    Ok(_) => {
-                        // SAFETY: the CAS just gave this position to us alone.
-                        unsafe { self.take_into(head, out) };
-                        return true;
-                    }
-                    Err(now) => {
-                        head = now;
-                        contention.spin();
-                    }
-                }
-            } else if ahead < 0 {
-                return false;
-            } else {
-                // Another pop claimed `head` already (as in `claim_head`).
-                head = self.head.load(SeqCst);
+        match self.claim_head_by(false) {
+            Ok(pos) => {
+                // SAFETY: `claim_head_by` just gave this position to us alone.
+                unsafe { self.take_into(pos, out) };
+                true
             }
+            Err(_) => false,
         }
     }
 
@@ -674,6 +655,14 @@ impl<T> Ring<T> {
     /// [`take`](Self::take) before the ring is dropped.
     #[inline]
     fn claim_head(&self) -> Result<usize, NoValue> {
+        self.claim_head_by(true)
+    }
+
+    /// [`claim_head`](Self::claim_head); with `read_tail` false, a head slot with no
+    /// written value is answered `Busy` at once, without reading `tail` to tell an
+    /// empty ring from a push in progress (see [`head_written`](Self::head_written)).
+    #[inline]
+    fn claim_head_by(&self, read_tail: bool) -> Result<usize, NoValue> {
         let mut head = self.head.load(SeqCst);
         let mut contention = Backoff::new();
         loop {
@@ -692,6 +681,9 @@ impl<T> Ring<T> {
                     }
                 }
             } else if ahead < 0 {
+                if !read_tail {
+                    return Err(NoValue::Busy);
+                }
                 // Nothing written at `head` yet. If tail is still there, nothing is
                 // claimed; otherwise a push owns the slot and is writing it, unless our
                 // head is stale.
