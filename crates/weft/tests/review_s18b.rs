@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 
 use chan_common::{drop_after, fiber_on, join_within, make, rt2, watchdog, Drops, Rng, Tracked};
 use weft::chan::{
-    after, bounded, never, tick, unbounded, Receiver, RecvTimeoutError, Select, Sender,
+    after, bounded, never, tick, unbounded, Receiver, RecvTimeoutError, Select, SendTimeoutError,
+    Sender,
 };
 
 /// Run under valgrind (`REVIEW_S18B_SMALL=1`): fewer iterations, and threads in
@@ -1719,7 +1720,6 @@ fn stream_interleaved_with_recv_futures() {
 /// threads, fibers and tasks: a timed-out send keeps its value, a timed-out receive
 /// got nothing, and every value is received or returned exactly once.
 #[test]
-#[ignore = "flaky under CI load (failed once in 4 CI runs): a fiber looping on 1 us recv_timeout whose deadline has passed returns without suspending, so it can keep its worker from the partner fiber homed there (older behaviour, open in issue 15 note)"]
 fn timeouts_race_partners_in_every_context() {
     watchdog(200, || {
         let rt = rt2();
@@ -1789,5 +1789,49 @@ fn timeouts_race_partners_in_every_context() {
                 assert_eq!(d.get(i), 1, "cap {cap:?}: value {i}");
             }
         }
+    });
+}
+
+/// A fiber that retries a timed receive (or send) whose deadline has passed by the
+/// first poll still lets the fiber it waits for run on the same (only) worker: such a
+/// timeout yields. Before, it returned at once without suspending, and the loop kept
+/// the worker for ever (the cause of `timeouts_race_partners_in_every_context`'s hang).
+#[test]
+fn expired_timed_waits_on_a_fiber_let_its_worker_run_the_partner() {
+    watchdog(60, || {
+        let rt = weft::Builder::new()
+            .worker_threads(1)
+            .max_extra_workers(0)
+            .build()
+            .unwrap();
+        let (tx, rx) = weft::chan::bounded::<u32>(1);
+        let receiver = fiber_on(&rt, move || loop {
+            match rx.recv_timeout(Duration::ZERO) {
+                Ok(v) => break v,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => panic!("sender gone"),
+            }
+        });
+        let sender = fiber_on(&rt, move || tx.send_blocking(5).unwrap());
+        assert_eq!(join_within(receiver, 30).unwrap(), 5);
+        join_within(sender, 30).unwrap();
+
+        let (tx, rx) = weft::chan::bounded::<u32>(1);
+        tx.try_send(0).unwrap();
+        let sender = fiber_on(&rt, move || {
+            let mut v = 9;
+            loop {
+                match tx.send_timeout(v, Duration::ZERO) {
+                    Ok(()) => break,
+                    Err(SendTimeoutError::Timeout(back)) => v = back,
+                    Err(SendTimeoutError::Disconnected(_)) => panic!("receiver gone"),
+                }
+            }
+        });
+        let receiver = fiber_on(&rt, move || {
+            (rx.recv_blocking().unwrap(), rx.recv_blocking().unwrap())
+        });
+        assert_eq!(join_within(receiver, 30).unwrap(), (0, 9));
+        join_within(sender, 30).unwrap();
     });
 }

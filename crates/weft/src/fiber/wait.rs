@@ -241,7 +241,9 @@ pub(crate) fn wait_until<F: Future>(
         return block_thread_until(future, deadline);
     }
     let mut sleep = pin!(crate::time::sleep_until(deadline));
-    wait(std::future::poll_fn(move |cx| {
+    let polls = &Cell::new(0u32);
+    let out = wait(std::future::poll_fn(move |cx| {
+        polls.set(polls.get() + 1);
         if let Poll::Ready(v) = future.as_mut().poll(cx) {
             return Poll::Ready(Some(v));
         }
@@ -249,7 +251,15 @@ pub(crate) fn wait_until<F: Future>(
             Poll::Ready(()) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,
         }
-    }))
+    }));
+    if out.is_none() && polls.get() == 1 && crate::fiber::current_fiber().is_some() {
+        // Timed out without suspending (the deadline had passed by the first poll): a
+        // fiber that retries in a loop would otherwise never let its worker run
+        // anything else, and a partner that only runs there (a fiber pinned to that
+        // worker) would never come.
+        crate::fiber::yield_now();
+    }
+    out
 }
 
 // The blocking entry points of the lower layers are `wait` on their futures; they are
