@@ -818,7 +818,9 @@ impl<'a> Select<'a> {
             "no operations have been added to `Select`"
         );
         let sel = &*self;
-        let mut m: Option<Machine<'a>> = None;
+        // Boxed: a select that waits allocates anyway, and inline the machine made the
+        // future 256 bytes, copied into the awaiting task's state on every select.
+        let mut m: Option<Box<Machine<'a>>> = None;
         let mut alarm: Option<super::timer::Alarm> = None;
         std::future::poll_fn(move |cx| loop {
             let m = match &mut m {
@@ -828,7 +830,7 @@ impl<'a> Select<'a> {
                     match sel.quick_or_machine(false, &mut out) {
                         // SAFETY: `Ok`: the quick pass wrote the selected operation.
                         Ok(()) => return Poll::Ready(unsafe { out.assume_init() }),
-                        Err(machine) => m.insert(machine),
+                        Err(machine) => m.insert(Box::new(machine)),
                     }
                 }
             };

@@ -267,6 +267,13 @@ impl Driver {
         }
     }
 
+    /// How long until the earliest pending deadline (lock-free; `None`: no timer), for a
+    /// worker that spins before it offers to hold the driver.
+    pub(crate) fn until_next(&self) -> Option<Duration> {
+        let next = self.next_deadline.load(Acquire);
+        (next != NONE).then(|| Duration::from_millis(next.saturating_sub(self.now_ms())))
+    }
+
     /// Whether any timer is pending (lock-free).
     pub(crate) fn has_pending(&self) -> bool {
         self.next_deadline.load(Acquire) != NONE

@@ -30,8 +30,20 @@ impl Core {
             let time = &self.shared.time;
             let mut holds_driver = false;
             let mut spin_ns = self.shared.spin_ns();
+            // The spin comes before the offer to hold the driver. Taking the driver
+            // and giving it back writes its holder word, its holder's parker and the
+            // wheel's published deadline, all shared: when two workers hand work to
+            // each other (two fibers passing a token), each of them parked and woke
+            // once per hand-off, and those lines moved between them every time. A
+            // worker woken within its spin now never touches the driver. The spin
+            // ends at the next deadline, as the holder's did; a timer registered
+            // during it has no holder to shorten, and fires when the spin ends (at
+            // most `MAX_SPIN_NS` late, within the wheel's millisecond). With sockets
+            // registered the holder goes into `epoll_wait` at once, as before.
+            let mut spin_first = spin_ns > 0 && !time.has_io_sources();
             loop {
-                if !holds_driver && time.try_acquire(parker) {
+                let spinning_first = std::mem::take(&mut spin_first);
+                if !spinning_first && !holds_driver && time.try_acquire(parker) {
                     holds_driver = true;
                     idle.set_driver_holder(Some(self.index));
                 }
@@ -41,11 +53,20 @@ impl Core {
                     // producer side claims a parked worker (maybe this one).
                     time.process();
                     time.holder_timeout()
+                } else if spinning_first {
+                    time.until_next()
                 } else {
                     None
                 };
-                let timeout = self.keep_alive_left(parked_at, timeout, holds_driver);
-                let slept = if holds_driver {
+                let mut timeout = self.keep_alive_left(parked_at, timeout, holds_driver);
+                if spinning_first && !parker.spin(spin_ns, &mut timeout) {
+                    // No wake-up within the spin: offer to hold the driver, and sleep.
+                    spin_ns = 0;
+                    continue;
+                }
+                let slept = if spinning_first {
+                    false
+                } else if holds_driver {
                     self.dispatching_io.set(true);
                     let slept = time.holder_park(parker, spin_ns, timeout);
                     self.dispatching_io.set(false);
