@@ -152,7 +152,16 @@ impl<T> Worker<T> {
 
     /// Pops at the bottom (the newest item).
     pub(crate) fn pop(&self) -> Option<*mut T> {
-        let b = self.inner.bottom.load(Relaxed) - 1;
+        // Empty at a glance: only the owner pushes and `top` only grows, so a `top` at
+        // `bottom` stays there until the owner pushes again (a stale `top` is lower and
+        // takes the full path). A worker with no task looks here on every turn of its
+        // loop; the full path's fence and two stores of `bottom`, a line every thief
+        // reads, cost both workers of a fiber ping-pong a transfer per hop.
+        let bottom = self.inner.bottom.load(Relaxed);
+        if self.inner.top.load(Relaxed) >= bottom {
+            return None;
+        }
+        let b = bottom - 1;
         let buf = self.inner.buffer.load(Relaxed);
         self.inner.bottom.store(b, Relaxed);
         // The store of `bottom` must be ordered before the load of `top` against a
