@@ -723,12 +723,17 @@ impl Core {
         let mut deferred = self.deferred.take();
         let mut drain = deferred.drain(..);
         let first = drain.next();
-        let more = drain.len() > 0;
+        // A peer is worth a wake only for a task it could run: a fiber tied to this
+        // worker is not one (two fibers yielding to each other paid a SeqCst fence per
+        // yield here, and on a pool with a parked peer, a wake that found nothing).
+        let mut stealable = false;
         for t in drain {
-            self.push_local(t);
+            let pinned = is_pinned(&t);
+            stealable |= !pinned;
+            self.push_local_as(t, pinned);
         }
         self.deferred.set(deferred);
-        if more {
+        if stealable {
             self.shared.notify_parked();
         }
         first
