@@ -20,8 +20,10 @@
 //!   any worker and retires on its own after a keep-alive of idleness (see `Core::park`
 //!   and the protocol in `scheduler::idle`).
 //! * **Stalled workers.** After a sysmon period a stuck worker is marked *stalled*:
-//!   soft-homed fibers are then sent elsewhere, and if tasks wait in its stealable
-//!   queue while nobody searches, a parked worker is woken to steal them.
+//!   soft-homed fibers are then sent elsewhere. If tasks wait in its stealable queue
+//!   while nobody searches, a parked worker is woken to steal them after
+//!   [`STALE_AFTER`] (a worker wakes a sleeper for its queue only when the queued work
+//!   outlasts a wake: see `Core::evict_lifo`).
 //! * **The stall report.** After the threshold (default 5 s) the task is reported once
 //!   on stderr with its id, its name if it is a named fiber, and the worker.
 //!   `WEFT_DEBUG_STALL=0` or [`Builder::stall_report(None)`](crate::Builder::stall_report)
@@ -176,9 +178,14 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
                 }
                 let stalled = for_ >= mark_stalled_after;
                 remote.stalled.store(stalled, Relaxed);
-                if stalled && !remote.steal.is_empty() && pool.idle.num_searching() == 0 {
+                if for_ >= STALE_AFTER.min(mark_stalled_after)
+                    && !remote.steal.is_empty()
+                    && pool.idle.num_searching() == 0
+                {
                     // Tasks queued behind a worker stuck in one poll: the wake heuristics
-                    // assumed it would get to them soon. Wake a sleeper to steal them.
+                    // (`worth_a_wake`, and a task pushed out of the LIFO slot wakes a
+                    // sleeper only for work worth a wake) assumed it would get to them
+                    // soon. Wake a sleeper to steal them.
                     pool.notify_parked();
                 }
                 if let Some(threshold) = mon.stall {
