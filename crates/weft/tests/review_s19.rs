@@ -840,3 +840,382 @@ fn values_racing_expired_timed_waits_arrive_exactly_once() {
         }
     });
 }
+
+// ---------------------------------------------------------------------------------
+// 2. Parking workers spin before they offer to hold the timer driver.
+
+/// Watches for pauses of the whole process (the machine's other users may stop it
+/// for a minute): a thread that sleeps 1 ms at a time and records the longest gap.
+/// Lateness bounds below are that plus a generous margin, so only a timer that is late
+/// while the process ran counts.
+struct PauseWatch {
+    stop: Arc<AtomicBool>,
+    longest_us: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl PauseWatch {
+    fn start() -> PauseWatch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let longest_us = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (stop, longest_us) = (stop.clone(), longest_us.clone());
+            std::thread::spawn(move || {
+                let mut last = Instant::now();
+                while !stop.load(SeqCst) {
+                    std::thread::sleep(Duration::from_millis(1));
+                    let now = Instant::now();
+                    longest_us.fetch_max((now - last).as_micros() as u64, SeqCst);
+                    last = now;
+                }
+            })
+        };
+        PauseWatch {
+            stop,
+            longest_us,
+            thread: Some(thread),
+        }
+    }
+
+    fn longest(&self) -> Duration {
+        Duration::from_micros(self.longest_us.load(SeqCst))
+    }
+}
+
+impl Drop for PauseWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Lateness samples (how long after its deadline each timer's waiter resumed) and
+/// timers that fired early.
+#[derive(Default)]
+struct Lateness {
+    late_us: Mutex<Vec<u64>>,
+    early: Mutex<Vec<String>>,
+}
+
+impl Lateness {
+    /// `deadline` was computed after `start`-style bookkeeping by the caller: the wait
+    /// must not have ended before it.
+    fn record(&self, what: &str, deadline: Instant) {
+        let now = Instant::now();
+        if now < deadline {
+            self.early
+                .lock()
+                .unwrap()
+                .push(format!("{what}: {:?} early", deadline - now));
+        } else {
+            self.late_us
+                .lock()
+                .unwrap()
+                .push((now - deadline).as_micros() as u64);
+        }
+    }
+
+    /// (count, p50, p99, max) in microseconds.
+    fn summary(&self) -> (usize, u64, u64, u64) {
+        let mut v = self.late_us.lock().unwrap().clone();
+        v.sort_unstable();
+        if v.is_empty() {
+            return (0, 0, 0, 0);
+        }
+        let at = |q: f64| v[((v.len() - 1) as f64 * q) as usize];
+        (v.len(), at(0.5), at(0.99), *v.last().unwrap())
+    }
+
+    fn check(&self, what: &str, expected: usize, pauses: &PauseWatch) {
+        let early = self.early.lock().unwrap().clone();
+        assert!(early.is_empty(), "{what}: timers fired early: {early:?}");
+        let (n, p50, p99, max) = self.summary();
+        eprintln!(
+            "{what}: {n} timers, lateness p50 {p50} us, p99 {p99} us, max {max} us \
+             (longest process pause seen {:?})",
+            pauses.longest()
+        );
+        assert_eq!(n, expected, "{what}: timers that never fired");
+        let limit = Duration::from_secs(2) + pauses.longest() * 2;
+        assert!(
+            Duration::from_micros(max) < limit,
+            "{what}: a timer fired {max} us late (limit {limit:?})"
+        );
+    }
+}
+
+/// A random short duration: below the wheel's millisecond most of the time, up to
+/// 3 ms, sometimes zero.
+fn short(rng: &mut Rng) -> Duration {
+    match rng.below(4) {
+        0 => Duration::ZERO,
+        1 => Duration::from_micros(rng.below(3000)),
+        _ => Duration::from_micros(rng.below(200)),
+    }
+}
+
+/// Keeps the workers parking and waking: trivial tasks spawned at random moments from
+/// a plain thread until `stop`.
+fn poker(rt: &Runtime, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    let h = rt.handle().clone();
+    std::thread::spawn(move || {
+        let mut rng = Rng::new(seed());
+        let mut n = 0u64;
+        while !stop.load(SeqCst) {
+            let t = h.spawn(async {});
+            if rng.below(2) == 0 {
+                t.join().unwrap();
+            }
+            n += 1;
+            let pause = rng.below(400);
+            let until = Instant::now() + Duration::from_micros(pause);
+            if pause > 200 {
+                std::thread::sleep(until - Instant::now());
+            } else {
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        n
+    })
+}
+
+/// Many short timers from tasks (sleep, sleep_until, timeout), fibers (fiber::sleep,
+/// an empty channel's recv_timeout, a select_timeout) and plain threads (a sleep of
+/// the runtime's waited on with `Handle::block_on`), while a poker keeps the workers
+/// parking and waking: every timer fires, none early, lateness bounded (and printed).
+#[test]
+fn timer_storm_from_every_context_fires_every_timer_never_early() {
+    watchdog(600, || {
+        let pauses = PauseWatch::start();
+        for workers in [1, 2] {
+            let rt = rt_with(workers);
+            let lat = Arc::new(Lateness::default());
+            let stop = Arc::new(AtomicBool::new(false));
+            let poke = poker(&rt, stop.clone());
+            let per = scale(300);
+            let (_keep_tx, empty_rx) = bounded::<u8>(1);
+            let mut handles = Vec::new();
+            for t in 0..3u64 {
+                let lat = lat.clone();
+                handles.push(rt.spawn(async move {
+                    let mut rng = Rng::new(seed() ^ t);
+                    for _ in 0..per {
+                        let d = short(&mut rng);
+                        let deadline = Instant::now() + d;
+                        match rng.below(3) {
+                            0 => weft::time::sleep(d).await,
+                            1 => weft::time::sleep_until(deadline).await,
+                            _ => {
+                                let r = weft::time::timeout(d, std::future::pending::<()>());
+                                assert!(r.await.is_err());
+                            }
+                        }
+                        lat.record("task", deadline);
+                    }
+                }));
+            }
+            for f in 0..3u64 {
+                let (lat, rx) = (lat.clone(), empty_rx.clone());
+                handles.push(fiber_on(&rt, move || {
+                    let mut rng = Rng::new(seed() ^ (f << 8));
+                    for _ in 0..per {
+                        let d = short(&mut rng);
+                        let deadline = Instant::now() + d;
+                        match rng.below(3) {
+                            0 => weft::fiber::sleep(d),
+                            1 => assert!(rx.recv_timeout(d).unwrap_err().is_timeout()),
+                            _ => {
+                                let mut sel = Select::new();
+                                sel.recv(&rx);
+                                assert!(sel.select_timeout(d).is_err());
+                            }
+                        }
+                        lat.record("fiber", deadline);
+                    }
+                }));
+            }
+            let mut threads = Vec::new();
+            for p in 0..2u64 {
+                let (lat, h) = (lat.clone(), rt.handle().clone());
+                threads.push(std::thread::spawn(move || {
+                    let mut rng = Rng::new(seed() ^ (p << 16));
+                    for _ in 0..per {
+                        let d = short(&mut rng);
+                        let deadline = Instant::now() + d;
+                        h.block_on(weft::time::sleep_until(deadline));
+                        lat.record("thread", deadline);
+                    }
+                }));
+            }
+            for h in handles {
+                join_within(h, 300).unwrap();
+            }
+            for t in threads {
+                t.join().unwrap();
+            }
+            stop.store(true, SeqCst);
+            let pokes = poke.join().unwrap();
+            eprintln!("{workers} workers: {pokes} pokes");
+            lat.check(&format!("storm, {workers} workers"), 8 * per, &pauses);
+            let st = rt.stats();
+            assert_eq!(st.timers_pending, 0, "timers left in the wheel");
+        }
+    });
+}
+
+/// The window the change opened: on a one-worker runtime a plain thread waits for a
+/// task (so the worker has just finished it and is parking: spinning, not holding the
+/// driver) and at once registers a timer from outside. Nobody is there to kick; the
+/// timer must fire when the spin ends (the claim: at most ~50 us late, within the
+/// wheel's millisecond). The worst lateness is printed and bounded.
+#[test]
+fn a_timer_registered_from_outside_while_the_worker_spins_fires() {
+    watchdog(600, || {
+        let pauses = PauseWatch::start();
+        for workers in [1, 2] {
+            let rt = rt_with(workers);
+            let h = rt.handle().clone();
+            let lat = Lateness::default();
+            let mut rng = Rng::new(seed());
+            let n = scale(1500);
+            for i in 0..n {
+                h.spawn(async {}).join().unwrap();
+                // Spin a little sometimes, to land anywhere in the worker's spin.
+                let until = Instant::now() + Duration::from_micros(rng.below(60));
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+                let d = if i % 2 == 0 {
+                    Duration::from_micros(rng.below(1000))
+                } else {
+                    Duration::from_micros(1000 + rng.below(2000))
+                };
+                let deadline = Instant::now() + d;
+                h.block_on(weft::time::sleep_until(deadline));
+                lat.record("outside", deadline);
+            }
+            lat.check(&format!("outside timer, {workers} workers"), n, &pauses);
+        }
+    });
+}
+
+/// After a storm of short timers and wake-ups, an idle runtime goes quiet: no polls,
+/// parks or wake calls in 300 ms, with no timer pending and with one pending an hour
+/// away (the holder sleeps until it).
+#[test]
+fn an_idle_runtime_after_a_timer_storm_makes_no_wakeups() {
+    watchdog(300, || {
+        for far_timer in [false, true] {
+            let rt = rt_with(2);
+            let mut handles = Vec::new();
+            for t in 0..4u64 {
+                handles.push(rt.spawn(async move {
+                    let mut rng = Rng::new(seed() ^ t);
+                    for _ in 0..scale(200) {
+                        weft::time::sleep(short(&mut rng)).await;
+                        weft::spawn(async {}).await.unwrap();
+                    }
+                }));
+                handles.push(fiber_on(&rt, move || {
+                    let mut rng = Rng::new(seed() ^ (t << 4));
+                    for _ in 0..scale(200) {
+                        weft::fiber::sleep(short(&mut rng));
+                    }
+                }));
+            }
+            for h in handles {
+                join_within(h, 200).unwrap();
+            }
+            let _far = far_timer.then(|| rt.spawn(weft::time::sleep(Duration::from_secs(3600))));
+            // Quiet is reached within a few spins and sleeps; allow for a loaded machine.
+            let mut quiet = false;
+            for _ in 0..10 {
+                std::thread::sleep(Duration::from_millis(100));
+                let before = rt.stats();
+                std::thread::sleep(Duration::from_millis(300));
+                let after = rt.stats();
+                if after.total_polled == before.total_polled
+                    && after.total_parked == before.total_parked
+                    && after.total_wake_calls == before.total_wake_calls
+                {
+                    quiet = true;
+                    break;
+                }
+                eprintln!(
+                    "far timer {far_timer}: not quiet: polls +{}, parks +{}, wake calls +{}",
+                    after.total_polled - before.total_polled,
+                    after.total_parked - before.total_parked,
+                    after.total_wake_calls - before.total_wake_calls
+                );
+            }
+            assert!(quiet, "far timer {far_timer}: the idle runtime kept waking");
+            assert_eq!(rt.stats().timers_pending, usize::from(far_timer));
+        }
+    });
+}
+
+/// Temporary workers: the only base worker is stuck in a task, sysmon starts
+/// temporary ones, timers run on them, then they retire (keep-alive 20 ms) while
+/// timers are pending; timers keep firing throughout and after, none early.
+#[test]
+fn timers_fire_while_temporary_workers_come_and_retire() {
+    watchdog(600, || {
+        let pauses = PauseWatch::start();
+        let rt = weft::Builder::new()
+            .worker_threads(1)
+            .max_extra_workers(2)
+            .extra_worker_keep_alive(Duration::from_millis(20))
+            .build()
+            .unwrap();
+        let lat = Arc::new(Lateness::default());
+        let rounds = scale(8);
+        let per = 40;
+        for round in 0..rounds {
+            // Stuck for 150 ms: the timers below need a temporary worker meanwhile.
+            let blocker = rt.spawn(async { std::thread::sleep(Duration::from_millis(150)) });
+            let mut handles = Vec::new();
+            for t in 0..4u64 {
+                let lat = lat.clone();
+                handles.push(rt.spawn(async move {
+                    let mut rng = Rng::new(seed() ^ t ^ ((round as u64) << 8));
+                    for _ in 0..per / 4 {
+                        let d = Duration::from_micros(rng.below(8000));
+                        let deadline = Instant::now() + d;
+                        weft::time::sleep_until(deadline).await;
+                        lat.record("temp", deadline);
+                    }
+                }));
+            }
+            // A timer set from outside that comes due around the retirements.
+            let h = rt.handle().clone();
+            let outside = std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_millis(190);
+                h.block_on(weft::time::sleep_until(deadline));
+                deadline
+            });
+            for h in handles {
+                join_within(h, 120).unwrap();
+            }
+            join_within(blocker, 120).unwrap();
+            lat.record("outside", outside.join().unwrap());
+        }
+        let started = rt.stats().temp_workers_started;
+        chan_common::wait_for("temporary workers to retire", 60, || {
+            let st = rt.stats();
+            st.temp_workers_retired == st.temp_workers_started
+        });
+        // And after every temporary worker left, timers still fire.
+        for _ in 0..20 {
+            let deadline = Instant::now() + Duration::from_millis(2);
+            rt.block_on(weft::time::sleep_until(deadline));
+            lat.record("after", deadline);
+        }
+        eprintln!("temporary workers started: {started}");
+        lat.check("temporary workers", rounds * (per + 1) + 20, &pauses);
+        assert!(started > 0, "no temporary worker was started");
+    });
+}
