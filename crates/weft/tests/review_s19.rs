@@ -1219,3 +1219,200 @@ fn timers_fire_while_temporary_workers_come_and_retire() {
         assert!(started > 0, "no temporary worker was started");
     });
 }
+
+/// Busy-waits `d` (to land inside a worker's ~50 us spin rather than after it).
+fn spin_for(d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// Round trips between two parties on two channels, in every pairing of contexts:
+/// each hand-off finds the other side's worker parking (spinning, or asleep after the
+/// spin), sometimes with a short timer in between. No wake-up may be lost.
+#[test]
+fn hand_offs_across_contexts_lose_no_wakeup() {
+    #[derive(Clone, Copy, Debug)]
+    enum Side {
+        Fiber,
+        Task,
+        Thread,
+    }
+    fn start<T: Send + 'static>(
+        rt: &Runtime,
+        side: Side,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Box<dyn FnOnce() -> T + Send> {
+        match side {
+            Side::Fiber => {
+                let h = fiber_on(rt, f);
+                Box::new(move || join_within(h, 300).unwrap())
+            }
+            Side::Task => {
+                let h = rt.spawn(async move { weft::wait(async move { f() }) });
+                Box::new(move || join_within(h, 300).unwrap())
+            }
+            Side::Thread => {
+                let t = std::thread::spawn(f);
+                Box::new(move || t.join().unwrap())
+            }
+        }
+    }
+    watchdog(600, || {
+        let rounds = scale(3000) as u32;
+        for workers in [1, 2] {
+            let rt = rt_with(workers);
+            for (a, b) in [
+                (Side::Fiber, Side::Fiber),
+                (Side::Task, Side::Task),
+                (Side::Fiber, Side::Task),
+                (Side::Thread, Side::Fiber),
+                (Side::Thread, Side::Task),
+            ] {
+                for cap in [Some(0), Some(1)] {
+                    let (ping_tx, ping_rx) = make::<u32>(cap);
+                    let (pong_tx, pong_rx) = make::<u32>(cap);
+                    let server = start(&rt, b, move || {
+                        let mut n = 0u32;
+                        while let Ok(v) = ping_rx.recv_blocking() {
+                            if v % 64 == 7 {
+                                weft::fiber::sleep(Duration::from_micros(u64::from(v % 300)));
+                            }
+                            pong_tx.send_blocking(v + 1).unwrap();
+                            n += 1;
+                        }
+                        n
+                    });
+                    let client = start(&rt, a, move || {
+                        let mut rng = Rng::new(seed());
+                        for i in 0..rounds {
+                            ping_tx.send_blocking(i * 2).unwrap();
+                            assert_eq!(pong_rx.recv_blocking().unwrap(), i * 2 + 1);
+                            if rng.below(16) == 0 {
+                                spin_for(Duration::from_micros(rng.below(80)));
+                            }
+                        }
+                    });
+                    client();
+                    assert_eq!(
+                        server(),
+                        rounds,
+                        "{workers} workers, {a:?} -> {b:?}, {cap:?}"
+                    );
+                }
+            }
+        }
+    });
+}
+
+/// A runtime dropped at random moments while its workers hand work back and forth
+/// (so they keep parking, spinning and waking) and sleep on short timers: the drop
+/// ends in bounded time.
+#[test]
+fn runtime_dropped_while_workers_spin_and_hand_off() {
+    watchdog(600, || {
+        let mut rng = Rng::new(seed());
+        for round in 0..scale(60) {
+            let rt = rt_with(1 + round % 2);
+            for _ in 0..2 {
+                let (a_tx, a_rx) = bounded::<u32>(0);
+                let (b_tx, b_rx) = bounded::<u32>(0);
+                rt.spawn(async move {
+                    for i in 0..1_000_000u32 {
+                        if a_tx.send(i).await.is_err() || b_rx.recv().await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                fiber_on(&rt, move || {
+                    while let Ok(v) = a_rx.recv_blocking() {
+                        if b_tx.send_blocking(v).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            for t in 0..2u64 {
+                rt.spawn(async move {
+                    let mut rng = Rng::new(seed() ^ t);
+                    for _ in 0..100_000 {
+                        weft::time::sleep(short(&mut rng)).await;
+                    }
+                });
+            }
+            match rng.below(3) {
+                0 => {}
+                1 => spin_for(Duration::from_micros(rng.below(100))),
+                _ => std::thread::sleep(Duration::from_micros(rng.below(3000))),
+            }
+            let t = Instant::now();
+            drop(rt);
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "round {round}: the drop took {:?}",
+                t.elapsed()
+            );
+        }
+    });
+}
+
+/// Sockets registered while workers park: by a task (its worker then parks with a
+/// socket registered) and by a plain thread right after a task finished (the worker
+/// is in its spin, which began with no socket registered). A datagram sent then must
+/// reach the waiting receiver in bounded time; the worst latency is printed.
+#[test]
+fn readiness_of_sockets_registered_while_workers_park_is_seen() {
+    watchdog(600, || {
+        let pauses = PauseWatch::start();
+        let sender = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for workers in [1, 2] {
+            let rt = rt_with(workers);
+            let h = rt.handle().clone();
+            let mut rng = Rng::new(seed());
+            let mut lat = Vec::new();
+            for i in 0..scale(400) {
+                let from_thread = i % 2 == 1;
+                let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+                let recv = async move {
+                    let s = weft::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+                    addr_tx.send(s.local_addr().unwrap()).unwrap();
+                    let mut buf = [0u8; 16];
+                    let (n, _) = s.recv_from(&mut buf).await.unwrap();
+                    assert_eq!(&buf[..n], b"ping");
+                    Instant::now()
+                };
+                let waiter: Box<dyn FnOnce() -> Instant> = if from_thread {
+                    h.spawn(async {}).join().unwrap();
+                    let h = h.clone();
+                    let t = std::thread::spawn(move || h.block_on(recv));
+                    Box::new(move || t.join().unwrap())
+                } else {
+                    let j = h.spawn(recv);
+                    Box::new(move || join_within(j, 120).unwrap())
+                };
+                let addr = addr_rx.recv_timeout(Duration::from_secs(120)).unwrap();
+                spin_for(Duration::from_micros(rng.below(120)));
+                let sent = Instant::now();
+                sender.send_to(b"ping", addr).unwrap();
+                let got = waiter();
+                lat.push(got.saturating_duration_since(sent));
+            }
+            lat.sort_unstable();
+            let (p50, p99, max) = (
+                lat[lat.len() / 2],
+                lat[lat.len() * 99 / 100],
+                *lat.last().unwrap(),
+            );
+            eprintln!(
+                "udp, {workers} workers: {} datagrams, latency p50 {p50:?}, p99 {p99:?}, \
+                 max {max:?} (longest pause {:?})",
+                lat.len(),
+                pauses.longest()
+            );
+            let limit = Duration::from_secs(2) + pauses.longest() * 2;
+            assert!(max < limit, "a datagram waited {max:?}");
+            assert_eq!(rt.stats().io_sources, 0);
+        }
+    });
+}
