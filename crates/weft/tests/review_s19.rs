@@ -610,7 +610,7 @@ fn runtime_dropped_while_fibers_retry_expired_timeouts() {
             let rt = rt_with(workers);
             let unwound = Arc::new(AtomicUsize::new(0));
             let tries = Arc::new(AtomicU64::new(0));
-            let (tx, rx) = bounded::<u32>(1);
+            let (tx, _rx) = bounded::<u32>(1);
             tx.try_send(0).unwrap();
             let (_keep_tx, empty_rx) = bounded::<u32>(1);
             let n = 6;
@@ -1414,5 +1414,403 @@ fn readiness_of_sockets_registered_while_workers_park_is_seen() {
             assert!(max < limit, "a datagram waited {max:?}");
             assert_eq!(rt.stats().io_sources, 0);
         }
+    });
+}
+
+// ---------------------------------------------------------------------------------
+// 3. `select_async`'s boxed machine.
+
+/// A waker that counts its wakes (safe: `std::task::Wake`).
+struct CountWake(AtomicUsize);
+
+impl Wake for CountWake {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, SeqCst);
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+
+fn count_waker() -> (Arc<CountWake>, Waker) {
+    let c = Arc::new(CountWake(AtomicUsize::new(0)));
+    (c.clone(), Waker::from(c))
+}
+
+fn assert_unpin<T: Unpin>(_: &T) {}
+
+/// The future is `Send`, `Unpin` (so safe code may move it between polls: nothing in
+/// it may point into itself) and small (the point of the box).
+#[test]
+fn select_async_future_is_send_unpin_and_small() {
+    let (_tx, rx) = unbounded::<u64>();
+    let t = after(Duration::from_secs(1));
+    let mut sel = Select::new();
+    sel.recv(&rx);
+    sel.recv(&t);
+    let fut = sel.select_async();
+    chan_common::is_send(&fut);
+    assert_unpin(&fut);
+    let size = std::mem::size_of_val(&fut);
+    eprintln!("select_async future: {size} bytes");
+    assert!(size <= 64, "the select_async future is {size} bytes");
+}
+
+/// Polls `fut` once with `waker`.
+fn poll_with<F: Future + Unpin>(fut: &mut F, waker: &Waker) -> Poll<F::Output> {
+    Pin::new(fut).poll(&mut Context::from_waker(waker))
+}
+
+/// Polled (registered) with one waker, moved (into a box, then out again), polled
+/// with another: the value sent then wakes the second waker and is selected; for a
+/// receive and for a send on a full channel, in every flavour.
+#[test]
+fn select_async_moved_and_rewoken_between_polls() {
+    watchdog(200, || {
+        for cap in [Some(0), Some(1), Some(3), None] {
+            for send_side in [false, true] {
+                if send_side && cap.is_none() {
+                    continue; // an unbounded channel is never full
+                }
+                let (tx, rx) = make::<u64>(cap);
+                for _ in 0..cap.unwrap_or(0) {
+                    if send_side {
+                        tx.try_send(0).unwrap();
+                    }
+                }
+                let mut sel = Select::new();
+                let i = if send_side {
+                    sel.send(&tx)
+                } else {
+                    sel.recv(&rx)
+                };
+                let (a, wa) = count_waker();
+                let (b, wb) = count_waker();
+                let mut fut = sel.select_async();
+                assert!(poll_with(&mut fut, &wa).is_pending(), "{cap:?} {send_side}");
+                let mut boxed = Box::new(fut);
+                assert!(poll_with(&mut *boxed, &wa).is_pending());
+                let mut fut = *boxed;
+                assert!(poll_with(&mut fut, &wb).is_pending());
+                let partner = {
+                    let (tx, rx) = (tx.clone(), rx.clone());
+                    std::thread::spawn(move || {
+                        if send_side {
+                            // Takes one of the fillers (rendezvous: the select's value).
+                            rx.recv_blocking().unwrap()
+                        } else {
+                            tx.send_blocking(42).unwrap();
+                            42
+                        }
+                    })
+                };
+                chan_common::wait_for("the second waker", 60, || b.0.load(SeqCst) > 0);
+                let op = loop {
+                    if let Poll::Ready(op) = poll_with(&mut fut, &wb) {
+                        break op;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                };
+                assert_eq!(op.index(), i);
+                if send_side {
+                    op.send(&tx, 7).unwrap();
+                } else {
+                    assert_eq!(op.recv(&rx).unwrap(), 42);
+                }
+                drop(fut);
+                let got = partner.join().unwrap();
+                if send_side {
+                    // Rendezvous: the partner took the select's 7; else a filler (0),
+                    // and the 7 queued behind the fillers.
+                    let mut rest = Vec::new();
+                    while let Ok(v) = rx.try_recv() {
+                        rest.push(v);
+                    }
+                    let mut all = vec![got];
+                    all.extend(rest);
+                    all.sort_unstable();
+                    let mut expect = vec![0; cap.unwrap()];
+                    expect.push(7);
+                    assert_eq!(all, expect, "{cap:?}");
+                }
+                // The first waker was replaced before the value came.
+                drop(a);
+            }
+        }
+    });
+}
+
+/// A select future carried from one task to another between its polls (a `'static`
+/// select: its receivers and `Select` are leaked on purpose, few of them): the value
+/// sent after the move wakes the second task, and is selected there exactly once.
+#[test]
+fn select_async_polled_from_two_tasks() {
+    if small() {
+        return; // leaks on purpose; the moved-future test covers the same under valgrind
+    }
+    watchdog(200, || {
+        let rt = rt_with(2);
+        for round in 0..20u64 {
+            let (tx, rx) = make::<u64>(if round % 2 == 0 { Some(0) } else { None });
+            let rx: &'static Receiver<u64> = Box::leak(Box::new(rx));
+            let sel: &'static mut Select<'static> = Box::leak(Box::new(Select::new()));
+            let i = sel.recv(rx);
+            let fut = sel.select_async();
+            let (hand_tx, hand_rx) = bounded(1);
+            let first = rt.spawn(async move {
+                let mut fut = fut;
+                // One poll here (registers with this task's waker), then hand it on.
+                let polled = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut fut).poll(cx)));
+                assert!(polled.await.is_pending());
+                hand_tx
+                    .send(fut)
+                    .await
+                    .unwrap_or_else(|_| panic!("hand-off"));
+            });
+            let second = rt.spawn(async move {
+                let fut = hand_rx.recv().await.unwrap();
+                let op = fut.await;
+                assert_eq!(op.index(), i);
+                op.recv(rx).unwrap()
+            });
+            join_within(first, 60).unwrap();
+            tx.send_blocking(round).unwrap();
+            assert_eq!(join_within(second, 60).unwrap(), round);
+            assert!(rx.try_recv().is_err());
+        }
+    });
+}
+
+/// Select futures dropped after 0..8 polls (the `select!` pattern), over two
+/// channels fed from a thread, a fiber and a task, in every flavour, from a task and
+/// from a fiber: a value handed to a select that is then dropped goes back to its
+/// channel, so every value is received exactly once and dropped exactly once.
+#[test]
+fn select_async_dropped_at_every_poll_loses_no_value() {
+    watchdog(600, || {
+        let rt = rt_with(2);
+        for cap in [Some(0), Some(1), Some(4), None] {
+            for on_fiber in [false, true] {
+                let per = scale(400);
+                let d = Drops::new(per * 3);
+                let (tx1, rx1) = make::<Tracked>(cap);
+                let (tx2, rx2) = make::<Tracked>(cap);
+                let mut threads = Vec::new();
+                let mut handles = Vec::new();
+                for s in 0..3usize {
+                    let tx = if s == 1 { tx2.clone() } else { tx1.clone() };
+                    let d = d.clone();
+                    let ids = s * per..(s + 1) * per;
+                    match s {
+                        // Pauses now and then, so that selects register and wait.
+                        0 => threads.push(std::thread::spawn(move || {
+                            for i in ids {
+                                tx.send_blocking(d.make(i)).unwrap();
+                                if i % 4 == 0 {
+                                    std::thread::sleep(Duration::from_micros(30));
+                                }
+                            }
+                        })),
+                        1 => handles.push(fiber_on(&rt, move || {
+                            for i in ids {
+                                tx.send_blocking(d.make(i)).unwrap();
+                                if i % 4 == 1 {
+                                    weft::fiber::sleep(Duration::from_micros(30));
+                                }
+                            }
+                        })),
+                        _ => handles.push(rt.spawn(async move {
+                            for i in ids {
+                                tx.send(d.make(i)).await.unwrap();
+                                if i % 4 == 2 {
+                                    weft::time::sleep(Duration::from_micros(30)).await;
+                                }
+                            }
+                        })),
+                    }
+                }
+                drop((tx1, tx2));
+                let receive = async move {
+                    let mut rng = Rng::new(seed());
+                    let mut got = Vec::new();
+                    let mut dropped = 0u64;
+                    let mut open = [true, true];
+                    let far = after(Duration::from_secs(3600));
+                    let start = Instant::now();
+                    while open.iter().any(|&o| o) {
+                        assert!(start.elapsed() < Duration::from_secs(300), "receiver stuck");
+                        let mut sel = Select::new();
+                        let i1 = open[0].then(|| sel.recv(&rx1));
+                        let i2 = open[1].then(|| sel.recv(&rx2));
+                        if rng.below(2) == 0 {
+                            sel.recv(&far);
+                        }
+                        let k = rng.below(8);
+                        match drop_after(k, sel.select_async()).await {
+                            None => dropped += 1,
+                            Some(op) => {
+                                let which = if Some(op.index()) == i1 {
+                                    0
+                                } else {
+                                    assert_eq!(Some(op.index()), i2, "the far timer");
+                                    1
+                                };
+                                let rx = if which == 0 { &rx1 } else { &rx2 };
+                                match op.recv(rx) {
+                                    Ok(v) => got.push(v.id),
+                                    Err(_) => open[which] = false,
+                                }
+                            }
+                        }
+                    }
+                    (got, dropped)
+                };
+                let (mut got, dropped) = if on_fiber {
+                    join_within(fiber_on(&rt, move || weft::wait(receive)), 300).unwrap()
+                } else {
+                    join_within(rt.spawn(receive), 300).unwrap()
+                };
+                for h in handles {
+                    join_within(h, 60).unwrap();
+                }
+                for t in threads {
+                    t.join().unwrap();
+                }
+                got.sort_unstable();
+                let ctx = format!("cap {cap:?}, fiber {on_fiber}");
+                assert_eq!(got, (0..per * 3).collect::<Vec<_>>(), "{ctx}");
+                for i in 0..per * 3 {
+                    assert_eq!(d.get(i), 1, "{ctx}: value {i}");
+                }
+                eprintln!("{ctx}: {dropped} selects dropped unfinished");
+            }
+        }
+    });
+}
+
+/// A select that a rendezvous sender paired with (its value handed to the select's
+/// node, the select's waker woken) and that is then dropped unpolled: the value goes
+/// back to the channel, the sender's send succeeds once, and the next receive gets it.
+#[test]
+fn dropped_select_async_gives_a_handed_value_back() {
+    watchdog(300, || {
+        let mut rng = Rng::new(seed());
+        for cap in [Some(0), Some(1)] {
+            for round in 0..scale(300) {
+                let d = Drops::new(2);
+                let (tx, rx) = make::<Tracked>(cap);
+                if cap == Some(1) {
+                    // Full: the sender waits, and hands over when the select registers.
+                    tx.try_send(d.make(0)).unwrap();
+                }
+                let sender_first = rng.below(2) == 0;
+                let spawn_sender = |tx: Sender<Tracked>, d: Drops| {
+                    std::thread::spawn(move || tx.send_blocking(d.make(1)).is_ok())
+                };
+                let mut sender = sender_first.then(|| spawn_sender(tx.clone(), d.clone()));
+                if sender_first {
+                    std::thread::sleep(Duration::from_micros(rng.below(200)));
+                }
+                let (woken, waker) = count_waker();
+                {
+                    let mut sel = Select::new();
+                    let i = sel.recv(&rx);
+                    let mut fut = sel.select_async();
+                    match poll_with(&mut fut, &waker) {
+                        Poll::Ready(op) => {
+                            // Selected at once (the filler, or the waiting sender's value):
+                            // dropped unperformed, it goes back.
+                            assert_eq!(op.index(), i);
+                            drop(op);
+                        }
+                        Poll::Pending => {
+                            if sender.is_none() {
+                                sender = Some(spawn_sender(tx.clone(), d.clone()));
+                            }
+                            if rng.below(2) == 0 {
+                                chan_common::wait_for("the hand-over", 60, || {
+                                    woken.0.load(SeqCst) > 0
+                                });
+                            }
+                        }
+                    }
+                    drop(fut);
+                }
+                if sender.is_none() {
+                    sender = Some(spawn_sender(tx.clone(), d.clone()));
+                }
+                let mut got = Vec::new();
+                let want = if cap == Some(1) { 2 } else { 1 };
+                while got.len() < want {
+                    match rx.recv_timeout(Duration::from_secs(60)) {
+                        Ok(v) => got.push(v.id),
+                        Err(e) => panic!("cap {cap:?}, round {round}: a value was lost: {e:?}"),
+                    }
+                }
+                assert!(sender.unwrap().join().unwrap(), "the send failed");
+                assert!(rx.try_recv().is_err(), "a value twice");
+                got.sort_unstable();
+                let expect: Vec<usize> = if cap == Some(1) { vec![0, 1] } else { vec![1] };
+                assert_eq!(got, expect, "cap {cap:?}, round {round}");
+                assert_eq!(d.get(1), 1);
+                assert_eq!(d.total(), want);
+            }
+        }
+    });
+}
+
+/// Selects over closed channels, timer channels and `never`: a closed receive is
+/// selected and reports the disconnection, a closed send gives its value back, a timer
+/// fires no earlier than its deadline, a select over `never` alone is ended by a
+/// timeout and dropped with its alarm (no timer left in the wheel).
+#[test]
+fn select_async_over_closed_channels_timers_and_never() {
+    watchdog(200, || {
+        let rt = rt_with(2);
+        rt.block_on(async {
+            for _ in 0..scale(50) {
+                // A closed receive next to `never`.
+                let (tx, rx) = bounded::<u8>(1);
+                drop(tx);
+                let nv = never::<u8>();
+                let mut sel = Select::new();
+                sel.recv(&nv);
+                let i = sel.recv(&rx);
+                let op = sel.select_async().await;
+                assert_eq!(op.index(), i);
+                assert!(op.recv(&rx).is_err());
+
+                // A send to a channel whose receiver is gone: the value comes back.
+                let (tx, rx) = bounded::<String>(0);
+                drop(rx);
+                let mut sel = Select::new();
+                let i = sel.send(&tx);
+                let op = sel.select_async().await;
+                assert_eq!(op.index(), i);
+                assert_eq!(op.send(&tx, "back".to_string()).unwrap_err().0, "back");
+
+                // A timer next to `never`.
+                let start = Instant::now();
+                let t = after(Duration::from_millis(3));
+                let mut sel = Select::new();
+                sel.recv(&nv);
+                let i = sel.recv(&t);
+                let op = sel.select_async().await;
+                assert_eq!(op.index(), i);
+                let at = op.recv(&t).unwrap();
+                assert!(at >= start + Duration::from_millis(3));
+                assert!(Instant::now() >= start + Duration::from_millis(3), "early");
+
+                // `never` alone (and a far timer): only a timeout ends it.
+                let far = after(Duration::from_secs(3600));
+                let mut sel = Select::new();
+                sel.recv(&nv);
+                sel.recv(&far);
+                let r = weft::time::timeout(Duration::from_millis(2), sel.select_async()).await;
+                assert!(r.is_err());
+            }
+        });
+        // Every alarm of a dropped select left the wheel.
+        chan_common::wait_for("the wheel to empty", 60, || rt.stats().timers_pending == 0);
     });
 }
