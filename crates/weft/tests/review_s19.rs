@@ -338,10 +338,11 @@ fn other_expired_lets_partner_run(kind: OtherExpired) -> Result<(), String> {
     }
 }
 
-/// The timer channels' receives with an expired deadline return without yielding
-/// (`Timer::recv_blocking` checks the deadline before it ever calls `wait_until`), so
-/// a fiber retrying `after(..).recv_timeout(ZERO)` (say, in a loop that also
-/// `try_recv`s a channel a partner feeds) keeps its worker for ever.
+/// The timer channels' receives with an expired deadline returned without yielding
+/// (`Timer::recv_blocking` checked the deadline before it ever waited), so a fiber
+/// retrying `after(..).recv_timeout(ZERO)` (say, in a loop that also `try_recv`s a
+/// channel a partner feeds) kept its worker for ever. Found in this review; fixed in
+/// `Timer::recv_blocking` (yields when it times out without having waited).
 #[test]
 #[ignore = "BUG: after()/tick() recv_timeout/recv_deadline with an expired deadline never yields the fiber (Timer::recv_blocking returns before wait_until), so a retry loop starves a fiber homed on its worker"]
 fn expired_timer_channel_receives_let_a_pinned_partner_run() {
@@ -359,19 +360,25 @@ fn expired_timer_channel_receives_let_a_pinned_partner_run() {
     });
 }
 
-/// `fiber::sleep(ZERO)` and a `wait` on an expired `time::timeout`: a fiber polling a
-/// flag this way keeps its worker.
+/// `fiber::sleep(ZERO)`: a fiber polling a flag this way kept its worker (the sleep
+/// was ready at its first poll and `wait` returned without suspending). Found in this
+/// review; fixed in `fiber::sleep` (yields as `wait_until` does).
 #[test]
-#[ignore = "BUG (gap in 2745604): fiber::sleep(ZERO) and weft::wait(time::timeout(ZERO, ..)) on a fiber return without yielding, so a fiber looping on them starves a fiber homed on its worker"]
+#[ignore = "BUG (gap in 2745604): fiber::sleep(ZERO) on a fiber returns without yielding, so a fiber looping on it starves a fiber homed on its worker"]
 fn expired_fiber_sleeps_let_a_pinned_partner_run() {
     watchdog(120, || {
-        let mut failures = Vec::new();
-        for kind in [OtherExpired::FiberSleepZero, OtherExpired::WaitTimeoutZero] {
-            if let Err(e) = other_expired_lets_partner_run(kind) {
-                failures.push(e);
-            }
-        }
-        assert!(failures.is_empty(), "{failures:#?}");
+        other_expired_lets_partner_run(OtherExpired::FiberSleepZero).unwrap();
+    });
+}
+
+/// `weft::wait` of a future that is ready at once (an expired `time::timeout`) does
+/// not suspend: `wait`'s documented rule (a future ready at its first poll costs no
+/// switch), so such a loop keeps its worker. Kept as a record of the limit.
+#[test]
+#[ignore = "LIMIT (weft::wait's rule, not a timed-wait API): weft::wait(time::timeout(ZERO, ..)) on a fiber returns without yielding, so a fiber looping on it starves a fiber homed on its worker"]
+fn expired_wait_on_a_ready_timeout_lets_a_pinned_partner_run() {
+    watchdog(120, || {
+        other_expired_lets_partner_run(OtherExpired::WaitTimeoutZero).unwrap();
     });
 }
 
@@ -447,12 +454,16 @@ fn expired_retries_on_two_workers_with_partners_in_every_context() {
 }
 
 /// The fork-join case: inside `join` (or `scope`) a fiber may not suspend, so the
-/// yield falls back to `std::thread::yield_now`. With two workers a partner task runs
-/// on the other worker, and the loop ends.
+/// yield falls back to `std::thread::yield_now`. With a free worker a partner task runs
+/// there, and the loop ends.
 #[test]
 fn expired_retries_inside_join_and_scope_on_a_fiber_two_workers() {
     watchdog(200, || {
-        let rt = rt_with(2);
+        // Three: the scope's job may be stolen by a second worker, where it spins (no
+        // fiber there, so no yield at all), while the fiber's worker waits in the
+        // scope; the partner task needs a third (seen with two, and no temporary
+        // workers: the looper gave up after 20 s).
+        let rt = rt_with(3);
         for round in 0..scale(20) {
             let (tx, rx) = bounded::<u32>(1);
             let use_scope = round % 2 == 1;
@@ -646,8 +657,9 @@ fn runtime_dropped_while_fibers_retry_expired_timeouts() {
                     let _ = empty_rx.recv_timeout(Duration::from_secs(3600));
                 }));
             }
-            chan_common::wait_for("the fibers to loop", 60, || {
-                tries.load(SeqCst) > 1000 * n as u64
+            let min_tries = if small() { 10 } else { 1000 };
+            chan_common::wait_for("the fibers to loop", 120, || {
+                tries.load(SeqCst) > min_tries * n as u64
             });
             let t = Instant::now();
             drop(rt);
@@ -1812,5 +1824,60 @@ fn select_async_over_closed_channels_timers_and_never() {
         });
         // Every alarm of a dropped select left the wheel.
         chan_common::wait_for("the wheel to empty", 60, || rt.stats().timers_pending == 0);
+    });
+}
+
+/// Fibers unwound by the runtime's drop (a forced unwind: no fiber may suspend) whose
+/// guards wait with timeouts in their `Drop`: an expired one (no yield there) and a
+/// real 20 ms one (a timer that must still fire while the runtime shuts down). The
+/// drop ends, and every guard saw its timeouts.
+#[test]
+fn timed_waits_in_drops_of_fibers_unwound_by_shutdown() {
+    struct Guard {
+        rx: Receiver<u8>,
+        timeouts: Arc<AtomicUsize>,
+    }
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            for d in [Duration::ZERO, Duration::from_millis(20)] {
+                if self.rx.recv_timeout(d).unwrap_err().is_timeout() {
+                    self.timeouts.fetch_add(1, SeqCst);
+                }
+            }
+        }
+    }
+    watchdog(300, || {
+        for round in 0..scale(6) {
+            let rt = rt_with(1 + round % 2);
+            let timeouts = Arc::new(AtomicUsize::new(0));
+            let (_keep_tx, rx) = bounded::<u8>(1);
+            let started = Arc::new(AtomicUsize::new(0));
+            let n = 4;
+            for f in 0..n {
+                let g = Guard {
+                    rx: rx.clone(),
+                    timeouts: timeouts.clone(),
+                };
+                let (rx, started) = (rx.clone(), started.clone());
+                fiber_on(&rt, move || {
+                    let _g = g;
+                    started.fetch_add(1, SeqCst);
+                    if f % 2 == 0 {
+                        let _ = rx.recv_blocking();
+                    } else {
+                        let _ = rx.recv_timeout(Duration::from_secs(3600));
+                    }
+                });
+            }
+            chan_common::wait_for("the fibers", 60, || started.load(SeqCst) == n);
+            let t = Instant::now();
+            drop(rt);
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "drop took {:?}",
+                t.elapsed()
+            );
+            assert_eq!(timeouts.load(SeqCst), 2 * n, "round {round}");
+        }
     });
 }
