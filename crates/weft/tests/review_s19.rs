@@ -344,7 +344,6 @@ fn other_expired_lets_partner_run(kind: OtherExpired) -> Result<(), String> {
 /// channel a partner feeds) kept its worker for ever. Found in this review; fixed in
 /// `Timer::recv_blocking` (yields when it times out without having waited).
 #[test]
-#[ignore = "BUG: after()/tick() recv_timeout/recv_deadline with an expired deadline never yields the fiber (Timer::recv_blocking returns before wait_until), so a retry loop starves a fiber homed on its worker"]
 fn expired_timer_channel_receives_let_a_pinned_partner_run() {
     watchdog(120, || {
         let mut failures = Vec::new();
@@ -364,7 +363,6 @@ fn expired_timer_channel_receives_let_a_pinned_partner_run() {
 /// was ready at its first poll and `wait` returned without suspending). Found in this
 /// review; fixed in `fiber::sleep` (yields as `wait_until` does).
 #[test]
-#[ignore = "BUG (gap in 2745604): fiber::sleep(ZERO) on a fiber returns without yielding, so a fiber looping on it starves a fiber homed on its worker"]
 fn expired_fiber_sleeps_let_a_pinned_partner_run() {
     watchdog(120, || {
         other_expired_lets_partner_run(OtherExpired::FiberSleepZero).unwrap();

@@ -80,13 +80,21 @@ impl Timer {
     /// A blocking receive (by `weft::wait`'s rule): the instant it fired at, or `None`
     /// once `deadline` passed first.
     pub(crate) fn recv_blocking(&self, deadline: Option<Instant>) -> Option<Instant> {
+        let mut waited = false;
         loop {
             if let Some(at) = self.try_take() {
                 return Some(at);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
+                if !waited && crate::fiber::current_fiber().is_some() {
+                    // Timed out without waiting: yield, as every timed wait does
+                    // (`wait::wait_until`), so that a fiber retrying this lets its
+                    // worker run a partner homed there (found in review).
+                    crate::fiber::yield_now();
+                }
                 return None;
             }
+            waited = true;
             match (self.deadline(), deadline) {
                 (Some(a), Some(b)) => sleep_until(a.min(b)),
                 (a, b) => match a.or(b) {

@@ -309,9 +309,19 @@ pub fn yield_now() {
 /// ```
 pub fn sleep(duration: Duration) {
     // One runtime lookup: the sleep binds to the current runtime's driver, if any.
-    let timer = crate::time::sleep(duration);
+    let mut timer = crate::time::sleep(duration);
     if timer.is_bound() {
-        crate::wait(timer);
+        // As a timed wait (`wait::wait_until`): a sleep over by its first poll (a zero
+        // one) still yields the fiber, or a loop of them would keep its worker from a
+        // fiber homed there for ever (found in review).
+        let mut polls = 0u32;
+        crate::wait(std::future::poll_fn(|cx| {
+            polls += 1;
+            std::future::Future::poll(std::pin::Pin::new(&mut timer), cx)
+        }));
+        if polls == 1 && current_fiber().is_some() {
+            yield_now();
+        }
     } else {
         std::thread::sleep(duration);
     }
