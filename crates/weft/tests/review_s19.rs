@@ -1879,3 +1879,63 @@ fn timed_waits_in_drops_of_fibers_unwound_by_shutdown() {
         }
     });
 }
+
+/// Two fibers passing a token as fast as they can keep both workers waking within
+/// their spins, so neither ever gets as far as holding the timer driver: timers must
+/// still fire on time (busy workers fire due timers at their fairness points), from a
+/// task on the same runtime and from a plain thread.
+#[test]
+fn timers_fire_while_a_ping_pong_keeps_both_workers_in_their_spins() {
+    watchdog(300, || {
+        let pauses = PauseWatch::start();
+        let rt = rt_with(2);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (a_tx, a_rx) = bounded::<u32>(1);
+        let (b_tx, b_rx) = bounded::<u32>(1);
+        let ping = {
+            let stop = stop.clone();
+            fiber_on(&rt, move || {
+                let mut n = 0u64;
+                while !stop.load(SeqCst) && n < 100_000_000 {
+                    a_tx.send_blocking(1).unwrap();
+                    b_rx.recv_blocking().unwrap();
+                    n += 1;
+                }
+                n
+            })
+        };
+        let pong = fiber_on(&rt, move || {
+            while let Ok(v) = a_rx.recv_blocking() {
+                if b_tx.send_blocking(v).is_err() {
+                    break;
+                }
+            }
+        });
+        let lat = Arc::new(Lateness::default());
+        let n = scale(200);
+        let task = {
+            let lat = lat.clone();
+            rt.spawn(async move {
+                let mut rng = Rng::new(seed());
+                for _ in 0..n {
+                    let deadline = Instant::now() + Duration::from_micros(rng.below(2000));
+                    weft::time::sleep_until(deadline).await;
+                    lat.record("task", deadline);
+                }
+            })
+        };
+        let h = rt.handle().clone();
+        let mut rng = Rng::new(seed());
+        for _ in 0..n {
+            let deadline = Instant::now() + Duration::from_micros(rng.below(2000));
+            h.block_on(weft::time::sleep_until(deadline));
+            lat.record("thread", deadline);
+        }
+        join_within(task, 120).unwrap();
+        stop.store(true, SeqCst);
+        let round_trips = join_within(ping, 120).unwrap();
+        join_within(pong, 120).unwrap();
+        eprintln!("ping-pong: {round_trips} round trips meanwhile");
+        lat.check("during a ping-pong", 2 * n, &pauses);
+    });
+}
