@@ -1939,3 +1939,32 @@ fn timers_fire_while_a_ping_pong_keeps_both_workers_in_their_spins() {
         lat.check("during a ping-pong", 2 * n, &pauses);
     });
 }
+
+/// The same limit off a fiber: a task (a worker's own stack, not a fiber) retrying a
+/// blocking `recv_timeout(ZERO)` on a one-worker runtime whose partner is a fiber
+/// homed there. The expired wait returns at its first poll without helping and without
+/// a yield (only a suspendable fiber yields), so the worker never runs the partner.
+#[test]
+#[ignore = "BUG (limit of 2745604): a task retrying a blocking recv_timeout(ZERO) never lets its worker run anything else (only fibers yield), so on one worker a fiber partner homed there never runs"]
+fn expired_retries_in_a_task_on_one_worker_let_a_fiber_partner_run() {
+    watchdog(200, || {
+        let rt = rt_with(1);
+        let (tx, rx) = bounded::<u32>(1);
+        let looping = Arc::new(AtomicBool::new(false));
+        let looper = {
+            let looping = looping.clone();
+            rt.spawn(async move {
+                retry(Duration::from_secs(5), 20_000, || {
+                    looping.store(true, SeqCst);
+                    rx.recv_timeout(Duration::ZERO).ok()
+                })
+            })
+        };
+        chan_common::wait_for("the looper to loop", 60, || looping.load(SeqCst));
+        let partner = fiber_on(&rt, move || {
+            let _ = tx.send_blocking(5);
+        });
+        assert_eq!(join_within(looper, 100).unwrap(), Some(5));
+        join_within(partner, 100).unwrap();
+    });
+}
