@@ -295,6 +295,8 @@ pub fn yield_now() {
 
 /// Suspends the current fiber for `duration` (a timer of its runtime wakes it). Outside
 /// a fiber it waits the same way `wait` does: a worker helps, any other thread sleeps.
+/// A sleep that is over at once (zero) still yields the fiber, as every timed wait
+/// does, so a loop of them lets the worker run other fibers.
 ///
 /// ```
 /// use std::time::{Duration, Instant};
