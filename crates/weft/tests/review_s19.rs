@@ -681,11 +681,11 @@ fn runtime_dropped_while_fibers_retry_expired_timeouts() {
 
 /// A plain thread in a timed wait on a runtime's timer (`Handle::block_on` of a
 /// sleep) while the runtime is dropped: the wait must end (at its deadline, or early
-/// with a panic, as tokio's "timer is shutdown"). It never does: after shutdown no
-/// worker fires the wheel, and the thread sleeps for ever. Older than the commits
-/// under review (neither touches `Sleep` or shutdown).
+/// with a panic, as tokio's "timer is shutdown"). It never did (older than the
+/// commits under review): after shutdown no worker fired the wheel, and the thread
+/// slept for ever. The shutdown now wakes every pending timer and the sleep waits out
+/// its deadline on the alarm thread.
 #[test]
-#[ignore = "BUG (pre-existing): Handle::block_on(time::sleep(300 ms)) on a plain thread never returns once the runtime is dropped during the sleep (nobody fires the wheel after shutdown)"]
 fn timed_waits_on_a_runtime_dropped_meanwhile_end() {
     watchdog(200, || {
         for round in 0..scale(4) {

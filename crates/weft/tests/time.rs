@@ -316,3 +316,42 @@ fn timers_fire_on_time_while_a_worker_is_stuck() {
         }
     });
 }
+
+/// Sleeps of a runtime that shuts down meanwhile still end at their deadlines, never
+/// before: pending ones (a plain thread in `block_on`) and ones polled first after the
+/// drop (on a handle kept alive). Nothing fires a dropped runtime's wheel, so they go
+/// on on the process's alarm thread; before, the first slept for ever.
+#[test]
+fn sleeps_outlive_their_runtime() {
+    with_timeout(|| {
+        let rt = workers(2);
+        let h = rt.handle().clone();
+        let h2 = h.clone();
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let pending = std::thread::spawn(move || {
+            let start = Instant::now();
+            h.block_on(async {
+                let s = time::sleep(ms(300));
+                started_tx.send(()).unwrap();
+                s.await
+            });
+            start.elapsed()
+        });
+        started_rx.recv().unwrap();
+        std::thread::sleep(ms(20));
+        drop(rt);
+        let slept = pending.join().unwrap();
+        assert!(slept >= ms(300), "woke after {slept:?}");
+        let start = Instant::now();
+        h2.block_on(time::sleep(ms(50)));
+        assert!(start.elapsed() >= ms(50));
+        // A reset moves the deadline on the alarm thread too.
+        let start = Instant::now();
+        h2.block_on(async {
+            let mut s = time::sleep(ms(1));
+            s.reset(Instant::now() + ms(40));
+            s.await
+        });
+        assert!(start.elapsed() >= ms(40));
+    });
+}

@@ -7,10 +7,11 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering::AcqRel;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::base::{Arc, AtomicBool, Mutex};
+use crate::time::alarm::ThreadAlarm;
 
 pub(crate) enum Timer {
     /// Fires once, at `deadline`.
@@ -134,12 +135,7 @@ pub(crate) struct TimerRecv<T> {
 /// not depend on a runtime that may be dropped meanwhile).
 pub(crate) enum Alarm {
     Wheel(Pin<Box<crate::time::Sleep>>),
-    Thread {
-        /// The waker to wake, updated on every poll; the alarm thread forgets an entry
-        /// whose slot nobody else holds any more.
-        slot: std::sync::Arc<std::sync::Mutex<Option<Waker>>>,
-        armed: Option<Instant>,
-    },
+    Thread(ThreadAlarm),
 }
 
 impl Alarm {
@@ -148,10 +144,7 @@ impl Alarm {
         if sleep.is_bound() {
             return Alarm::Wheel(Box::pin(sleep));
         }
-        Alarm::Thread {
-            slot: Default::default(),
-            armed: None,
-        }
+        Alarm::Thread(ThreadAlarm::default())
     }
 
     /// Pending until `deadline`, with `cx` woken then.
@@ -163,97 +156,7 @@ impl Alarm {
                 }
                 sleep.as_mut().poll(cx)
             }
-            Alarm::Thread { slot, armed } => {
-                if Instant::now() >= deadline {
-                    return Poll::Ready(());
-                }
-                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
-                if *armed != Some(deadline) {
-                    *armed = Some(deadline);
-                    alarm_thread::arm(deadline, slot.clone());
-                }
-                Poll::Pending
-            }
-        }
-    }
-}
-
-/// One thread for the whole process that wakes timer receives made outside any
-/// runtime at their deadlines.
-mod alarm_thread {
-    use std::sync::{Arc, Condvar, Mutex, OnceLock};
-    use std::task::Waker;
-    use std::time::Instant;
-
-    type Slot = Arc<Mutex<Option<Waker>>>;
-
-    struct Alarms {
-        entries: Mutex<Vec<(Instant, Slot)>>,
-        changed: Condvar,
-    }
-
-    fn alarms() -> &'static Alarms {
-        static ALARMS: OnceLock<&'static Alarms> = OnceLock::new();
-        ALARMS.get_or_init(|| {
-            let a: &'static Alarms = Box::leak(Box::new(Alarms {
-                entries: Mutex::new(Vec::new()),
-                changed: Condvar::new(),
-            }));
-            std::thread::Builder::new()
-                .name("weft-chan-alarms".into())
-                .spawn(move || run(a))
-                .expect("weft: cannot start the channel alarm thread");
-            a
-        })
-    }
-
-    pub(super) fn arm(deadline: Instant, slot: Slot) {
-        let a = alarms();
-        a.entries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((deadline, slot));
-        a.changed.notify_one();
-    }
-
-    fn run(a: &'static Alarms) {
-        let mut entries = a.entries.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            let now = Instant::now();
-            let mut due = Vec::new();
-            // Entries whose receive is gone (only this list holds the slot) go too.
-            entries.retain(|(d, slot)| {
-                if Arc::strong_count(slot) == 1 {
-                    false
-                } else if *d <= now {
-                    due.push(slot.clone());
-                    false
-                } else {
-                    true
-                }
-            });
-            let next = entries.iter().map(|(d, _)| *d).min();
-            drop(entries);
-            for slot in due {
-                let w = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-                if let Some(w) = w {
-                    w.wake();
-                }
-            }
-            entries = a.entries.lock().unwrap_or_else(|e| e.into_inner());
-            entries = match next {
-                None if entries.is_empty() => {
-                    a.changed.wait(entries).unwrap_or_else(|e| e.into_inner())
-                }
-                None => entries,
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    a.changed
-                        .wait_timeout(entries, left)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0
-                }
-            };
+            Alarm::Thread(alarm) => alarm.poll(deadline, cx),
         }
     }
 }

@@ -11,7 +11,7 @@
 //! timers also run when nobody parks.
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::Mutex;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -34,6 +34,10 @@ pub(crate) struct Driver {
     /// The deadline the holder sleeps until (`NONE`: no timeout).
     holder_until: AtomicU64,
     fired: AtomicU64,
+    /// Set (under the wheel lock) once the runtime's workers are gone: nothing fires
+    /// the wheel any more, so no timer is filed on it; a sleep then waits on the
+    /// process's alarm thread (`time::alarm`).
+    shut: AtomicBool,
     /// The I/O driver, whose `epoll_wait` the holder sleeps in (none under loom: a
     /// model's threads cannot sleep in a real `epoll_wait`).
     io: Option<super::io::IoDriver>,
@@ -57,6 +61,7 @@ impl Driver {
             holder_taken: AtomicUsize::new(0),
             holder_until: AtomicU64::new(NONE),
             fired: AtomicU64::new(0),
+            shut: AtomicBool::new(false),
         }
     }
 
@@ -85,32 +90,67 @@ impl Driver {
             .store(wheel.next_expiration().unwrap_or(NONE), Release);
     }
 
-    pub(crate) fn register(&self, deadline: Instant, waker: &Waker) -> TimerKey {
+    /// Files a timer; `None` once the driver is shut down (see [`Driver::shutdown_timers`]).
+    pub(crate) fn register(&self, deadline: Instant, waker: &Waker) -> Option<TimerKey> {
         crate::task::diag::note_wait(waker, crate::task::diag::WaitOn::Timer);
         let ms = self.to_ms(deadline);
         let key = {
             let mut w = self.lock();
+            if self.shut.load(Relaxed) {
+                return None;
+            }
             let key = w.insert(ms, waker.clone());
             self.publish_next(&w);
             key
         };
         self.kick(ms);
-        key
+        Some(key)
     }
 
-    pub(crate) fn reset(&self, key: TimerKey, deadline: Instant, waker: &Waker) -> TimerKey {
+    /// Moves a timer to `deadline` (filing it anew if it fired); `None` once the driver
+    /// is shut down, the timer then gone.
+    pub(crate) fn reset(
+        &self,
+        key: TimerKey,
+        deadline: Instant,
+        waker: &Waker,
+    ) -> Option<TimerKey> {
         crate::task::diag::note_wait(waker, crate::task::diag::WaitOn::Timer);
         let ms = self.to_ms(deadline);
         let (key, old) = {
             let mut w = self.lock();
-            let r = w.reset(key, ms, waker.clone());
-            self.publish_next(&w);
-            r
+            if self.shut.load(Relaxed) {
+                (None, w.remove(key))
+            } else {
+                let (key, old) = w.reset(key, ms, waker.clone());
+                self.publish_next(&w);
+                (Some(key), old)
+            }
         };
         // Wakers are dropped outside the lock: a drop may run code that uses timers.
         drop(old);
-        self.kick(ms);
+        if key.is_some() {
+            self.kick(ms);
+        }
         key
+    }
+
+    /// The runtime's workers are gone and nothing fires the wheel any more: every
+    /// pending timer's waker is woken now, and no timer is filed from now on. A sleep
+    /// polled again finds its timer gone and waits out its deadline on the process's
+    /// alarm thread instead (a plain thread in `block_on` of a sleep slept for ever
+    /// once the runtime was dropped: found in review).
+    pub(crate) fn shutdown_timers(&self) {
+        let mut fired = Vec::new();
+        {
+            let mut w = self.lock();
+            self.shut.store(true, Relaxed);
+            w.drain(&mut fired);
+            self.publish_next(&w);
+        }
+        for waker in fired {
+            super::wake_guarded(waker);
+        }
     }
 
     /// Re-registers the waker; returns false if the timer already fired.

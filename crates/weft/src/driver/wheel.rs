@@ -241,6 +241,17 @@ impl Wheel {
         self.elapsed = now;
     }
 
+    /// Removes every pending entry, pushing its waker to `fired` (the driver shuts
+    /// down: nothing will advance the wheel any more).
+    pub(crate) fn drain(&mut self, fired: &mut Vec<Waker>) {
+        for index in 0..self.entries.len() as u32 {
+            if self.entries[index as usize].place != Place::Free {
+                self.unlink(index);
+                fired.extend(self.release(index));
+            }
+        }
+    }
+
     /// Number of pending entries.
     pub(crate) fn len(&self) -> usize {
         self.len

@@ -565,6 +565,9 @@ impl Runtime {
                 "weft: a task survived shutdown"
             );
         }
+        // Nothing fires the wheel any more: sleeps still pending (a plain thread's
+        // `block_on` of one, say) go on on the alarm thread.
+        inner.time.shutdown_timers();
         if self.print_stats {
             eprint!("{}", inner.stats());
         }

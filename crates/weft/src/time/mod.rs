@@ -3,7 +3,9 @@
 //! Timers have millisecond resolution and never fire early. They are driven by the
 //! runtime's workers (see `driver.rs`). A timer binds to the runtime that is current
 //! where it is created (inside a task, `block_on` or a blocking closure) or, failing
-//! that, where it is first polled; once bound it may be polled from any thread.
+//! that, where it is first polled; once bound it may be polled from any thread. A
+//! sleep outlives its runtime: once the runtime has shut down, nothing fires its
+//! wheel, and its pending sleeps end at their deadlines on the process's alarm thread.
 //!
 //! ```
 //! use std::time::Duration;
@@ -19,6 +21,7 @@
 //! });
 //! ```
 
+pub(crate) mod alarm;
 mod interval;
 mod sleep;
 mod timeout;

@@ -47,6 +47,7 @@ pub fn sleep_until(deadline: Instant) -> Sleep {
         deadline,
         key: None,
         done: false,
+        alarm: None,
     }
 }
 
@@ -58,6 +59,7 @@ pub(crate) fn sleep_on(driver: Arc<Driver>, deadline: Instant) -> Sleep {
         deadline,
         key: None,
         done: false,
+        alarm: None,
     }
 }
 
@@ -75,6 +77,10 @@ pub struct Sleep {
     deadline: Instant,
     key: Option<TimerKey>,
     done: bool,
+    /// Once its runtime has shut down (no timer is filed on its wheel any more): the
+    /// process's alarm thread ends the sleep at its deadline. Boxed: a sleep is part of
+    /// many futures, and this is rare.
+    alarm: Option<Box<super::alarm::ThreadAlarm>>,
 }
 
 impl Sleep {
@@ -141,13 +147,25 @@ impl Future for Sleep {
             return Poll::Ready(());
         }
         let this = &mut *self;
-        let driver = this.driver.get_or_insert_with(super::current_driver);
-        this.key = Some(match this.key {
-            Some(key) if driver.poll_registered(key, cx.waker()) => key,
-            // Fired a hair before the deadline by `Instant`'s reckoning: re-arm.
-            Some(key) => driver.reset(key, this.deadline, cx.waker()),
-            None => driver.register(this.deadline, cx.waker()),
-        });
+        if this.alarm.is_none() {
+            let driver = this.driver.get_or_insert_with(super::current_driver);
+            this.key = match this.key {
+                Some(key) if driver.poll_registered(key, cx.waker()) => Some(key),
+                // Fired a hair before the deadline by `Instant`'s reckoning (or woken
+                // by the driver's shutdown, the timer gone): re-arm.
+                Some(key) => driver.reset(key, this.deadline, cx.waker()),
+                None => driver.register(this.deadline, cx.waker()),
+            };
+            if this.key.is_some() {
+                return Poll::Pending;
+            }
+        }
+        // The runtime has shut down: nothing fires its wheel any more.
+        let alarm = this.alarm.get_or_insert_with(Default::default);
+        if alarm.poll(this.deadline, cx).is_ready() {
+            this.done = true;
+            return Poll::Ready(());
+        }
         Poll::Pending
     }
 }

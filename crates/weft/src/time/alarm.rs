@@ -1,0 +1,103 @@
+//! The process's alarm thread: wakes a waker at a deadline where no runtime's wheel
+//! can, for a timer receive made outside any runtime (`chan::after` and friends) and
+//! for a sleep whose runtime has shut down (nothing fires its wheel any more).
+
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+type Slot = Arc<Mutex<Option<Waker>>>;
+
+/// One waiter's alarm: pending until its deadline, its latest waker woken then.
+#[derive(Default)]
+pub(crate) struct ThreadAlarm {
+    /// The waker to wake, updated on every poll; the alarm thread forgets an entry
+    /// whose slot nobody else holds any more.
+    slot: Slot,
+    armed: Option<Instant>,
+}
+
+impl ThreadAlarm {
+    /// Pending until `deadline`, with `cx` woken then.
+    pub(crate) fn poll(&mut self, deadline: Instant, cx: &mut Context<'_>) -> Poll<()> {
+        if Instant::now() >= deadline {
+            return Poll::Ready(());
+        }
+        *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+        if self.armed != Some(deadline) {
+            self.armed = Some(deadline);
+            arm(deadline, self.slot.clone());
+        }
+        Poll::Pending
+    }
+}
+
+struct Alarms {
+    entries: Mutex<Vec<(Instant, Slot)>>,
+    changed: Condvar,
+}
+
+fn alarms() -> &'static Alarms {
+    static ALARMS: OnceLock<&'static Alarms> = OnceLock::new();
+    ALARMS.get_or_init(|| {
+        let a: &'static Alarms = Box::leak(Box::new(Alarms {
+            entries: Mutex::new(Vec::new()),
+            changed: Condvar::new(),
+        }));
+        std::thread::Builder::new()
+            .name("weft-alarms".into())
+            .spawn(move || run(a))
+            .expect("weft: cannot start the alarm thread");
+        a
+    })
+}
+
+fn arm(deadline: Instant, slot: Slot) {
+    let a = alarms();
+    a.entries
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((deadline, slot));
+    a.changed.notify_one();
+}
+
+fn run(a: &'static Alarms) {
+    let mut entries = a.entries.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        // Entries whose waiter is gone (only this list holds the slot) go too.
+        entries.retain(|(d, slot)| {
+            if Arc::strong_count(slot) == 1 {
+                false
+            } else if *d <= now {
+                due.push(slot.clone());
+                false
+            } else {
+                true
+            }
+        });
+        let next = entries.iter().map(|(d, _)| *d).min();
+        drop(entries);
+        for slot in due {
+            let w = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(w) = w {
+                w.wake();
+            }
+        }
+        entries = a.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries = match next {
+            None if entries.is_empty() => {
+                a.changed.wait(entries).unwrap_or_else(|e| e.into_inner())
+            }
+            None => entries,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                a.changed
+                    .wait_timeout(entries, left)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
+        };
+    }
+}
