@@ -53,7 +53,10 @@ impl Wake for ThreadSignal {
 ///   wait cannot end.
 ///
 /// Known limits: a future that wakes itself on every poll (a loop of `yield_now`) is
-/// polled again at once, so the worker runs nothing else meanwhile; a wait in progress
+/// polled again at once, so the worker runs nothing else meanwhile; a timed wait
+/// (`recv_timeout`, `select_timeout`, ...) whose deadline has already passed returns at
+/// once, yielding first on a fiber, but a task (or a fiber inside a fork-join `join`)
+/// that retries one in a loop keeps its worker as any busy loop does; a wait in progress
 /// when the runtime shuts down goes on resuming the waits set aside on its worker and
 /// firing timers, but cannot see that worker's suspended fibers unwound (that happens
 /// after the worker's loop).
