@@ -13,17 +13,10 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use chan_common::{
-    check_exactly_once, drop_after, fiber_on, join_within, make, panicking_waker, rt2, watchdog,
-    Drops, Msg, Rng,
+    check_exactly_once, drop_after, fiber_on, join_within, make, panicking_waker, rt2, seed,
+    watchdog, Drops, Msg, Rng,
 };
 use weft::chan::{self, Select, TryRecvError, TrySendError};
-
-fn seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-}
 
 /// Checks a consumer's log: each sender's values arrive in increasing order.
 fn check_fifo(log: &[Msg], who: &str) {

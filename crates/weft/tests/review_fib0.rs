@@ -17,17 +17,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chan_common::{
-    check_exactly_once, join_within, rt2, wait_for, watchdog, Drops, Msg, Rng, Tracked,
+    check_exactly_once, join_within, rt2, seed, wait_for, watchdog, Drops, Msg, Rng, Tracked,
 };
 use weft::chan::{self, Receiver, RecvTimeoutError, Select, SendTimeoutError, Sender};
 use weft::Runtime;
-
-fn seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-}
 
 fn rt1() -> Runtime {
     weft::Builder::new().worker_threads(1).build().unwrap()

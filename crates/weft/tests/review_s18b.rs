@@ -29,7 +29,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use chan_common::{drop_after, fiber_on, join_within, make, rt2, watchdog, Drops, Rng, Tracked};
+use chan_common::{
+    drop_after, fiber_on, join_within, make, rt2, seed, watchdog, Drops, Rng, Tracked,
+};
 use weft::chan::{
     after, bounded, never, tick, unbounded, Receiver, RecvTimeoutError, Select, SendTimeoutError,
     Sender,
@@ -45,18 +47,7 @@ fn small() -> bool {
 
 /// Iterations scale: smaller under valgrind.
 fn scale(n: usize) -> usize {
-    if small() {
-        (n / 20).max(2)
-    } else {
-        n
-    }
-}
-
-fn seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
+    chan_common::scale_if(small(), n)
 }
 
 /// A waker that counts its wakes (safe: `std::task::Wake`).

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use chan_common::{drop_after, fiber_on, join_within, make, watchdog, Drops, Rng, Tracked};
+use chan_common::{drop_after, fiber_on, join_within, make, seed, watchdog, Drops, Rng, Tracked};
 use weft::chan::{
     after, bounded, never, tick, unbounded, Receiver, RecvTimeoutError, Select, SendTimeoutError,
     Sender,
@@ -34,18 +34,7 @@ fn small() -> bool {
 }
 
 fn scale(n: usize) -> usize {
-    if small() {
-        (n / 20).max(2)
-    } else {
-        n
-    }
-}
-
-fn seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
+    chan_common::scale_if(small(), n)
 }
 
 fn rt_with(workers: usize) -> Runtime {

@@ -15,15 +15,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chan_common::{drop_after, fiber_on, join_within, make, panicking_waker, rt2, watchdog, Rng};
+use chan_common::{
+    drop_after, fiber_on, join_within, make, panicking_waker, rt2, seed, watchdog, Rng,
+};
 use weft::chan::{self, Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
-
-fn seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-}
 
 /// Per-value receive counts: `n` ids, each must end at exactly one.
 #[derive(Clone)]

@@ -19,7 +19,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use chan_common::{fiber_on, join_within, make, rt2, watchdog, Rng};
+use chan_common::{fiber_on, join_within, make, rt2, seed, watchdog, Rng};
 use futures_core::Stream;
 use weft::chan::{self, Receiver, RecvTimeoutError, Select, TryRecvError};
 
@@ -29,13 +29,6 @@ const PATIENCE: Duration = Duration::from_secs(90);
 
 /// The watchdog of a whole test, in seconds.
 const WATCHDOG: u64 = 600;
-
-fn seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-}
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum End {

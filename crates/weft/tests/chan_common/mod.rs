@@ -73,6 +73,23 @@ impl Rng {
 /// The four flavours: rendezvous, bounded(1), bounded(16), unbounded.
 pub const FLAVOURS: [Option<usize>; 4] = [Some(0), Some(1), Some(16), None];
 
+/// A seed for [`Rng`] from the clock (printed by the tests that use it on failure).
+pub fn seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// `n` iterations, or a twentieth of them (at least 2) when `small` (under valgrind).
+pub fn scale_if(small: bool, n: usize) -> usize {
+    if small {
+        (n / 20).max(2)
+    } else {
+        n
+    }
+}
+
 pub fn make<T>(cap: Option<usize>) -> (Sender<T>, Receiver<T>) {
     match cap {
         Some(c) => chan::bounded(c),
