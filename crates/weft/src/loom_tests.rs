@@ -547,6 +547,7 @@ fn new_pool_with_temp() -> (
         extra: 1,
         keep_alive: std::time::Duration::ZERO,
         doorbell: Arc::new(crate::scheduler::idle::Doorbell::disabled()),
+        lifo_rescue: false,
     };
     let (shared, mut locals) = Shared::with_slots(
         1,

@@ -5,8 +5,8 @@
 //!
 //! Every scenario is bounded (spins and waits give up after a few seconds) and prints
 //! what it measured; timing is asserted only where the gap is orders of magnitude (the
-//! machine is shared and processes may be paused). The `#[ignore = "BUG: ..."]` tests
-//! show the problems found; run them with `--ignored --nocapture`.
+//! machine is shared and processes may be paused). The tests whose doc says "Found in
+//! review" failed before the fix in `Core::evict_lifo` (`sysmon::rescues_quickly`).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
@@ -235,14 +235,15 @@ fn queued_task_behind_blocked_worker_runs_with_sysmon() {
     assert!(v.iter().all(Option::is_some), "{v:?}");
 }
 
-/// BUG: with `max_extra_workers(0)` and `stall_report(None)` no sysmon thread runs, so
+/// Found in review (BUG before the fix in `Core::evict_lifo`, which now always wakes a
+/// sleeper where sysmon would not rescue quickly): with `max_extra_workers(0)` and
+/// `stall_report(None)` no sysmon thread runs, so
 /// the only rescue for a task pushed out of the LIFO slot without a wake is gone: a
 /// task that spawns work (two spawns: the first is pushed into the stealable queue)
 /// and then blocks its worker thread until that work has run waits for ever, although
 /// a second worker sits parked. Before 2f004ee the push woke that worker, which stole
 /// the task at once (measured 0.05-0.3 ms on the previous commit).
 #[test]
-#[ignore = "BUG: max_extra_workers(0) + stall_report(None): a task pushed out of the LIFO slot behind a blocked worker never runs while a peer stays parked (hang until the blocker gives up)"]
 fn queued_task_behind_blocked_worker_runs_without_sysmon() {
     let _w = Watchdog::new("rescue without sysmon", Duration::from_secs(300));
     let mut bad = Vec::new();
@@ -270,22 +271,22 @@ fn queued_task_behind_blocked_worker_runs_without_sysmon() {
     assert!(bad.is_empty(), "never rescued: {bad:#?}");
 }
 
-/// REGRESSION: with temporary workers off (`max_extra_workers(0)`) but the stall
+/// Found in review (a regression before the fix): with temporary workers off (`max_extra_workers(0)`) but the stall
 /// report on (its default 5 s threshold), sysmon looks only every 100 ms (a fifth of
 /// the threshold, clamped to 10-100 ms), so the rescue of a task pushed out of the
 /// LIFO slot behind a blocked worker takes 100-200 ms (measured 140-200 ms in most
 /// rounds), where before 2f004ee the push woke the parked peer at once (about 1 ms:
 /// one 1 ms sleep step of the blocker).
 #[test]
-#[ignore = "BUG: max_extra_workers(0) (stall report on): a task pushed out of the LIFO slot behind a blocked worker waits 100-200 ms for sysmon (was ~1 ms)"]
 fn queued_task_behind_blocked_worker_runs_soon_without_temp_workers() {
     let _w = Watchdog::new("rescue without temp workers", Duration::from_secs(300));
-    let mut v = delays(Cfg::new(2).no_temp(), Pool::Default, Block::Sleep, 7);
+    let mut v = delays(Cfg::new(2).no_temp(), Pool::Default, Block::Sleep, 9);
     v.sort();
     let median = v[v.len() / 2];
-    // Generous (old code: 1-2 ms; this machine is shared): the median under 50 ms.
+    // Generous (fixed: 0.1-3 ms; the bug: 100-200 ms in most rounds, the first look
+    // at the stuck worker starting its 10 ms; this machine is shared): under 60 ms.
     assert!(
-        median.is_some_and(|d| d < Duration::from_millis(50)),
+        median.is_some_and(|d| d < Duration::from_millis(60)),
         "median {}: {v:?}",
         fmt(median)
     );
@@ -349,24 +350,27 @@ fn cpu_bound_tasks_after_tiny_ones_run_in_parallel_with_sysmon() {
     }
 }
 
-/// BUG (a regression to serial execution): without sysmon, two CPU-bound tasks spawned
+/// Found in review (a regression to serial execution before the fix): without sysmon, two CPU-bound tasks spawned
 /// from a task after tiny ones run one after the other on one worker while the other
 /// worker stays parked.
 #[test]
-#[ignore = "BUG: max_extra_workers(0) + stall_report(None): CPU-bound tasks spawned from a task after tiny tasks run serially on one worker (second starts only when the first ends)"]
 fn cpu_bound_tasks_after_tiny_ones_run_in_parallel_without_sysmon() {
     let _w = Watchdog::new("cpu burst no sysmon", Duration::from_secs(300));
     let rt = Cfg::new(2).no_sysmon().build();
     train(&rt, Pool::Default);
     let mut res = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..5 {
         res.push(cpu_burst(&rt, 2, Duration::from_millis(300)));
     }
     eprintln!("no sysmon: (second start after, wall, threads) = {res:?}");
-    assert!(
-        res.iter().any(|r| r.0 < Duration::from_millis(250)),
-        "{res:?}"
-    );
+    // Fixed: 4-6 ms each round. The bug: 300 ms (serial) in most rounds (a round in
+    // which the peer happened to be spinning in its park was parallel). Allows one
+    // slow round on a loaded machine.
+    let parallel = res
+        .iter()
+        .filter(|r| r.0 < Duration::from_millis(250))
+        .count();
+    assert!(parallel >= 4, "{res:?}");
 }
 
 /// Many medium tasks (2 ms each, under STALE_AFTER, so sysmon never sees a stuck

@@ -281,7 +281,9 @@ impl Runtime {
             b.resolved_extra_workers(workers),
             b.resolved_extra_workers(interactive),
         ];
-        let watch = stall.is_some() || extra[0] > 0 || (interactive > 0 && extra[1] > 0);
+        let temp_on = extra[0] > 0 || (interactive > 0 && extra[1] > 0);
+        let watch = stall.is_some() || temp_on;
+        let lifo_rescue = sysmon::rescues_quickly(stall, temp_on);
         let debug = env::flag("WEFT_DEBUG_SYSMON");
         let doorbell = Arc::new(if watch {
             crate::scheduler::idle::Doorbell::lazy()
@@ -323,6 +325,7 @@ impl Runtime {
                         extra: extra[k],
                         keep_alive: b.extra_worker_keep_alive,
                         doorbell: doorbell.clone(),
+                        lifo_rescue,
                     };
                     let (shared, l) =
                         Shared::with_slots(n, slots, pool, weak.clone(), time.clone());

@@ -113,20 +113,39 @@ struct Stuck {
     for_: Duration,
 }
 
+/// How often sysmon looks for the stall report alone: a fifth of its threshold.
+fn stall_period(stall: Option<Duration>) -> Option<Duration> {
+    stall.map(|t| (t / 5).clamp(Duration::from_millis(10), Duration::from_millis(100)))
+}
+
+/// How often sysmon looks while a worker runs, for a stall threshold (if the report is
+/// on) and whether temporary workers are on.
+fn period(stall: Option<Duration>, temp_on: bool) -> Duration {
+    match (stall_period(stall), temp_on) {
+        (Some(p), true) => p.min(TEMP_INTERVAL),
+        (Some(p), false) => p,
+        (None, _) => TEMP_INTERVAL,
+    }
+}
+
+/// Whether a sysmon runs for this configuration and finds tasks queued behind a worker
+/// stuck in one poll within about [`STALE_AFTER`] (it then wakes a sleeper to steal
+/// them). Where it does not (no sysmon: no stall report and no temporary workers; or
+/// only the stall report, looking every 100 ms), a task pushed out of the LIFO slot
+/// keeps waking a sleeper (see `Core::evict_lifo`): left to the rescue, it waited
+/// 100-200 ms, or for ever, behind a task that blocked its worker.
+pub(crate) fn rescues_quickly(stall: Option<Duration>, temp_on: bool) -> bool {
+    (stall.is_some() || temp_on) && period(stall, temp_on) <= STALE_AFTER
+}
+
 /// The sysmon thread's body: runs until the runtime stops it or goes away.
 pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
-    let stall_period = mon
-        .stall
-        .map(|t| (t / 5).clamp(Duration::from_millis(10), Duration::from_millis(100)));
+    let stall_period = stall_period(mon.stall);
     let temp_on = match rt.upgrade() {
         Some(inner) => inner.pools.iter().any(|p| p.num_slots() > p.num_workers()),
         None => return,
     };
-    let period = match (stall_period, temp_on) {
-        (Some(p), true) => p.min(TEMP_INTERVAL),
-        (Some(p), false) => p,
-        (None, _) => TEMP_INTERVAL,
-    };
+    let period = period(mon.stall, temp_on);
     // Soft-homed fibers leave a worker stuck for this long.
     let mark_stalled_after = stall_period.unwrap_or(Duration::from_millis(100));
     let mut seen: HashMap<(usize, usize), Seen> = HashMap::new();

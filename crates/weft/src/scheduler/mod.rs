@@ -145,6 +145,10 @@ pub(crate) struct Shared {
     pub(crate) keep_alive: std::time::Duration,
     /// Wakes the runtime's monitor when a worker leaves the parked set.
     pub(crate) doorbell: Arc<idle::Doorbell>,
+    /// Whether sysmon steals work queued behind a worker stuck in one poll within about
+    /// `STALE_AFTER` (`runtime::sysmon::rescues_quickly`). Only then may a task pushed
+    /// out of the LIFO slot skip the sleeper's wake (see `Core::evict_lifo`).
+    pub(crate) lifo_rescue: bool,
 }
 
 /// A task reference held across threads by shutdown.
@@ -166,6 +170,8 @@ pub(crate) struct Slots {
     pub(crate) extra: usize,
     pub(crate) keep_alive: std::time::Duration,
     pub(crate) doorbell: Arc<idle::Doorbell>,
+    /// See [`Shared::lifo_rescue`].
+    pub(crate) lifo_rescue: bool,
 }
 
 /// A worker's private ends, handed to its thread.
@@ -188,6 +194,7 @@ impl Shared {
             extra: 0,
             keep_alive: std::time::Duration::ZERO,
             doorbell: Arc::new(idle::Doorbell::disabled()),
+            lifo_rescue: false,
         };
         Self::with_slots(workers, cfg, pool, rt, time)
     }
@@ -258,6 +265,7 @@ impl Shared {
             spare_parts: Mutex::new(spare_parts),
             keep_alive: cfg.keep_alive,
             doorbell: cfg.doorbell,
+            lifo_rescue: cfg.lifo_rescue,
         });
         (shared, locals)
     }

@@ -845,7 +845,9 @@ impl Core {
     fn evict_lifo(&self, task: Notified) {
         let pinned = is_pinned(&task);
         self.push_local_as(task, pinned);
-        if !pinned && self.outlasts_a_wake(self.local.len()) {
+        // Without a quick sysmon rescue (see `sysmon::rescues_quickly`), a task left
+        // behind a worker that then blocks would wait 100-200 ms, or for ever.
+        if !pinned && (!self.shared.lifo_rescue || self.outlasts_a_wake(self.local.len())) {
             self.shared.notify_parked();
         }
     }
