@@ -709,12 +709,12 @@ fn woken_by_a_long_job(rt: &Runtime) -> Option<Duration> {
     took
 }
 
-/// BUG (see [`woken_by_a_long_job`]): with the default configuration (sysmon on, with
-/// temporary workers) tasks woken by a long fork-join job run at the top of a worker's
-/// loop are never rescued: measured "never" (3 s) in 5 of 5 rounds; before 2f004ee
-/// 0.1-10 ms. Prints the delays for each configuration.
+/// Found in review (see [`woken_by_a_long_job`]): with the default configuration
+/// (sysmon on, with temporary workers) tasks woken by a long fork-join job run at the
+/// top of a worker's loop were never rescued: "never" (3 s) in 5 of 5 rounds; before
+/// 2f004ee, and with the fix in `Core::evict_lifo`, 0.1-10 ms. Prints the delays for
+/// each configuration.
 #[test]
-#[ignore = "BUG: tasks woken by a fork-join job (weft::join from a plain thread) wait behind that job for its whole length: sysmon skips workers with running_task == 0"]
 fn tasks_woken_by_a_long_fork_join_job_run() {
     let _w = Watchdog::new("woken by a job", Duration::from_secs(300));
     for cfg in [Cfg::new(2), Cfg::new(2).no_temp(), Cfg::new(2).no_sysmon()] {

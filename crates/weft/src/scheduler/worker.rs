@@ -845,9 +845,18 @@ impl Core {
     fn evict_lifo(&self, task: Notified) {
         let pinned = is_pinned(&task);
         self.push_local_as(task, pinned);
-        // Without a quick sysmon rescue (see `sysmon::rescues_quickly`), a task left
-        // behind a worker that then blocks would wait 100-200 ms, or for ever.
-        if !pinned && (!self.shared.lifo_rescue || self.outlasts_a_wake(self.local.len())) {
+        // The skipped wake relies on sysmon's rescue, which comes quickly only where
+        // `sysmon::rescues_quickly` says so (elsewhere the task waited 100-200 ms, or
+        // for ever, behind a worker that then blocked), and only to a worker inside a
+        // task's poll: it takes `running_task == 0` (a fork-join job run at the top of
+        // the loop, the I/O dispatch) for a worker between polls. Found in review: tasks
+        // woken by a long job run from `weft::join` on a plain thread waited for the
+        // whole job while a peer slept.
+        if !pinned
+            && (!self.shared.lifo_rescue
+                || self.remote().running_task.load(Relaxed) == 0
+                || self.outlasts_a_wake(self.local.len()))
+        {
             self.shared.notify_parked();
         }
     }
