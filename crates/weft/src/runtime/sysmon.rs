@@ -23,7 +23,9 @@
 //!   soft-homed fibers are then sent elsewhere. If tasks wait in its stealable queue
 //!   while nobody searches, a parked worker is woken to steal them after
 //!   [`STALE_AFTER`] (a worker wakes a sleeper for its queue only when the queued work
-//!   outlasts a wake: see `Core::evict_lifo`).
+//!   outlasts a wake: see `Core::evict_lifo`). Likewise when a running worker's
+//!   stealable queue has held tasks at every look for [`STALE_AFTER`], however short
+//!   its polls (a fan-out of short tasks that the average said were not worth a wake).
 //! * **The stall report.** After the threshold (default 5 s) the task is reported once
 //!   on stderr with its id, its name if it is a named fiber, and the worker.
 //!   `WEFT_DEBUG_STALL=0` or [`Builder::stall_report(None)`](crate::Builder::stall_report)
@@ -96,6 +98,8 @@ struct Seen {
     polls: u64,
     since: Instant,
     reported: bool,
+    /// Since when its stealable queue has held tasks at every look while it ran.
+    queued_since: Option<Instant>,
 }
 
 /// What sysmon remembers about one pool.
@@ -177,12 +181,28 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
                     polls,
                     since: now,
                     reported: false,
+                    queued_since: None,
                 });
+                if parked || remote.steal.is_empty() {
+                    s.queued_since = None;
+                } else if now - *s.queued_since.get_or_insert(now) >= STALE_AFTER
+                    && pool.idle.num_searching() == 0
+                {
+                    // Tasks have waited in a running worker's queue for a while, each
+                    // poll maybe short (a fan-out of tasks under `STALE_AFTER` each,
+                    // which the average task time of a worker that ran tiny ones said
+                    // were not worth a wake: see `Core::evict_lifo`). Wake a sleeper to
+                    // share them; the clock restarts, so at most one wake per
+                    // `STALE_AFTER` per worker.
+                    s.queued_since = Some(now);
+                    pool.notify_parked();
+                }
                 if polls != s.polls || running == 0 || parked {
                     *s = Seen {
                         polls,
                         since: now,
                         reported: false,
+                        queued_since: s.queued_since,
                     };
                     remote.stalled.store(false, Relaxed);
                     continue;
