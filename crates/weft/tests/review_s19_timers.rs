@@ -321,10 +321,6 @@ fn child_panicking_waker_on_the_alarm_thread() {
 }
 
 #[test]
-#[ignore = "BUG: a waker that panics when the alarm thread wakes it kills the process's one \
-            alarm thread (time/alarm.rs run(): `w.wake()` unguarded); from then on every \
-            sleep of a shut-down runtime and every chan::after/tick receive off a runtime \
-            hangs for ever"]
 fn panicking_waker_on_the_alarm_thread() {
     with_limit(Duration::from_secs(60), || {
         let out = child::run(
@@ -376,12 +372,6 @@ fn child_reset_sleeps_do_not_pile_up_alarms() {
 }
 
 #[test]
-#[ignore = "BUG: after shutdown each Sleep::reset to a new deadline pushes one more alarm entry \
-            holding a clone of the sleep's one slot (time/alarm.rs ThreadAlarm::poll); the \
-            alarm thread forgets an entry only when its slot's strong count is 1, which never \
-            holds while two entries share it, so entries (and the waker in the slot) stay \
-            until the earliest deadline passes, even after the sleep is dropped: 50k dropped \
-            sleeps reset 4 times each hold 200k entries for an hour"]
 fn reset_sleeps_do_not_pile_up_alarms() {
     with_limit(Duration::from_secs(150), || {
         let out = child::run(

@@ -23,12 +23,29 @@ impl ThreadAlarm {
         if Instant::now() >= deadline {
             return Poll::Ready(());
         }
-        *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
         if self.armed != Some(deadline) {
+            // A fresh slot per entry: the entry filed for the old deadline is then held
+            // by the list alone, so the alarm thread forgets it at its next pass (which
+            // `arm` triggers) instead of keeping it, and the waker in it, until that
+            // deadline (a sleep reset again and again piled up one entry per reset).
+            // The waker goes in before the entry is filed: the alarm thread may fire
+            // the entry at once.
+            self.slot = Arc::new(Mutex::new(Some(cx.waker().clone())));
             self.armed = Some(deadline);
             arm(deadline, self.slot.clone());
+        } else {
+            *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
         }
         Poll::Pending
+    }
+}
+
+impl Drop for ThreadAlarm {
+    fn drop(&mut self) {
+        // The entry stays on the list until the alarm thread's next pass; the waker
+        // (and whatever task it keeps alive) goes now.
+        let w = self.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(w);
     }
 }
 
@@ -82,7 +99,9 @@ fn run(a: &'static Alarms) {
         for slot in due {
             let w = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
             if let Some(w) = w {
-                w.wake();
+                // Guarded: a panic here would end the process's only alarm thread, and
+                // every later off-runtime timer and outliving sleep would hang.
+                crate::driver::wake_guarded(w);
             }
         }
         entries = a.entries.lock().unwrap_or_else(|e| e.into_inner());
