@@ -298,20 +298,23 @@ fn child_panicking_waker_on_the_alarm_thread() {
     // Registered on the wheel: woken (guarded) by the shutdown.
     let mut on_wheel = {
         let _g = h.enter();
-        Box::pin(time::sleep(ms(20)))
+        // Long enough that no worker fires it before the drop, even under valgrind.
+        Box::pin(time::sleep(ms(1_500)))
     };
+    let deadline = on_wheel.deadline();
     assert!(on_wheel
         .as_mut()
         .poll(&mut Context::from_waker(&bomb))
         .is_pending());
     drop(rt);
     println!("CHILD shutdown=survived");
-    // Re-polled with the bomb: now on the alarm thread, which wakes the bomb at 20 ms.
+    // Re-polled with the bomb: now on the alarm thread, which wakes the bomb at its
+    // deadline.
     assert!(on_wheel
         .as_mut()
         .poll(&mut Context::from_waker(&bomb))
         .is_pending());
-    std::thread::sleep(ms(100));
+    std::thread::sleep(deadline.saturating_duration_since(Instant::now()) + ms(300));
     // Off-runtime timers after that must still fire.
     let start = Instant::now();
     h.block_on(time::sleep(ms(30)));
