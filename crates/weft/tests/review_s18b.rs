@@ -30,7 +30,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use chan_common::{
-    drop_after, fiber_on, join_within, make, rt2, seed, watchdog, Drops, Rng, Tracked,
+    count_waker, drop_after, fiber_on, join_within, make, rt2, seed, watchdog, Drops, Rng, Tracked,
 };
 use weft::chan::{
     after, bounded, never, tick, unbounded, Receiver, RecvTimeoutError, Select, SendTimeoutError,
@@ -48,23 +48,6 @@ fn small() -> bool {
 /// Iterations scale: smaller under valgrind.
 fn scale(n: usize) -> usize {
     chan_common::scale_if(small(), n)
-}
-
-/// A waker that counts its wakes (safe: `std::task::Wake`).
-struct CountWake(AtomicUsize);
-
-impl Wake for CountWake {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
-}
-
-fn count_waker() -> (Arc<CountWake>, Waker) {
-    let c = Arc::new(CountWake(AtomicUsize::new(0)));
-    (c.clone(), Waker::from(c))
 }
 
 /// A waker whose wake panics while armed (safe: `std::task::Wake`).

@@ -18,10 +18,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use chan_common::{drop_after, fiber_on, join_within, make, seed, watchdog, Drops, Rng, Tracked};
+use chan_common::{
+    count_waker, drop_after, fiber_on, join_within, make, seed, watchdog, Drops, Rng, Tracked,
+};
 use weft::chan::{
     after, bounded, never, tick, unbounded, Receiver, RecvTimeoutError, Select, SendTimeoutError,
     Sender,
@@ -1418,23 +1420,6 @@ fn readiness_of_sockets_registered_while_workers_park_is_seen() {
 
 // ---------------------------------------------------------------------------------
 // 3. `select_async`'s boxed machine.
-
-/// A waker that counts its wakes (safe: `std::task::Wake`).
-struct CountWake(AtomicUsize);
-
-impl Wake for CountWake {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
-}
-
-fn count_waker() -> (Arc<CountWake>, Waker) {
-    let c = Arc::new(CountWake(AtomicUsize::new(0)));
-    (c.clone(), Waker::from(c))
-}
 
 fn assert_unpin<T: Unpin>(_: &T) {}
 

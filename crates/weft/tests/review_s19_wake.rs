@@ -292,6 +292,14 @@ fn queued_task_behind_blocked_worker_runs_soon_without_temp_workers() {
     );
 }
 
+/// Keeps the thread busy for `work` (a CPU-bound task: no yield).
+fn busy(work: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < work {
+        std::hint::spin_loop();
+    }
+}
+
 /// Spawns `n` CPU-bound tasks of `work` each from one task, after the workers were
 /// trained on tiny tasks; returns (the delay between the first and the last start, the
 /// wall time, the distinct threads that ran them).
@@ -303,9 +311,7 @@ fn cpu_burst(rt: &Runtime, n: usize, work: Duration) -> (Duration, Duration, usi
                 .map(|_| {
                     weft::spawn(async move {
                         let start = Instant::now();
-                        while start.elapsed() < work {
-                            std::hint::spin_loop();
-                        }
+                        busy(work);
                         (start, std::thread::current().id())
                     })
                 })
@@ -384,10 +390,7 @@ fn medium_burst(rt: &Runtime, n: usize, work: Duration) -> (Duration, usize) {
             let hs: Vec<_> = (0..n)
                 .map(|_| {
                     weft::spawn(async move {
-                        let start = Instant::now();
-                        while start.elapsed() < work {
-                            std::hint::spin_loop();
-                        }
+                        busy(work);
                         std::thread::current().id()
                     })
                 })

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use weft::chan::{self, Receiver, Sender};
@@ -257,4 +257,22 @@ pub fn check_exactly_once(logs: &[Vec<Msg>], senders: usize, per: usize) {
         bad.is_empty(),
         "values lost or duplicated ((sender, seq), count): {bad:?}"
     );
+}
+
+/// A waker that counts its wakes.
+pub struct CountWake(pub AtomicUsize);
+
+impl Wake for CountWake {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, SeqCst);
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+
+/// A [`CountWake`] and a waker of it.
+pub fn count_waker() -> (Arc<CountWake>, Waker) {
+    let c = Arc::new(CountWake(AtomicUsize::new(0)));
+    (c.clone(), Waker::from(c))
 }
