@@ -637,7 +637,7 @@ impl<T> Receiver<T> {
                     .ok_or(RecvTimeoutError::Timeout)
             }
             Flavor::Never => {
-                timer::sleep_until(deadline);
+                crate::fiber::wait::sleep_until(deadline);
                 return Err(RecvTimeoutError::Timeout);
             }
         }

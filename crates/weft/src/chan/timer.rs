@@ -87,19 +87,18 @@ impl Timer {
                 return Some(at);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                if !waited && crate::fiber::current_fiber().is_some() {
-                    // Timed out without waiting: yield, as every timed wait does
-                    // (`wait::wait_until`), so that a fiber retrying this lets its
-                    // worker run a partner homed there (found in review).
-                    crate::fiber::yield_now();
+                if !waited {
+                    // As every timed wait (found in review: a fiber retrying this kept
+                    // its worker from a partner homed there).
+                    crate::fiber::wait::expired_without_waiting();
                 }
                 return None;
             }
             waited = true;
             match (self.deadline(), deadline) {
-                (Some(a), Some(b)) => sleep_until(a.min(b)),
+                (Some(a), Some(b)) => crate::fiber::wait::sleep_until(a.min(b)),
                 (a, b) => match a.or(b) {
-                    Some(d) => sleep_until(d),
+                    Some(d) => crate::fiber::wait::sleep_until(d),
                     None => crate::wait(std::future::pending::<()>()),
                 },
             }
@@ -110,12 +109,6 @@ impl Timer {
     pub(crate) fn is_ready(&self) -> bool {
         self.deadline().is_some_and(|d| Instant::now() >= d)
     }
-}
-
-/// Sleeps until `d` by `weft::wait`'s rule (a fiber suspends, a thread blocks).
-pub(crate) fn sleep_until(d: Instant) {
-    let mut never = std::pin::pin!(std::future::pending::<()>());
-    crate::fiber::wait::wait_until(never.as_mut(), d);
 }
 
 fn after_or_far(now: Instant, d: Duration) -> Instant {

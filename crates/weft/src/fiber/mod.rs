@@ -310,23 +310,12 @@ pub fn yield_now() {
 /// # drop(rt);
 /// ```
 pub fn sleep(duration: Duration) {
-    // One runtime lookup: the sleep binds to the current runtime's driver, if any.
-    let mut timer = crate::time::sleep(duration);
-    if timer.is_bound() {
-        // As a timed wait (`wait::wait_until`): a sleep over by its first poll (a zero
-        // one) still yields the fiber, or a loop of them would keep its worker from a
-        // fiber homed there for ever (found in review).
-        let mut polls = 0u32;
-        crate::wait(std::future::poll_fn(|cx| {
-            polls += 1;
-            std::future::Future::poll(std::pin::Pin::new(&mut timer), cx)
-        }));
-        if polls == 1 && current_fiber().is_some() {
-            yield_now();
-        }
-    } else {
-        std::thread::sleep(duration);
-    }
+    let deadline = std::time::Instant::now()
+        .checked_add(duration)
+        .unwrap_or_else(crate::time::far_future);
+    // A timed wait on nothing: a zero sleep still yields the fiber (found in review: a
+    // loop of them kept its worker from a fiber homed there for ever).
+    wait::sleep_until(deadline);
 }
 
 /// Whether the caller runs on a fiber.

@@ -255,14 +255,26 @@ pub(crate) fn wait_until<F: Future>(
             Poll::Pending => Poll::Pending,
         }
     }));
-    if out.is_none() && polls.get() == 1 && crate::fiber::current_fiber().is_some() {
-        // Timed out without suspending (the deadline had passed by the first poll): a
-        // fiber that retries in a loop would otherwise never let its worker run
-        // anything else, and a partner that only runs there (a fiber pinned to that
-        // worker) would never come.
-        crate::fiber::yield_now();
+    if out.is_none() && polls.get() == 1 {
+        expired_without_waiting();
     }
     out
+}
+
+/// A timed wait that timed out without suspending (its deadline had passed by its
+/// first look) yields the fiber: a fiber that retries it in a loop would otherwise
+/// never let its worker run anything else, and a partner that only runs there (a fiber
+/// pinned to that worker) would never come.
+pub(crate) fn expired_without_waiting() {
+    if crate::fiber::current_fiber().is_some() {
+        crate::fiber::yield_now();
+    }
+}
+
+/// Sleeps until `d` by `wait`'s rule (a fiber suspends, a worker helps, a thread
+/// blocks); a deadline already past still yields a fiber.
+pub(crate) fn sleep_until(d: Instant) {
+    wait_until(pin!(std::future::pending::<()>()), d);
 }
 
 // The blocking entry points of the lower layers are `wait` on their futures; they are

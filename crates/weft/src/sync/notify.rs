@@ -299,8 +299,8 @@ impl Future for Notified<'_> {
         // word a few hundred nanoseconds first (measured: `notify_one_10` of weft-bench
         // `sync`, a thread notifying 10 tasks in a loop, registered 54-78 times per 500
         // notifications without this and about 9 with it; tokio/weft time 0.86
-        // before, 0.96 after, in session 17's alternated runs). A WAITING word means earlier waiters get the next
-        // `notify_one`: no point watching. Only the lock-free fast path repeats here,
+        // before, 0.96 after, in session 17's alternated runs). A WAITING word means
+        // earlier waiters get the next `notify_one`: no point watching. Only the lock-free fast path repeats here,
         // so the protocol is unchanged.
         if word & STATE_MASK != WAITING {
             for _ in 0..PERMIT_SPINS {
