@@ -487,6 +487,7 @@ impl<'a> Select<'a> {
     /// let sel = weft::chan::Select::new();
     /// # drop(sel);
     /// ```
+    #[inline]
     pub fn new() -> Select<'a> {
         Select::default()
     }
@@ -518,6 +519,7 @@ impl<'a> Select<'a> {
     /// let mut sel = weft::chan::Select::new();
     /// assert_eq!(sel.recv(&rx), 0);
     /// ```
+    #[inline]
     pub fn recv<T: Send>(&mut self, r: &'a Receiver<T>) -> usize {
         self.ops.push(Entry {
             handle: r,
@@ -533,6 +535,7 @@ impl<'a> Select<'a> {
     /// let mut sel = weft::chan::Select::new();
     /// assert_eq!(sel.send(&tx), 0);
     /// ```
+    #[inline]
     pub fn send<T: Send>(&mut self, s: &'a Sender<T>) -> usize {
         self.ops.push(Entry {
             handle: s,
@@ -736,6 +739,7 @@ impl<'a> Select<'a> {
     /// assert_eq!(oper.index(), i);
     /// assert_eq!(oper.recv(&rx), Ok(1));
     /// ```
+    #[inline]
     pub fn select(&mut self) -> SelectedOperation<'a> {
         assert!(
             self.ops.iter().any(|o| o.is_some()),
@@ -812,6 +816,7 @@ impl<'a> Select<'a> {
     /// });
     /// assert_eq!(got, 4);
     /// ```
+    #[inline]
     pub fn select_async(&mut self) -> impl Future<Output = SelectedOperation<'a>> + Send + '_ {
         assert!(
             self.ops.iter().any(|o| o.is_some()),
@@ -1296,6 +1301,7 @@ impl SelectedOperation<'_> {
     /// assert_eq!(oper.index(), i);
     /// oper.recv(&rx).unwrap();
     /// ```
+    #[inline]
     pub fn index(&self) -> usize {
         self.index
     }
@@ -1316,6 +1322,7 @@ impl SelectedOperation<'_> {
     /// sel.recv(&rx);
     /// assert_eq!(sel.select().recv(&rx), Ok(3));
     /// ```
+    #[inline]
     pub fn recv<T: Send>(mut self, r: &Receiver<T>) -> Result<T, RecvError> {
         assert!(
             self.recv && r.addr() == self.addr,
@@ -1376,6 +1383,7 @@ impl SelectedOperation<'_> {
     /// sel.select().send(&tx, 8).unwrap();
     /// assert_eq!(rx.try_recv(), Ok(8));
     /// ```
+    #[inline]
     pub fn send<T: Send>(mut self, s: &Sender<T>, value: T) -> Result<(), SendError<T>> {
         assert!(
             !self.recv && std::ptr::from_ref(s.chan()).cast() == self.addr,
