@@ -254,6 +254,55 @@ fn select_is_fair_including_duplicates_of_one_channel() {
     }
 }
 
+/// The ready operations among empty ones (and one that only a full round can decide, a
+/// rendezvous receive with no sender) each win about their share: the quick pass draws
+/// its order as it walks it, and finishes the draw before a full round, so no position
+/// in the select is favoured (a random rotation, for one, would favour the ready
+/// operation after a run of empty ones).
+#[test]
+fn select_is_fair_among_ready_operations_between_empty_ones() {
+    const RUNS: usize = 8000;
+    let (_tx0, rx0) = chan::unbounded::<u32>();
+    let (tx1, rx1) = chan::unbounded::<u32>();
+    let (_tx2, rx2) = chan::unbounded::<u32>();
+    let (_tx3, rx3) = chan::bounded::<u32>(0);
+    let (tx4, rx4) = chan::unbounded::<u32>();
+    for _ in 0..RUNS {
+        tx1.send_blocking(1).unwrap();
+        tx4.send_blocking(4).unwrap();
+    }
+    let mut sel = Select::new();
+    let ops = [
+        sel.recv(&rx0),
+        sel.recv(&rx1),
+        sel.recv(&rx2),
+        sel.recv(&rx3),
+        sel.recv(&rx4),
+    ];
+    let mut wins = [0usize; 2];
+    for _ in 0..RUNS {
+        let oper = sel.select();
+        if oper.index() == ops[1] {
+            assert_eq!(oper.recv(&rx1), Ok(1));
+            wins[0] += 1;
+        } else {
+            assert_eq!(
+                oper.index(),
+                ops[4],
+                "an empty channel's operation was selected"
+            );
+            assert_eq!(oper.recv(&rx4), Ok(4));
+            wins[1] += 1;
+        }
+    }
+    for &w in &wins {
+        assert!(
+            (RUNS / 2 * 8 / 10..=RUNS / 2 * 12 / 10).contains(&w),
+            "unfair: {wins:?}"
+        );
+    }
+}
+
 #[test]
 fn select_macro_is_fair() {
     const RUNS: usize = 6000;

@@ -141,6 +141,18 @@ struct Drawn {
 impl Drawn {
     /// Selects of more operations skip the quick pass.
     const MAX: usize = 32;
+
+    /// Every index in its place: copied whole, where filling it in a loop cost a
+    /// select some 25 instructions.
+    const IDENTITY: [u8; Drawn::MAX] = {
+        let mut a = [0u8; Drawn::MAX];
+        let mut i = 0;
+        while i < Drawn::MAX {
+            a[i] = i as u8;
+            i += 1;
+        }
+        a
+    };
 }
 
 /// What a first-pass attempt found.
@@ -587,21 +599,29 @@ impl<'a> Select<'a> {
         if n > Drawn::MAX {
             return Err((None, false));
         }
-        let mut order = [0u8; Drawn::MAX];
-        for (i, o) in order.iter_mut().enumerate().take(n) {
-            *o = i as u8;
-        }
-        if !self.biased {
-            for i in (1..n).rev() {
-                let j = below(i + 1);
-                order.swap(i, j);
+        let mut order = Drawn::IDENTITY;
+        // The order is drawn as it is walked (Fisher-Yates from the front: position `k`
+        // gets a uniform pick among those not placed yet), so the usual select, whose
+        // first operation is ready, draws one random number instead of `n - 1`. What
+        // is left unplaced when the pass stops is drawn before the order goes to the
+        // full round: every order stays equally likely.
+        let biased = self.biased;
+        let place = |order: &mut [u8; Drawn::MAX], k: usize| {
+            if !biased && k + 1 < n {
+                order.swap(k, k + below(n - k));
             }
-        }
+        };
         // The order travels inline: a blocking select repeats this pass while it backs
         // off, and a `Vec` here cost an allocation and a free per pass.
-        let end = |none_ready: bool| Err((Some(Drawn { order, len: n }), none_ready));
-        for &i in &order[..n] {
-            let i = usize::from(i);
+        let end = |mut order: [u8; Drawn::MAX], from: usize, none_ready: bool| {
+            for k in from..n {
+                place(&mut order, k);
+            }
+            Err((Some(Drawn { order, len: n }), none_ready))
+        };
+        for k in 0..n {
+            place(&mut order, k);
+            let i = usize::from(order[k]);
             let Some(e) = self.ops[i] else { continue };
             // Made where the caller's operation will be, and the value taken straight
             // into its stash: returned up through `Result`s, a just-written operation
@@ -640,10 +660,10 @@ impl<'a> Select<'a> {
                     return Ok(());
                 }
                 Fast::NotReady => {}
-                Fast::Undecided => return end(false),
+                Fast::Undecided => return end(order, k + 1, false),
             }
         }
-        end(true)
+        end(order, n, true)
     }
 
     /// The quick pass, then (if it decided nothing) a machine whose first round tries
@@ -659,14 +679,17 @@ impl<'a> Select<'a> {
         spin: bool,
         out: &mut MaybeUninit<SelectedOperation<'a>>,
     ) -> Result<(), Machine<'a>> {
-        let mut backoff = spin.then(crate::fiber::wait::Backoff::new);
+        // Made at the first pass that finds nothing: `Backoff::new` looks up the
+        // current worker, work a select that finds a value at once need not do.
+        let mut backoff: Option<crate::fiber::wait::Backoff> = None;
         let order = loop {
             match self.quick(out) {
                 Ok(()) => return Ok(()),
                 Err((_, true))
-                    if backoff
-                        .as_mut()
-                        .is_some_and(crate::fiber::wait::Backoff::snooze) => {}
+                    if spin
+                        && backoff
+                            .get_or_insert_with(crate::fiber::wait::Backoff::new)
+                            .snooze() => {}
                 Err((order, _)) => break order,
             }
         };

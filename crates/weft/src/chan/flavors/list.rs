@@ -204,6 +204,7 @@ const DESTROY: usize = 4;
 
 /// The number of value positions before `pos` (boundaries skipped): a boundary counts
 /// as the start of the next block.
+#[inline]
 fn values_before(pos: usize) -> usize {
     pos / LAP * BLOCK_CAP + (pos % LAP).min(BLOCK_CAP)
 }
