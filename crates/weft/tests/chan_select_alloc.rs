@@ -129,6 +129,48 @@ fn selecting_a_ready_value_on_unbounded_channels_allocates_nothing() {
     }
 }
 
+/// A select that finds nothing ready makes its group and nodes in one block: a
+/// `try_select` over four empty channels (a full round: every node registered, then
+/// taken off again) allocates once, whatever the channels' flavours (it was seven: the
+/// group, a box per node, the node table and the order), and a selected operation's
+/// node travels in that block.
+#[test]
+fn a_select_that_registers_allocates_one_block() {
+    let (_t0, r0) = bounded::<u64>(0);
+    let (_t1, r1) = bounded::<u64>(1);
+    let (_t2, r2) = unbounded::<String>();
+    let (t3, _r3) = bounded::<[u64; 64]>(4);
+    let mut sel = Select::new();
+    sel.recv(&r0);
+    sel.recv(&r1);
+    sel.recv(&r2);
+    sel.send(&t3);
+    for _ in 0..4 {
+        t3.try_send([0; 64]).unwrap();
+    }
+    // Warm-up, as above.
+    assert!(sel.try_select().is_err());
+    for round in 0..3 {
+        let n = allocations(|| assert!(sel.try_select().is_err()));
+        assert_eq!(
+            n, 1,
+            "round {round}: {n} allocations for a select that registered"
+        );
+    }
+    // Selected by a full round (the rendezvous receive with a partner waiting), then
+    // performed: the node's value comes out of the block.
+    let (t4, r4) = bounded::<String>(0);
+    let mut sel = Select::new();
+    sel.recv(&r4);
+    sel.recv(&r2);
+    std::thread::scope(|s| {
+        s.spawn(|| t4.send_blocking("hello".to_string()).unwrap());
+        let op = sel.select();
+        assert_eq!(op.index(), 0);
+        assert_eq!(op.recv(&r4).as_deref(), Ok("hello"));
+    });
+}
+
 #[test]
 fn a_quick_selected_value_dropped_unperformed_goes_back_inline_or_boxed() {
     // A `String` fits the inline room (its drop must run exactly once: after the

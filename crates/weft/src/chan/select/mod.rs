@@ -19,8 +19,10 @@
 //! `ready` runs the same rounds with observer nodes, which are told that an operation
 //! became possible and are never handed anything.
 
+use std::alloc::Layout;
 use std::future::Future;
 use std::mem::MaybeUninit;
+use std::ptr::NonNull;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -32,10 +34,28 @@ use super::timer::Timer;
 use super::{Receiver, Sender};
 use crate::base::Mutex;
 use crate::waitlist::{Group, Kind, Node};
+use nodes::Nodes;
+
+mod nodes;
 
 /// One operation's side of a select: what its channel type knows how to do.
 trait Handle: Send + Sync {
-    fn node<'s>(&'s self, kind: Kind, group: *const Group, index: usize) -> Box<dyn OpNode + 's>;
+    /// The size and alignment of this operation's select node.
+    fn node_layout(&self) -> Layout;
+    /// Builds this operation's select node at `at`, for operation `index` of the select
+    /// whose group is `group`.
+    ///
+    /// # Safety
+    /// `at` is valid for writes of [`node_layout`](Handle::node_layout) and aligned
+    /// for it, and is not used for anything else while the node lives; `group`
+    /// outlives the node.
+    unsafe fn node_in<'s>(
+        &'s self,
+        at: *mut u8,
+        kind: Kind,
+        group: *const Group,
+        index: usize,
+    ) -> NonNull<dyn OpNode + 's>;
     fn addr(&self) -> *const ();
     /// The first pass of a select (see [`Select::quick`]): a receive that took a value
     /// through its channel's fast path (put in `stash`), or a send that saw room.
@@ -213,20 +233,55 @@ struct TimerNode<'a> {
 
 struct NeverNode;
 
+/// Writes `node` at `at` and returns it as a trait object.
+///
+/// # Safety
+/// As [`Handle::node_in`], for `N`'s layout.
+unsafe fn place<'s, N: OpNode + 's>(at: *mut u8, node: N) -> NonNull<dyn OpNode + 's> {
+    let p = at.cast::<N>();
+    // SAFETY: the contract: `at` is valid for an `N` and aligned for it.
+    unsafe { p.write(node) };
+    // SAFETY: `at` is not null (valid for writes; a zero-sized node gets an aligned,
+    // non-null address inside its block).
+    unsafe { NonNull::new_unchecked(p as *mut (dyn OpNode + 's)) }
+}
+
 impl<T: Send> Handle for Receiver<T> {
-    fn node<'s>(&'s self, kind: Kind, group: *const Group, index: usize) -> Box<dyn OpNode + 's> {
+    fn node_layout(&self) -> Layout {
+        if self.flavor_chan().is_some() {
+            Layout::new::<RecvNode<'_, T>>()
+        } else if self.flavor_timer().is_some() {
+            Layout::new::<TimerNode<'_>>()
+        } else {
+            Layout::new::<NeverNode>()
+        }
+    }
+    unsafe fn node_in<'s>(
+        &'s self,
+        at: *mut u8,
+        kind: Kind,
+        group: *const Group,
+        index: usize,
+    ) -> NonNull<dyn OpNode + 's> {
+        // Each arm builds the node whose layout `node_layout` gave for this receiver's
+        // flavour (which never changes).
         if let Some(chan) = self.flavor_chan() {
-            Box::new(RecvNode {
+            let node = RecvNode {
                 chan,
                 node: Node::with(kind, group, index),
-            })
+            };
+            // SAFETY: the contract, for this flavour's layout.
+            unsafe { place(at, node) }
         } else if let Some((timer, _)) = self.flavor_timer() {
-            Box::new(TimerNode {
+            let node = TimerNode {
                 timer,
                 fired: Mutex::new(None),
-            })
+            };
+            // SAFETY: as above.
+            unsafe { place(at, node) }
         } else {
-            Box::new(NeverNode)
+            // SAFETY: as above.
+            unsafe { place(at, NeverNode) }
         }
     }
     fn addr(&self) -> *const () {
@@ -260,11 +315,22 @@ impl<T: Send> Handle for Receiver<T> {
 }
 
 impl<T: Send> Handle for Sender<T> {
-    fn node<'s>(&'s self, kind: Kind, group: *const Group, index: usize) -> Box<dyn OpNode + 's> {
-        Box::new(SendNode {
+    fn node_layout(&self) -> Layout {
+        Layout::new::<SendNode<'_, T>>()
+    }
+    unsafe fn node_in<'s>(
+        &'s self,
+        at: *mut u8,
+        kind: Kind,
+        group: *const Group,
+        index: usize,
+    ) -> NonNull<dyn OpNode + 's> {
+        let node = SendNode {
             chan: self.chan(),
             node: Node::with(kind, group, index),
-        })
+        };
+        // SAFETY: the contract, for the `SendNode` `node_layout` gave.
+        unsafe { place(at, node) }
     }
     fn addr(&self) -> *const () {
         std::ptr::from_ref(self.chan()).cast()
@@ -695,11 +761,8 @@ impl<'a> Select<'a> {
         };
         let mut m = Machine::new(self, Kind::Select);
         if let Some(drawn) = order {
-            m.order = drawn.order[..drawn.len]
-                .iter()
-                .map(|&i| usize::from(i))
-                .filter(|&i| self.ops[i].is_some())
-                .collect();
+            let nodes = m.nodes.as_mut().expect("made just now");
+            nodes.set_order(drawn.order[..drawn.len].iter().map(|&i| usize::from(i)));
             m.drawn = true;
         }
         Err(m)
@@ -950,10 +1013,9 @@ impl<'a> Select<'a> {
 /// One select call: its group, its nodes, and where it stands.
 struct Machine<'a> {
     ops: Ops<'a>,
-    /// Boxed: the nodes point to it while they are on lists.
-    group: Box<Group>,
-    nodes: Vec<Option<Box<dyn OpNode + 'a>>>,
-    order: Vec<usize>,
+    /// The group, the nodes and the order of the next round, in one block; `None`
+    /// once handed to the selected operation (every node is then off every list).
+    nodes: Option<Nodes<'a>>,
     biased: bool,
     kind: Kind,
     registered: bool,
@@ -967,22 +1029,9 @@ struct Machine<'a> {
 
 impl<'a> Machine<'a> {
     fn new(sel: &Select<'a>, kind: Kind) -> Machine<'a> {
-        let group = Box::new(Group::new());
-        let gp: *const Group = &*group;
-        let nodes = sel
-            .ops
-            .iter()
-            .enumerate()
-            .map(|(i, e)| e.map(|e| e.handle.node(kind, gp, i)))
-            .collect();
-        let order = (0..sel.ops.len())
-            .filter(|&i| sel.ops[i].is_some())
-            .collect();
         Machine {
             ops: sel.ops.clone(),
-            group,
-            nodes,
-            order,
+            nodes: Some(Nodes::new(&sel.ops, kind)),
             biased: sel.biased,
             kind,
             registered: false,
@@ -992,35 +1041,43 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn each(&self) -> impl Iterator<Item = (usize, &dyn OpNode)> + '_ {
-        self.nodes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, n)| n.as_deref().map(|n| (i, n)))
+    /// The block, while the machine has it (until `take_selected`).
+    fn block(&self) -> &Nodes<'a> {
+        self.nodes.as_ref().expect("the select's nodes")
     }
 
-    fn node(&self, i: usize) -> &dyn OpNode {
-        self.nodes[i]
-            .as_deref()
-            .expect("an operation of this select")
+    fn group(&self) -> &Group {
+        self.block().group()
+    }
+
+    fn each(&self) -> impl Iterator<Item = (usize, &(dyn OpNode + 'a))> + '_ {
+        self.nodes.iter().flat_map(Nodes::each)
+    }
+
+    fn node(&self, i: usize) -> &(dyn OpNode + 'a) {
+        self.block().node(i).expect("an operation of this select")
+    }
+
+    fn order(&self) -> &[usize] {
+        self.block().order()
     }
 
     fn shuffle(&mut self) {
         if self.biased || std::mem::take(&mut self.drawn) {
             return;
         }
-        let n = self.order.len();
-        for i in (1..n).rev() {
+        let order = self.nodes.as_mut().expect("the select's nodes").order_mut();
+        for i in (1..order.len()).rev() {
             let j = below(i + 1);
-            self.order.swap(i, j);
+            order.swap(i, j);
         }
     }
 
     /// Step 1.
     fn try_phase(&mut self, pair: bool) -> Option<(usize, Won)> {
         self.shuffle();
-        for k in 0..self.order.len() {
-            let i = self.order[k];
+        for k in 0..self.order().len() {
+            let i = self.order()[k];
             let node = self.node(i);
             if self.kind == Kind::Observe {
                 if node.ready_now() {
@@ -1046,7 +1103,7 @@ impl<'a> Machine<'a> {
         for (_, n) in self.each() {
             n.reset();
         }
-        self.group.reset();
+        self.group().reset();
         self.registered = false;
     }
 
@@ -1074,7 +1131,7 @@ impl<'a> Machine<'a> {
                 }
             }
             if self.registered {
-                if let Some(i) = self.group.winner() {
+                if let Some(i) = self.group().winner() {
                     for (j, n) in self.each() {
                         if j != i {
                             n.unregister();
@@ -1113,13 +1170,13 @@ impl<'a> Machine<'a> {
                         // woke the old waker only: look again (a claim made after a
                         // node's refresh wakes the new one; one made before it is
                         // seen here, the refresh having taken the claimant's lock).
-                        if !self.group.is_open() {
+                        if !self.group().is_open() {
                             continue;
                         }
                     }
                     return Poll::Pending;
                 }
-                match self.group.abort() {
+                match self.group().abort() {
                     Ok(()) => self.unregister_all(),
                     // Won just now: take it.
                     Err(_) => continue,
@@ -1139,19 +1196,19 @@ impl<'a> Machine<'a> {
             self.registered = true;
             self.waker = Some(cx.waker().clone());
             let mut ready = false;
-            for k in 0..self.order.len() {
-                if self.node(self.order[k]).register(cx) {
+            for k in 0..self.order().len() {
+                if self.node(self.order()[k]).register(cx) {
                     ready = true;
                     break;
                 }
             }
             if ready {
-                if self.group.abort().is_ok() {
+                if self.group().abort().is_ok() {
                     self.unregister_all();
                 }
                 continue;
             }
-            if !self.group.is_open() {
+            if !self.group().is_open() {
                 continue;
             }
             return Poll::Pending;
@@ -1207,6 +1264,10 @@ impl<'a> Machine<'a> {
         }
     }
 
+    /// The selected operation, which takes the block along (its node lives there). The
+    /// machine keeps nothing of it: every node is off every list by now (the winner
+    /// taken off by whoever won it, the losers by the round's cleanup, or none
+    /// registered in a round won in step 1), so the machine's drop has nothing to undo.
     fn take_selected(&mut self, index: usize, won: Won) -> SelectedOperation<'a> {
         let entry = self.ops[index].expect("the selected operation");
         SelectedOperation {
@@ -1214,7 +1275,7 @@ impl<'a> Machine<'a> {
             won,
             addr: entry.handle.addr(),
             recv: entry.recv,
-            node: self.nodes[index].take(),
+            node: self.nodes.take(),
             quick: None,
             done: false,
         }
@@ -1235,16 +1296,19 @@ impl Drop for Machine<'_> {
             }
             return;
         }
+        let Some(nodes) = &self.nodes else {
+            return;
+        };
         if let Some(i) = self.paired {
-            if let Some(n) = &self.nodes[i] {
+            if let Some(n) = nodes.node(i) {
                 n.release();
             }
         }
         if self.registered {
-            if self.group.abort().is_err() {
+            if nodes.group().abort().is_err() {
                 // Won while being dropped: let go of what the winner holds.
-                if let Some(i) = self.group.winner() {
-                    if let Some(n) = &self.nodes[i] {
+                if let Some(i) = nodes.group().winner() {
+                    if let Some(n) = nodes.node(i) {
                         n.unregister();
                         if self.kind != Kind::Observe {
                             n.release();
@@ -1283,14 +1347,14 @@ pub struct SelectedOperation<'a> {
     won: Won,
     addr: *const (),
     recv: bool,
-    /// The node of an operation a full round selected. Its group, which stays with the
-    /// `Machine` and is freed with it, is never looked at again: only a node found on
-    /// a wait list (under that list's lock) has its group followed (`Node::claim`,
-    /// `Node::is_open`), and every node of the select is off every list before the
-    /// select returns (the winner taken off by whoever won it, the losers by the
-    /// select's cleanup). What a selected node still holds (a value, a held slot, a
-    /// held partner's address) is its own, not the group's.
-    node: Option<Box<dyn OpNode + 'a>>,
+    /// The block of the select's nodes, for an operation a full round selected (its
+    /// node is the one at `index`). The group and the losing nodes come along, inert:
+    /// only a node found on a wait list (under that list's lock) has its group followed
+    /// (`Node::claim`, `Node::is_open`), and every node of the select is off every list
+    /// before the select returns (the winner taken off by whoever won it, the losers by
+    /// the select's cleanup). What the selected node still holds (a value, a held
+    /// slot, a held partner's address) is its own, not the group's.
+    node: Option<Nodes<'a>>,
     /// The value of a receive the quick pass selected (no node).
     quick: Option<Quick<'a>>,
     done: bool,
@@ -1330,7 +1394,10 @@ impl SelectedOperation<'_> {
     }
 
     fn node(&self) -> &dyn OpNode {
-        self.node.as_deref().expect("the selected node")
+        self.node
+            .as_ref()
+            .and_then(|n| n.node(self.index))
+            .expect("the selected node")
     }
 
     /// Completes the selected receive.
@@ -1434,7 +1501,7 @@ impl SelectedOperation<'_> {
 impl Drop for SelectedOperation<'_> {
     fn drop(&mut self) {
         if !self.done {
-            if let Some(n) = &self.node {
+            if let Some(n) = self.node.as_ref().and_then(|n| n.node(self.index)) {
                 n.release();
             }
         }
