@@ -1508,7 +1508,7 @@ impl<T> Chan<T> {
         } else {
             &mut st.senders
         };
-        // SAFETY: under the lock; the select keeps the node boxed until it is off.
+        // SAFETY: under the lock; the select keeps the node in its block until it is off.
         unsafe {
             node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes);
             list.push_back(node);

@@ -748,7 +748,7 @@ impl<'a> Select<'a> {
         // Made at the first pass that finds nothing: `Backoff::new` looks up the
         // current worker, work a select that finds a value at once need not do.
         let mut backoff: Option<crate::fiber::wait::Backoff> = None;
-        let order = loop {
+        let (order, none_ready) = loop {
             match self.quick(out) {
                 Ok(()) => return Ok(()),
                 Err((_, true))
@@ -756,7 +756,7 @@ impl<'a> Select<'a> {
                         && backoff
                             .get_or_insert_with(crate::fiber::wait::Backoff::new)
                             .snooze() => {}
-                Err((order, _)) => break order,
+                Err(r) => break r,
             }
         };
         let mut m = Machine::new(self, Kind::Select);
@@ -765,6 +765,7 @@ impl<'a> Select<'a> {
             nodes.set_order(drawn.order[..drawn.len].iter().map(|&i| usize::from(i)));
             m.drawn = true;
         }
+        m.none_ready = none_ready;
         Err(m)
     }
 
@@ -1025,6 +1026,13 @@ struct Machine<'a> {
     waker: Option<Waker>,
     /// The order of the next round was drawn already (by the quick pass).
     drawn: bool,
+    /// The quick pass just found every operation not ready: the first round registers
+    /// without trying them again under their locks. What became ready since is not
+    /// missed: a node whose operation could proceed answers "ready" when it registers
+    /// and the round starts over, trying every operation. (A pass says "not ready" only
+    /// for a channel whose lock state is unused, nobody waiting there, so no pairing
+    /// with a waiting select is passed over either.)
+    none_ready: bool,
 }
 
 impl<'a> Machine<'a> {
@@ -1038,6 +1046,7 @@ impl<'a> Machine<'a> {
             paired: None,
             waker: None,
             drawn: false,
+            none_ready: false,
         }
     }
 
@@ -1182,13 +1191,18 @@ impl<'a> Machine<'a> {
                     Err(_) => continue,
                 }
             }
-            match self.try_phase(!give_up) {
-                Some((i, Won::Pending)) => {
-                    self.paired = Some(i);
-                    continue;
+            if std::mem::take(&mut self.none_ready) && !give_up {
+                // Registered in the pass's order; a round that starts over draws anew.
+                self.drawn = false;
+            } else {
+                match self.try_phase(!give_up) {
+                    Some((i, Won::Pending)) => {
+                        self.paired = Some(i);
+                        continue;
+                    }
+                    Some(r) => return Poll::Ready(Some(r)),
+                    None => {}
                 }
-                Some(r) => return Poll::Ready(Some(r)),
-                None => {}
             }
             if give_up {
                 return Poll::Ready(None);
