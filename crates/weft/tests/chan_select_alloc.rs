@@ -157,18 +157,71 @@ fn a_select_that_registers_allocates_one_block() {
             "round {round}: {n} allocations for a select that registered"
         );
     }
-    // Selected by a full round (the rendezvous receive with a partner waiting), then
-    // performed: the node's value comes out of the block.
+    // Selected by a full round (the select waits; a sender comes later and hands its
+    // value to the select's node), then performed: the value comes out of the block.
     let (t4, r4) = bounded::<String>(0);
     let mut sel = Select::new();
     sel.recv(&r4);
     sel.recv(&r2);
     std::thread::scope(|s| {
-        s.spawn(|| t4.send_blocking("hello".to_string()).unwrap());
+        s.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            t4.send_blocking("hello".to_string()).unwrap();
+        });
         let op = sel.select();
         assert_eq!(op.index(), 0);
         assert_eq!(op.recv(&r4).as_deref(), Ok("hello"));
     });
+}
+
+/// Where a sender waits (a rendezvous sender, or one queued behind a full buffer), the
+/// channel's fast path cannot decide, and the quick pass takes the value under the
+/// lock, still with no node: no allocation, and the queued sender moves into the
+/// freed slot.
+#[test]
+fn a_select_takes_a_waiting_senders_value_without_a_round() {
+    for cap in [0, 1] {
+        let (tx, rx) = bounded::<u64>(cap);
+        let (_tx2, rx2) = unbounded::<u64>();
+        if cap == 1 {
+            tx.send_blocking(1).unwrap();
+        }
+        let mut sel = Select::new();
+        let i = sel.recv(&rx);
+        sel.recv(&rx2);
+        std::thread::scope(|s| {
+            s.spawn(|| tx.send_blocking(2).unwrap());
+            // Until the sender waits (a select before that finds nothing: retried).
+            let mut got = None;
+            for _ in 0..400 {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                let mut r = None;
+                let n = allocations(|| r = sel.try_select().ok().map(|op| (op.index(), op)));
+                if let Some((k, op)) = r {
+                    assert_eq!(
+                        n, 0,
+                        "bounded({cap}): a waiting sender's value cost {n} allocations"
+                    );
+                    assert_eq!(k, i);
+                    got = Some(op.recv(&rx).unwrap());
+                    break;
+                }
+            }
+            assert_eq!(
+                got,
+                Some(1 + u64::from(cap == 0)),
+                "bounded({cap}): the oldest value"
+            );
+        });
+        if cap == 1 {
+            assert_eq!(
+                rx.try_recv(),
+                Ok(2),
+                "the queued sender's value moved into the slot"
+            );
+        }
+        assert!(rx.is_empty());
+    }
 }
 
 #[test]
@@ -196,6 +249,41 @@ fn a_quick_selected_value_dropped_unperformed_goes_back_inline_or_boxed() {
     assert_eq!(sel.select().recv(&rx), Ok(big(1)));
     assert_eq!(sel.select().recv(&rx), Ok(big(2)));
     assert!(rx.is_empty());
+}
+
+/// As below, for a value the quick pass took under the lock from a waiting sender
+/// (counted on its way as the fast path's are): while the operation holds it, the
+/// channel closed by its last sender is not yet disconnected, and dropped unperformed
+/// the value comes back and is received.
+#[test]
+fn a_value_taken_from_a_waiting_sender_and_given_back_is_still_received() {
+    let (tx, rx) = bounded::<Vec<u8>>(0);
+    let mut sel = Select::new();
+    sel.recv(&rx);
+    std::thread::scope(|s| {
+        s.spawn(move || tx.send_blocking(vec![9; 2]).unwrap());
+        let mut op = None;
+        for _ in 0..400 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            if let Ok(o) = sel.try_select() {
+                op = Some(o);
+                break;
+            }
+        }
+        let op = op.expect("the sender came");
+        // The sender finished (its value was taken) and dropped its end: closed.
+        for _ in 0..400 {
+            if rx.is_closed() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(rx.is_closed());
+        assert_eq!(rx.try_recv(), Err(weft::chan::TryRecvError::Empty));
+        drop(op);
+        assert_eq!(rx.try_recv(), Ok(vec![9; 2]));
+        assert_eq!(rx.try_recv(), Err(weft::chan::TryRecvError::Disconnected));
+    });
 }
 
 #[test]

@@ -567,6 +567,39 @@ impl<T> Chan<T> {
         }
     }
 
+    /// The quick pass's receive where the fast path cannot decide (the lock's state in
+    /// use: a sender waits, or a receiver): the same try as `try_recv`'s, under the
+    /// lock and without a node. `Ok(Some)`: a value, counted in `in_flight` before the
+    /// lock is released (as [`recv_fast_held`](Self::recv_fast_held) counts its own:
+    /// the select may still give it back); `Ok(None)`: nothing to take, the channel
+    /// open; `Err`: only a full round can tell (the channel drained and closed, which
+    /// a select reports as its operation's error, or a waiting select's send to pair
+    /// with, which needs a node).
+    pub(crate) fn recv_locked_held(&self) -> Result<Option<T>, ()> {
+        let uncount;
+        // Declared after `uncount`, so dropped first: if a wake below panics, the value
+        // is back in the channel before its count goes.
+        let mut hold = GiveBackOnUnwind {
+            chan: self,
+            value: None,
+        };
+        {
+            let mut wakes = WakeBatch::new();
+            let mut st = self.lock();
+            match self.try_recv_locked(&mut st, None, &mut wakes) {
+                Ok(v) => {
+                    self.handed();
+                    uncount = Uncount(self);
+                    hold.value = Some(v);
+                }
+                Err(Fail::NotReady) => return Ok(None),
+                Err(_) => return Err(()),
+            }
+        }
+        std::mem::forget(uncount);
+        Ok(hold.value.take())
+    }
+
     /// The fast path's answer for an empty buffer: "empty" (`Ok(false)`) while the
     /// channel is open; once it is closed only the lock can tell drained from a value
     /// handed to a receiver that may still give it back (`Err`: undecided).

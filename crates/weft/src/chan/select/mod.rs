@@ -295,7 +295,11 @@ impl<T: Send> Handle for Receiver<T> {
                 Fast::NotReady
             };
         };
-        match chan.recv_fast_held() {
+        // Where the fast path cannot decide (someone waits), the same try under the
+        // lock, still without a node: a value a waiting sender left (a full buffer
+        // with its sender queued, a rendezvous sender) is taken here, where it used to
+        // cost a full round (a block of nodes, every channel's lock).
+        match chan.recv_fast_held().or_else(|()| chan.recv_locked_held()) {
             Ok(Some(v)) => {
                 stash.put(v);
                 Fast::Taken
