@@ -91,7 +91,6 @@ fn arm(b: &Weak<Bomb>) {
 /// future goes, then the selected operation is performed: the block's drop drops node
 /// 0 (a `w1`), node 1 (the last `w1`: its drop panics), node 2 (`w2`).
 #[test]
-#[ignore = "finding: Nodes::drop stops at a node whose drop panics (a waker clone): the other nodes and the block leak"]
 fn panicking_waker_drop_in_the_block_drops_the_other_nodes() {
     watchdog(20, || {
         let (_t0, r0) = unbounded::<u32>();

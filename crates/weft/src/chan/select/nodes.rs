@@ -237,18 +237,53 @@ impl<'a> Nodes<'a> {
 
 impl Drop for Nodes<'_> {
     fn drop(&mut self) {
-        let base = self.head.as_ptr().cast::<u8>();
-        let layout = self.head().layout;
-        // SAFETY: every `Some` entry points at a node built in this block and not
-        // dropped yet (only this drop drops them, once); the group and head are
-        // dropped after the nodes that point to the group, and the block is freed
-        // with the layout it was allocated with. Nothing is used after.
-        unsafe {
-            for p in self.table().iter().flatten() {
-                std::ptr::drop_in_place(p.as_ptr());
+        /// Drops the group and frees the block when dropped: after the nodes, also
+        /// when the drop of one of them panicked (a node drops a waker clone, and a
+        /// waker's drop is user code).
+        struct Free(NonNull<Head>);
+        impl Drop for Free {
+            fn drop(&mut self) {
+                let head = self.0.as_ptr();
+                // SAFETY: the head lives until the block is freed, just below.
+                let layout = unsafe { (*head).layout };
+                // SAFETY: every node that points to the group was dropped (or leaked by
+                // a second panic, which aborts); the block is freed with the layout it
+                // was allocated with, once, and nothing is used after.
+                unsafe {
+                    std::ptr::drop_in_place(addr_of_mut!((*head).group));
+                    std::alloc::dealloc(head.cast::<u8>(), layout);
+                }
             }
-            std::ptr::drop_in_place(addr_of_mut!((*self.head.as_ptr()).group));
-            std::alloc::dealloc(base, layout);
+        }
+        let _free = Free(self.head);
+        // SAFETY: every `Some` entry points at a node built in this block and not
+        // dropped yet; only this drop drops them, once each.
+        unsafe { drop_nodes(self.table()) }
+    }
+}
+
+/// Drops the node of every `Some` entry of `table` in place. One whose drop panics
+/// does not keep the rest from being dropped (as a slice's elements are): the others
+/// are dropped as the panic passes.
+///
+/// # Safety
+/// Every `Some` entry points at a live node that nothing uses after, dropped nowhere
+/// else.
+unsafe fn drop_nodes(table: &[Slot<'_>]) {
+    /// The entries after the one being dropped, dropped if its drop panics.
+    struct Rest<'t, 'a>(&'t [Slot<'a>]);
+    impl Drop for Rest<'_, '_> {
+        fn drop(&mut self) {
+            // SAFETY: `drop_nodes`'s contract, for entries not reached yet.
+            unsafe { drop_nodes(self.0) }
+        }
+    }
+    for (k, p) in table.iter().enumerate() {
+        if let Some(p) = p {
+            let rest = Rest(&table[k + 1..]);
+            // SAFETY: the contract.
+            unsafe { std::ptr::drop_in_place(p.as_ptr()) };
+            std::mem::forget(rest);
         }
     }
 }
