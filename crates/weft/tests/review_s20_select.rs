@@ -137,7 +137,6 @@ fn panicking_waker_drop_in_the_block_drops_the_other_nodes() {
 /// must still come off that channel's list before the block is freed: a send there
 /// afterwards would follow a freed node.
 #[test]
-#[ignore = "finding: Machine::drop releases the winner before the losers leave their lists; a panicking wake there frees the block with nodes still linked (use-after-free)"]
 fn partner_waker_panics_while_a_won_select_future_is_dropped() {
     watchdog(20, || {
         let (t0, r0) = bounded::<u32>(0);

@@ -1302,13 +1302,19 @@ impl<'a> Machine<'a> {
 
 impl Drop for Machine<'_> {
     fn drop(&mut self) {
+        // Every node leaves its list before any node gives back what it holds: a
+        // release wakes whoever it lets go (a partner held for a send, a receiver
+        // handed a given-back value), and a waker may panic. Left on a list, a node
+        // would be followed there after the block is freed with the machine.
         if std::thread::panicking() {
             // A waker or a clone panicked in the middle of a step: the flags below may
             // lag behind what the nodes hold (a pairing made, a value handed over).
             // Every node leaves its list and gives back what it holds.
             for (_, n) in self.each() {
                 n.unregister();
-                if self.kind != Kind::Observe {
+            }
+            if self.kind != Kind::Observe {
+                for (_, n) in self.each() {
                     n.release();
                 }
             }
@@ -1317,25 +1323,24 @@ impl Drop for Machine<'_> {
         let Some(nodes) = &self.nodes else {
             return;
         };
+        let mut winner = None;
+        if self.registered {
+            if nodes.group().abort().is_err() {
+                // Won while being dropped: let go of what the winner holds (below).
+                winner = nodes.group().winner();
+            }
+            for (_, n) in self.each() {
+                n.unregister();
+            }
+        }
         if let Some(i) = self.paired {
             if let Some(n) = nodes.node(i) {
                 n.release();
             }
         }
-        if self.registered {
-            if nodes.group().abort().is_err() {
-                // Won while being dropped: let go of what the winner holds.
-                if let Some(i) = nodes.group().winner() {
-                    if let Some(n) = nodes.node(i) {
-                        n.unregister();
-                        if self.kind != Kind::Observe {
-                            n.release();
-                        }
-                    }
-                }
-            }
-            for (_, n) in self.each() {
-                n.unregister();
+        if self.kind != Kind::Observe {
+            if let Some(n) = winner.and_then(|i| nodes.node(i)) {
+                n.release();
             }
         }
     }
