@@ -570,7 +570,6 @@ fn many_and_removed_operations_reused() {
 /// the future afterwards (not while unwinding): the value must go back to the channel,
 /// not be dropped with the block.
 #[test]
-#[ignore = "finding: a value a round took from a sender whose waker panicked is dropped with the nodes when the caller catches the panic"]
 fn value_taken_while_a_sender_waker_panics_is_not_lost() {
     watchdog(20, || {
         let drops = Drops::new(1);

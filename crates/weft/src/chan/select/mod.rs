@@ -1096,8 +1096,17 @@ impl<'a> Machine<'a> {
                 if node.ready_now() {
                     return Some((i, Won::Value));
                 }
-            } else if let Some(won) = node.try_now(pair) {
-                return Some((i, won));
+            } else {
+                // A try that took a value (or paired) and then unwinds (the wake of the
+                // sender it met panicked) gives back what the node holds: nothing in
+                // the machine says so, and a caller that catches the panic drops the
+                // machine later, not while unwinding (its drop would drop the value).
+                let guard = ReleaseOnUnwind(node);
+                let won = node.try_now(pair);
+                std::mem::forget(guard);
+                if let Some(won) = won {
+                    return Some((i, won));
+                }
             }
         }
         None
@@ -1343,6 +1352,16 @@ impl Drop for Machine<'_> {
                 n.release();
             }
         }
+    }
+}
+
+/// Releases a node if dropped: armed around a try whose outcome the machine has not
+/// recorded yet, and forgotten once it returns.
+struct ReleaseOnUnwind<'n, 'a>(&'n (dyn OpNode + 'a));
+
+impl Drop for ReleaseOnUnwind<'_, '_> {
+    fn drop(&mut self) {
+        self.0.release();
     }
 }
 
