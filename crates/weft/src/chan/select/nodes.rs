@@ -88,11 +88,12 @@ impl<'a> Nodes<'a> {
         let Some(head) = NonNull::new(base.cast::<Head>()) else {
             std::alloc::handle_alloc_error(layout)
         };
+        // Every table entry is `None` before any node is built, so a drop during the
+        // build (a handle that panics) finds only nodes that exist; the order is
+        // written before anything reads it.
         // SAFETY: `base` is a fresh block of `layout`: the head at offset 0, the table
         // and the order at the offsets `Layout::extend` gave for their arrays of
-        // `ops.len()` (aligned, in bounds). Every table entry is `None` before any node
-        // is built, so a drop during the build (a handle that panics) finds only nodes
-        // that exist; the order is written before anything reads it.
+        // `ops.len()` (aligned, in bounds).
         unsafe {
             head.as_ptr().write(Head {
                 layout,
@@ -116,10 +117,10 @@ impl<'a> Nodes<'a> {
         // SAFETY: the head was written just above.
         let group: *const Group = unsafe { addr_of!((*head.as_ptr()).group) };
         plan(ops, |i, e, at| {
-            // SAFETY: `at` is the offset `plan` gave this operation's node layout in
-            // the block (aligned for it, in bounds, used by no other node), and the
-            // group outlives the node: both are dropped with the block, the nodes
+            // The group outlives the node: both are dropped with the block, the nodes
             // first. The entry is filled only once the node is built.
+            // SAFETY: `at` is the offset `plan` gave this operation's node layout in
+            // the block (aligned for it, in bounds, used by no other node).
             unsafe {
                 let node = e.handle.node_in(base.add(at), kind, group, i);
                 base.add(table_at)
@@ -188,10 +189,10 @@ impl<'a> Nodes<'a> {
     /// The whole room of the order (`ops` entries).
     fn order_room(&mut self) -> &mut [usize] {
         let (at, ops) = (self.head().order_at, self.head().ops);
-        // SAFETY: the order's room is `ops` `usize`s at `order_at`, inside the block
-        // and apart from every other part; `&mut self` makes this the only reference.
         // Its entries are written before they are read (`new` fills `order_len` of
         // them, `set_order` what it keeps).
+        // SAFETY: the order's room is `ops` `usize`s at `order_at`, inside the block
+        // and apart from every other part; `&mut self` makes this the only reference.
         unsafe {
             std::slice::from_raw_parts_mut(
                 self.head.as_ptr().cast::<u8>().add(at).cast::<usize>(),
