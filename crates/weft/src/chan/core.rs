@@ -514,6 +514,21 @@ impl<T> Chan<T> {
         })
     }
 
+    /// [`send_room_fast`](Self::send_room_fast) where the fast path cannot tell
+    /// (someone waits, or a bounded list's sends take the lock): the look under the
+    /// lock. `Err`: a rendezvous channel (a send there must hold a waiting receiver: a
+    /// full round) or a closed one (a full round reports it).
+    pub(crate) fn send_room_locked(&self) -> Result<bool, ()> {
+        if self.cap == Some(0) {
+            return Err(());
+        }
+        let st = self.lock();
+        if st.closed {
+            return Err(());
+        }
+        Ok(self.has_room(&st))
+    }
+
     /// Completes a send a select chose for the room it saw ([`Won::Room`]): through
     /// the fast path, or, if the room went meanwhile, without waiting as any selected
     /// send does (to a waiting receiver, else beyond the capacity). The value back only

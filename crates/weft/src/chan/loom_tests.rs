@@ -671,6 +671,34 @@ fn loom_chan_close_vs_parked_select() {
     });
 }
 
+/// bounded(1), full, a second sender parked behind it: a select's receive (its quick
+/// pass takes under the lock where a sender waits, with no node) races a plain receive
+/// and the sender's arrival. Each value arrives exactly once, and once both are
+/// received nothing is left on a list, in the buffer or reserved.
+#[test]
+fn loom_chan_select_takes_from_a_parked_sender() {
+    model_bound2(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        tx.try_send(1).unwrap();
+        let sender = thread::spawn(move || block_on(tx.send(2)).unwrap());
+        let rx2 = rx.clone();
+        let taker = thread::spawn(move || {
+            let v = block_on(rx2.recv()).unwrap();
+            (v, rx2)
+        });
+        let mut sel = Select::new();
+        sel.recv(&rx);
+        let oper = block_on(sel.select_async());
+        let a = oper.recv(&rx).unwrap();
+        sender.join().unwrap();
+        let (b, _rx2) = taker.join().unwrap();
+        let mut got = vec![a, b];
+        got.sort_unstable();
+        assert_eq!(got, vec![1, 2]);
+        assert_eq!(census(&rx), (0, 0, 0, 0));
+    });
+}
+
 /// bounded(0): a select's send holds a parked receiver that is dropped (a cancelled
 /// receive) before or after the select delivers to it. The receiver's value is given
 /// back to the other receiver, or the select finds its partner gone and sends the

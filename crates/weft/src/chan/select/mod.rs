@@ -340,7 +340,10 @@ impl<T: Send> Handle for Sender<T> {
         std::ptr::from_ref(self.chan()).cast()
     }
     fn try_fast(&self, _: &mut Stash) -> Fast {
-        match self.chan().send_room_fast() {
+        // As a receive's: under the lock where the fast path cannot tell (a receiver
+        // waiting on an empty buffer leaves room).
+        let chan = self.chan();
+        match chan.send_room_fast().or_else(|()| chan.send_room_locked()) {
             Ok(true) => Fast::Room,
             Ok(false) => Fast::NotReady,
             Err(()) => Fast::Undecided,
