@@ -158,20 +158,17 @@ impl<'a> Nodes<'a> {
         &self.head().group
     }
 
+    /// The address `offset` bytes into the block, as a `U` (an offset `new` gave a
+    /// part of the block).
+    fn part<U>(&self, offset: usize) -> *mut U {
+        self.head.as_ptr().cast::<u8>().wrapping_add(offset).cast()
+    }
+
     fn table(&self) -> &[Slot<'a>] {
         let h = self.head();
         // SAFETY: the table is `h.ops` initialised entries at `h.table_at` (`new`),
         // written again only by `new`, before this owner was returned.
-        unsafe {
-            std::slice::from_raw_parts(
-                self.head
-                    .as_ptr()
-                    .cast::<u8>()
-                    .add(h.table_at)
-                    .cast::<Slot<'a>>(),
-                h.ops,
-            )
-        }
+        unsafe { std::slice::from_raw_parts(self.part(h.table_at), h.ops) }
     }
 
     /// The node of operation `i` (`None`: no such operation, or removed).
@@ -193,28 +190,14 @@ impl<'a> Nodes<'a> {
         // them, `set_order` what it keeps).
         // SAFETY: the order's room is `ops` `usize`s at `order_at`, inside the block
         // and apart from every other part; `&mut self` makes this the only reference.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.head.as_ptr().cast::<u8>().add(at).cast::<usize>(),
-                ops,
-            )
-        }
+        unsafe { std::slice::from_raw_parts_mut(self.part(at), ops) }
     }
 
     /// The order of the next round: indices of operations that have a node.
     pub(super) fn order(&self) -> &[usize] {
         let h = self.head();
         // SAFETY: as `order_room`; the first `order_len` entries are written.
-        unsafe {
-            std::slice::from_raw_parts(
-                self.head
-                    .as_ptr()
-                    .cast::<u8>()
-                    .add(h.order_at)
-                    .cast::<usize>(),
-                h.order_len,
-            )
-        }
+        unsafe { std::slice::from_raw_parts(self.part(h.order_at), h.order_len) }
     }
 
     pub(super) fn order_mut(&mut self) -> &mut [usize] {
