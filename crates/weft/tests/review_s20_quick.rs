@@ -324,13 +324,10 @@ fn ready_operations_win_their_share_including_parked_senders() {
 
 /// A send on a closed channel is ready (performing it fails at once), as a receive on
 /// a closed, drained channel is. Here the channel closed while its buffer was full:
-/// the quick pass's lock-free look sees no room and calls it "not ready", so against a
-/// ready receive the closed send never wins, and alone it waits out the pass's backoff
-/// before a full round finds it.
-// BUG (pre-existing since 9cd58a8): `Chan::send_room_fast` answers "no room" for a
-// full ring without looking at the close, so the quick pass passes the closed send over.
+/// the quick pass's lock-free look saw no room and called it "not ready", so against a
+/// ready receive the closed send never won, and alone it waited out the pass's backoff
+/// before a full round found it (found in review, pre-existing since 9cd58a8).
 #[test]
-#[ignore = "bug: a send on a closed, full channel never wins against a ready operation"]
 fn a_send_on_a_closed_full_channel_wins_its_share() {
     watchdog(60, || {
         let n = rounds();
