@@ -1212,10 +1212,7 @@ fn select_senders_share(consumer_selects: bool) -> f64 {
 /// it, round after round (found in review: since 58a3ab7 the select's sender got about
 /// 4% of the values instead of a half; before, the pass left a waiting sender to a
 /// full round, which pairs in the queue's order).
-// BUG (58a3ab7): `Chan::recv_locked_held` tries without a node, which passes over a
-// select's send at the head of the queue and takes the plain sender behind it.
 #[test]
-#[ignore = "bug: a select's receive starves a parked select's send queued ahead of a plain sender"]
 fn a_parked_selects_send_is_not_starved_by_plain_senders_behind_it() {
     watchdog(60, || {
         let share = select_senders_share(true);

@@ -600,7 +600,8 @@ impl<T> Chan<T> {
     /// the select may still give it back); `Ok(None)`: nothing to take, the channel
     /// open; `Err`: only a full round can tell (the channel drained and closed, which
     /// a select reports as its operation's error, or a waiting select's send to pair
-    /// with, which needs a node).
+    /// with, which needs a node, also one queued ahead of a plain sender: see
+    /// [`select_send_first`](Self::select_send_first)).
     pub(crate) fn recv_locked_held(&self) -> Result<Option<T>, ()> {
         let uncount;
         // Declared after `uncount`, so dropped first: if a wake below panics, the value
@@ -612,6 +613,11 @@ impl<T> Chan<T> {
         {
             let mut wakes = WakeBatch::new();
             let mut st = self.lock();
+            if !self.has_values(&st) && self.select_send_first(&st) {
+                // Without a node it could only pass that send over for a plain sender
+                // queued behind it: a full round pairs with it, in the queue's order.
+                return Err(());
+            }
             match self.try_recv_locked(&mut st, None, &mut wakes) {
                 Ok(v) => {
                     self.handed();
@@ -624,6 +630,31 @@ impl<T> Chan<T> {
         }
         std::mem::forget(uncount);
         Ok(hold.value.take())
+    }
+
+    /// Whether the first sender a receive could take from now is a select's send (one
+    /// that needs a node to pair with), not a plain sender's value. A try without a node
+    /// ([`try_recv_locked`](Self::try_recv_locked) without `pair`) passes such sends
+    /// over and takes the first plain sender behind them: the select's quick pass,
+    /// which once went to a full round there (pairing in the queue's order), starved a
+    /// select's send queued ahead of a plain sender that kept queueing again behind it
+    /// (found in review: `review_s20_quick`, its share of a rendezvous channel went
+    /// from a half to a few percent).
+    fn select_send_first(&self, st: &State<T>) -> bool {
+        let mut select = false;
+        // SAFETY: the caller holds the lock.
+        unsafe {
+            st.senders.any(|n| match n.kind() {
+                // As `recv_ready_locked` sees them.
+                Kind::Op => n.may_commit(),
+                Kind::Select if n.is_open() => {
+                    select = true;
+                    true
+                }
+                Kind::Select | Kind::Observe => false,
+            });
+        }
+        select
     }
 
     /// The fast path's answer for an empty buffer: "empty" (`Ok(false)`) while the

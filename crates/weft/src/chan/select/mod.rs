@@ -1036,9 +1036,11 @@ struct Machine<'a> {
     /// The quick pass just found every operation not ready: the first round registers
     /// without trying them again under their locks. What became ready since is not
     /// missed: a node whose operation could proceed answers "ready" when it registers
-    /// and the round starts over, trying every operation. (A pass says "not ready" only
-    /// for a channel whose lock state is unused, nobody waiting there, so no pairing
-    /// with a waiting select is passed over either.)
+    /// and the round starts over, trying every operation. (A pass says "not ready" for
+    /// a receive only where nothing could be taken and no select's send waits to pair
+    /// with, `Chan::recv_locked_held` answering "undecided" there, and for a send only
+    /// where it saw no room: a receiver the round's try could have held for it is seen
+    /// at registration, as ready.)
     none_ready: bool,
 }
 
