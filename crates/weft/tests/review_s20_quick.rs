@@ -1224,14 +1224,12 @@ fn a_parked_selects_send_is_not_starved_by_plain_senders_behind_it() {
     });
 }
 
-/// The same with a plain receive (`recv_timeout`, `recv_blocking`: both try first
-/// with `try_recv`, which takes no node and passes over a select's send for the plain
-/// sender behind it, as the quick pass did): the select's sender gets about 0.5% of
-/// the values. Pre-existing (older than this session's changes); a fix would have
-/// `try_recv` pair with the select at the head (waiting for its value as it does when
-/// only selects wait), a change of `try_recv`'s behaviour left to the maintainers.
+/// The same with a plain receive (`recv_timeout` tries first with `try_recv`, which
+/// took no node and passed over a select's send for the plain sender behind it, as the
+/// quick pass did: the select's sender got about 0.5% of the values; pre-existing).
+/// `try_recv` now pairs with a select's send at the head of the queue (and waits for
+/// its value, as it did when only selects waited).
 #[test]
-#[ignore = "pre-existing: plain receives (try_recv first) pass over a select's send queued ahead of a plain sender"]
 fn a_parked_selects_send_is_not_starved_by_plain_senders_behind_it_plain_receiver() {
     watchdog(60, || {
         let share = select_senders_share(false);

@@ -613,11 +613,8 @@ impl<T> Chan<T> {
         {
             let mut wakes = WakeBatch::new();
             let mut st = self.lock();
-            if !self.has_values(&st) && self.select_send_first(&st) {
-                // Without a node it could only pass that send over for a plain sender
-                // queued behind it: a full round pairs with it, in the queue's order.
-                return Err(());
-            }
+            // A select's send queued first answers `Unpaired` (see
+            // `try_recv_locked`): a full round pairs with it, in the queue's order.
             match self.try_recv_locked(&mut st, None, &mut wakes) {
                 Ok(v) => {
                     self.handed();
@@ -634,12 +631,12 @@ impl<T> Chan<T> {
 
     /// Whether the first sender a receive could take from now is a select's send (one
     /// that needs a node to pair with), not a plain sender's value. A try without a node
-    /// ([`try_recv_locked`](Self::try_recv_locked) without `pair`) passes such sends
-    /// over and takes the first plain sender behind them: the select's quick pass,
-    /// which once went to a full round there (pairing in the queue's order), starved a
-    /// select's send queued ahead of a plain sender that kept queueing again behind it
-    /// (found in review: `review_s20_quick`, its share of a rendezvous channel went
-    /// from a half to a few percent).
+    /// ([`try_recv_locked`](Self::try_recv_locked) without `pair`) that passed such
+    /// sends over for the first plain sender behind them starved a select's send
+    /// queued ahead of a plain sender that kept queueing again behind it (found in
+    /// review, `review_s20_quick`: the select's share of a rendezvous channel went
+    /// from a half to a few percent through the select's quick pass, and to 0.5%
+    /// through `try_recv`, which `recv_timeout` tries first).
     fn select_send_first(&self, st: &State<T>) -> bool {
         let mut select = false;
         // SAFETY: the caller holds the lock.
@@ -955,6 +952,12 @@ impl<T> Chan<T> {
         if let Some(v) = self.pop_locked(st) {
             self.admit_sender(st, wakes);
             return Ok(v);
+        }
+        if pair.is_none() && self.select_send_first(st) {
+            // Without a node this try could only pass that send over for a plain
+            // sender queued behind it: its caller pairs with it instead (`try_recv_now`
+            // with a node, a select's full round), in the queue's order.
+            return Err(Fail::Unpaired);
         }
         let own = pair.map_or(ptr::null(), |n| n.group());
         let mut unpaired = false;
