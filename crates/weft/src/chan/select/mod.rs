@@ -1,6 +1,8 @@
 //! `Select`: wait on several channel operations and complete exactly one.
 //!
-//! One select is a [`Group`] and one node per operation. A round has three steps:
+//! A select first makes a quick pass with no node (`Select::quick`); only if that
+//! cannot decide does it make a full round. One full round is a [`Group`] and one node
+//! per operation (in one block: `nodes.rs`). A round has three steps:
 //!
 //! 1. **Try**, in a random order (source order for `select_biased!`): each operation
 //!    tries to complete, or to secure a way to complete (a send holds a buffer slot or
@@ -182,7 +184,8 @@ enum Fast {
     /// A send saw room in the buffer ([`Won::Room`]).
     Room,
     NotReady,
-    /// Only a full round can tell (a send, a timer, a channel whose lock is in use).
+    /// Only a full round can tell (a timer, a closed channel, a rendezvous send, a
+    /// select's send to pair with).
     Undecided,
 }
 
@@ -653,13 +656,14 @@ impl<'a> Select<'a> {
         *slot = None;
     }
 
-    /// The first pass of a select, without a node, group or lock: the operations in
-    /// random order (source order when biased), each receive trying its channel's
-    /// fast path, each send looking for room. The first that takes a value or sees
-    /// room is selected (such a send then completes without waiting whatever came
-    /// meanwhile: [`Chan::send_selected`]). The pass stops, leaving the rest to a full
-    /// round, at the first operation it cannot decide that way (a timer, a
-    /// rendezvous channel, a channel with waiters), so the choice among ready
+    /// The first pass of a select, without a node or group: the operations in random
+    /// order (source order when biased), each receive trying its channel's fast path,
+    /// each send looking for room, both under the channel's lock where the fast path
+    /// cannot tell (someone waits there). The first that takes a value or sees room is
+    /// selected (such a send then completes without waiting whatever came meanwhile:
+    /// [`Chan::send_selected`]). The pass stops, leaving the rest to a full round, at
+    /// the first operation it cannot decide that way (a timer, a closed channel, a
+    /// rendezvous send, a select's send to pair with), so the choice among ready
     /// operations stays as fair as the full round's: that round starts in the same
     /// order. `Err((order, true))` when every operation was found not ready.
     ///
