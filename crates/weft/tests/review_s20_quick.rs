@@ -217,20 +217,11 @@ fn rounds() -> usize {
     scaled(6000, 30000)
 }
 
-fn assert_fair(counts: &[usize], ready: &[usize], what: &str) {
+/// [`chan_common::assert_fair`] of win counts.
+fn assert_fair_counts(counts: &[usize], ready: &[usize], what: &str) {
     let total: usize = counts.iter().sum();
-    let want = 1.0 / ready.len() as f64;
     let shares: Vec<f64> = counts.iter().map(|&c| c as f64 / total as f64).collect();
-    for (i, &s) in shares.iter().enumerate() {
-        if ready.contains(&i) {
-            assert!(
-                (s - want).abs() < 0.04,
-                "{what}: operation {i} won {s:.3}, want {want:.3} ({shares:?})"
-            );
-        } else {
-            assert_eq!(s, 0.0, "{what}: operation {i} was not ready ({shares:?})");
-        }
-    }
+    chan_common::assert_fair(&shares, ready, what);
 }
 
 /// Ready operations of every kind the quick pass decides now: a buffered value (fast
@@ -315,7 +306,7 @@ fn ready_operations_win_their_share_including_parked_senders() {
                 _ => panic!("operation {i} was not ready"),
             }
         }
-        assert_fair(&counts, &[1, 2, 3, 5, 9], "parked senders");
+        assert_fair_counts(&counts, &[1, 2, 3, 5, 9], "parked senders");
         assert_eq!(r9.len(), counts[9]);
         assert!(r5.len() + 3 >= counts[5]);
         drop((s2, s3, w4, w5, s7));
@@ -353,7 +344,7 @@ fn a_send_on_a_closed_full_channel_wins_its_share() {
                 op.recv(&ra).unwrap();
             }
         }
-        assert_fair(&counts, &[0, 1], "closed full send vs a ready receive");
+        assert_fair_counts(&counts, &[0, 1], "closed full send vs a ready receive");
         // Alone, in `try_select` and `select`.
         let mut sel = Select::new();
         sel.send(&tc);

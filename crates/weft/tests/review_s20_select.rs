@@ -14,7 +14,7 @@ use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use chan_common::{watchdog, Drops, Rng};
+use chan_common::{assert_fair, watchdog, Drops, Rng};
 use weft::chan::{after, bounded, never, unbounded, Receiver, Select, Sender};
 
 /// Polls `fut` once with `w`.
@@ -832,20 +832,6 @@ fn rounds() -> usize {
         6000
     } else {
         30000
-    }
-}
-
-fn assert_fair(shares: &[f64], ready: &[usize], what: &str) {
-    let want = 1.0 / ready.len() as f64;
-    for (i, &s) in shares.iter().enumerate() {
-        if ready.contains(&i) {
-            assert!(
-                (s - want).abs() < 0.04,
-                "{what}: operation {i} won {s:.3}, want {want:.3} ({shares:?})"
-            );
-        } else {
-            assert_eq!(s, 0.0, "{what}: operation {i} was not ready ({shares:?})");
-        }
     }
 }
 

@@ -276,3 +276,20 @@ pub fn count_waker() -> (Arc<CountWake>, Waker) {
     let c = Arc::new(CountWake(AtomicUsize::new(0)));
     (c.clone(), Waker::from(c))
 }
+
+/// Each operation in `ready` won about `1 / ready.len()` of the `shares` (within 0.04),
+/// and every other operation none.
+#[allow(dead_code)]
+pub fn assert_fair(shares: &[f64], ready: &[usize], what: &str) {
+    let want = 1.0 / ready.len() as f64;
+    for (i, &s) in shares.iter().enumerate() {
+        if ready.contains(&i) {
+            assert!(
+                (s - want).abs() < 0.04,
+                "{what}: operation {i} won {s:.3}, want {want:.3} ({shares:?})"
+            );
+        } else {
+            assert_eq!(s, 0.0, "{what}: operation {i} was not ready ({shares:?})");
+        }
+    }
+}
