@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use chan_common::{count_waker, fiber_on, join_within, rt2, watchdog, Drops, Rng};
+use chan_common::{count_waker, fiber_on, join_within, rt2, watchdog, CountWake, Drops, Rng};
 use weft::chan::{bounded, never, unbounded, Receiver, Select, Sender, TryRecvError};
 
 /// Polls `fut` once with `w`.
@@ -504,23 +504,33 @@ fn a_panicking_wake_in_a_close_batch_wakes_every_other_waiter() {
 /// the batch, whose flush drops it: the panic comes out of the poll. `w1` is dropped
 /// exactly once, the receive keeps `w2` and completes when a value comes, and nothing
 /// else is kept. The same for a send parked on a full channel.
+/// Parks `fut` with a waker `w1` whose drop then panics, and polls it again with a
+/// counting waker `w2`: the replaced `w1` is dropped exactly once, and its panic comes
+/// out of that poll. Returns `w2`'s counter, `w2` and `w1`'s drop count.
+fn replace_a_waker_whose_drop_panics<F: Future>(
+    mut fut: Pin<&mut F>,
+) -> (Arc<CountWake>, Waker, Arc<AtomicUsize>) {
+    let (bw, bdrops, w1) = bomb();
+    assert!(poll_with(fut.as_mut(), &w1).is_pending());
+    drop(w1);
+    bw.upgrade()
+        .expect("the node keeps w1")
+        .drop_armed
+        .store(true, SeqCst);
+    let (c2, w2) = count_waker();
+    let r = catch_unwind(AssertUnwindSafe(|| poll_with(fut.as_mut(), &w2)));
+    assert!(r.is_err(), "the drop's panic did not come out of the poll");
+    assert_eq!(bdrops.load(SeqCst), 1, "w1 not dropped exactly once");
+    (c2, w2, bdrops)
+}
+
 #[test]
 fn a_panicking_drop_of_a_replaced_waker_leaves_the_operation_working() {
     watchdog(20, || {
         // A receive.
         let (tx, rx) = unbounded::<u32>();
         let mut fut = Box::pin(rx.recv());
-        let (bw, bdrops, w1) = bomb();
-        assert!(poll_with(fut.as_mut(), &w1).is_pending());
-        drop(w1);
-        bw.upgrade()
-            .expect("the node keeps w1")
-            .drop_armed
-            .store(true, SeqCst);
-        let (c2, w2) = count_waker();
-        let r = catch_unwind(AssertUnwindSafe(|| poll_with(fut.as_mut(), &w2)));
-        assert!(r.is_err(), "the drop's panic did not come out of the poll");
-        assert_eq!(bdrops.load(SeqCst), 1, "w1 not dropped exactly once");
+        let (c2, w2, bdrops) = replace_a_waker_whose_drop_panics(fut.as_mut());
         tx.send_blocking(5).unwrap();
         assert_eq!(c2.0.load(SeqCst), 1, "the receive lost its new waker");
         assert!(matches!(poll_with(fut.as_mut(), &w2), Poll::Ready(Ok(5))));
@@ -533,17 +543,7 @@ fn a_panicking_drop_of_a_replaced_waker_leaves_the_operation_working() {
         let (tx, rx) = bounded::<u32>(1);
         tx.try_send(1).unwrap();
         let mut fut = Box::pin(tx.send(2));
-        let (bw, bdrops, w1) = bomb();
-        assert!(poll_with(fut.as_mut(), &w1).is_pending());
-        drop(w1);
-        bw.upgrade()
-            .expect("the node keeps w1")
-            .drop_armed
-            .store(true, SeqCst);
-        let (c2, w2) = count_waker();
-        let r = catch_unwind(AssertUnwindSafe(|| poll_with(fut.as_mut(), &w2)));
-        assert!(r.is_err(), "the drop's panic did not come out of the poll");
-        assert_eq!(bdrops.load(SeqCst), 1, "w1 not dropped exactly once");
+        let (c2, w2, bdrops) = replace_a_waker_whose_drop_panics(fut.as_mut());
         // A select takes the buffered value under the lock and admits the sender.
         let mut sel = Select::new();
         sel.recv(&rx);
