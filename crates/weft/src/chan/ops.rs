@@ -14,16 +14,24 @@ use crate::waitlist::Node;
 
 /// The future of [`Sender::send`](super::Sender::send).
 #[must_use = "futures do nothing unless awaited"]
-// `C`: the gap stays between `chan` and the value (see `CopyGap`).
-#[repr(C)]
 pub struct SendFuture<'a, T> {
     chan: &'a Chan<T>,
-    _gap: CopyGap,
     state: SendState<T>,
 }
 
-/// Never read: room that puts a send's value at least [`COPY_GAP`] bytes into its
-/// future.
+/// Where a send's value is: one place at a time, so the future is not twice the
+/// value's size (a future is moved whole at least once, into `wait` or a task, and a
+/// 32 KiB value cost two extra copies when the future held it beside its node).
+enum SendState<T> {
+    /// Not yet waited: the value (`None` once sent through the fast path). A send
+    /// that finds room never makes a node: making one (and moving it into the
+    /// caller's future) was a large part of a send in a task.
+    Value(Held<T>),
+    /// Waiting, or about to: the value in the node's slot until a receiver takes it.
+    Node { node: Node<T>, registered: bool },
+}
+
+/// A send's value before it waits, at least [`COPY_GAP`] bytes into its future.
 ///
 /// Why: `async fn put(tx: &Sender<Buf>, b: Buf) { tx.send(b).await; }` lays out `b`
 /// and then the `SendFuture` it moves into, so the move copies `b` to an address
@@ -35,35 +43,33 @@ pub struct SendFuture<'a, T> {
 /// 32 KiB buffer sent that way paid that once per send: the sync suite's
 /// `mpsc_send_large_1000` spent 37% of its time in that one copy. A buffer whose size
 /// is a multiple of 4 KiB is the usual case, so the value now starts past the danger.
+/// The room is in this variant only, which the node's variant outsizes anyway: the
+/// future is no larger for it (a larger one cost a task's send and receive about 9
+/// instructions more, moving and laying it out).
+// `C`: the room stays before the value.
+#[repr(C)]
+struct Held<T> {
+    _room: Room,
+    value: Option<T>,
+}
+
+/// Never read: bytes that keep what follows them [`COPY_GAP`] bytes further on.
 #[derive(Clone, Copy)]
 #[allow(dead_code)] // never read: room only
-struct CopyGap([std::mem::MaybeUninit<u8>; COPY_GAP - std::mem::size_of::<usize>()]);
+struct Room([std::mem::MaybeUninit<u8>; COPY_GAP]);
 
-/// The least offset of a send's value in its future (see [`CopyGap`]): the gap and
-/// `chan` before it.
-const COPY_GAP: usize = 48;
-
-/// Where a send's value is: one place at a time, so the future is not twice the
-/// value's size (a future is moved whole at least once, into `wait` or a task, and a
-/// 32 KiB value cost two extra copies when the future held it beside its node).
-enum SendState<T> {
-    /// Not yet waited: the value (`None` once sent through the fast path). A send
-    /// that finds room never makes a node: making one (and moving it into the
-    /// caller's future) was a large part of a send in a task.
-    Value(Option<T>),
-    /// Waiting, or about to: the value in the node's slot until a receiver takes it.
-    Node { node: Node<T>, registered: bool },
-}
+/// The least offset of a send's value in its future (see [`Held`]).
+const COPY_GAP: usize = 40;
 
 impl<'a, T> SendFuture<'a, T> {
     #[inline]
     pub(crate) fn new(chan: &'a Chan<T>, value: T) -> Self {
         SendFuture {
             chan,
-            _gap: CopyGap(
-                [std::mem::MaybeUninit::uninit(); COPY_GAP - std::mem::size_of::<usize>()],
-            ),
-            state: SendState::Value(Some(value)),
+            state: SendState::Value(Held {
+                _room: Room([std::mem::MaybeUninit::uninit(); COPY_GAP]),
+                value: Some(value),
+            }),
         }
     }
 }
@@ -72,7 +78,7 @@ impl<T> SendFuture<'_, T> {
     /// Ends the send where it stands: the value back, or `None` if it was sent.
     pub(crate) fn take_back_inner(&mut self) -> Option<T> {
         match &mut self.state {
-            SendState::Value(v) => v.take(),
+            SendState::Value(h) => h.value.take(),
             SendState::Node { node, registered } => {
                 if !*registered {
                     // SAFETY: not registered: the node is on no list, its slot ours alone.
@@ -98,7 +104,7 @@ impl<T> Future for SendFuture<'_, T> {
         // SAFETY: nothing pinned is moved out of the future: the value of `Value` is
         // never pinned, and a node stays where it is once made.
         let this = unsafe { self.get_unchecked_mut() };
-        if let SendState::Value(v) = &mut this.state {
+        if let SendState::Value(Held { value: v, .. }) = &mut this.state {
             assert!(v.is_some(), "send polled after completion");
             if this.chan.send_fast_from(v) {
                 return Poll::Ready(Ok(()));
@@ -301,7 +307,7 @@ mod tests {
 
     /// Where a fresh send future keeps its value, from the future's start.
     fn value_offset<T>(f: &SendFuture<'_, T>) -> usize {
-        let SendState::Value(Some(v)) = &f.state else {
+        let SendState::Value(Held { value: Some(v), .. }) = &f.state else {
             unreachable!("a fresh send future holds its value")
         };
         (v as *const T as usize) - (f as *const SendFuture<'_, T> as usize)
@@ -309,7 +315,7 @@ mod tests {
 
     /// The value starts at least `COPY_GAP` bytes into the future, whatever its type,
     /// so moving it into a future laid out right after it is not a copy 1 to 31 bytes
-    /// past a 4 KiB multiple (see `CopyGap`).
+    /// past a 4 KiB multiple (see `Held`).
     #[test]
     fn a_send_future_keeps_its_value_clear_of_short_copy_distances() {
         fn check<T: Send>(v: T) {

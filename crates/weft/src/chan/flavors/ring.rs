@@ -381,16 +381,25 @@ impl<T> Ring<T> {
     /// message) would pay two system calls for pages it mostly never touches (850 ns
     /// an iteration became 2.8 us). Positions below `one_lap` are the first lap's;
     /// each index is pushed once there, so each step is faulted in once.
+    #[inline]
     fn prefault_ahead(&self, pos: usize) {
+        if self.prefault_step != 0 && pos < self.one_lap {
+            self.prefault_first_lap(pos);
+        }
+    }
+
+    /// [`prefault_ahead`](Self::prefault_ahead) of a ring that prefaults, during its
+    /// first lap. Apart, so that the check before it stays inline in every push (a
+    /// call made for every push of a ring populated at creation cost ten instructions).
+    #[inline(never)]
+    fn prefault_first_lap(&self, pos: usize) {
         let step = self.prefault_step;
-        if step != 0 && pos < self.one_lap {
-            let index = self.index(pos);
-            if index == Self::lead(step) {
-                self.prefault(index + 1, 2 * step - index - 1);
-            }
-            if index >= step && index & (step - 1) == 0 {
-                self.prefault(index + step, step);
-            }
+        let index = self.index(pos);
+        if index == Self::lead(step) {
+            self.prefault(index + 1, 2 * step - index - 1);
+        }
+        if index >= step && index & (step - 1) == 0 {
+            self.prefault(index + step, step);
         }
     }
 
