@@ -10,6 +10,14 @@
 //! fiber): tests run in parallel, and a socket made on a plain thread would register
 //! with whichever runtime of the binary started last. The one test about that rule
 //! runs in a child process of its own.
+//!
+//! And every listener binds a loopback address of its own ([`loopback`]), not
+//! `127.0.0.1`: a test that floods a listener and then drops it leaves connects
+//! in flight to that port, and the kernel may hand the same port to the next
+//! listener that binds port 0. One such stray connect, accepted by a 1,000-client
+//! echo server, took the place of a client of its own, which then waited for ever
+//! for an echo (a hang in CI, reproduced about once in 60 runs with three copies
+//! of this binary running at once).
 
 mod common;
 
@@ -58,10 +66,22 @@ fn on<R>(rt: &Runtime, f: impl FnOnce() -> R) -> R {
     rt.block_on(async move { f() })
 }
 
+/// A loopback address (port 0) that no other listener of this run binds: an address
+/// of `127.0.0.0/8` made of this process's id and a count, so that neither another
+/// test of this binary nor a copy of it running beside it uses the same one (Linux
+/// routes the whole block to the loopback interface).
+fn loopback() -> SocketAddr {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, SeqCst) as u32;
+    let pid = std::process::id();
+    let part = |v: u32, m: u32| (1 + v % m) as u8;
+    SocketAddr::from(([127, part(pid, 200), part(pid / 200, 250), part(n, 250)], 0))
+}
+
 /// A listener and a connection to it, both of `rt`: (listener, client, server side).
 fn pair(rt: &Runtime) -> (TcpListener, TcpStream, TcpStream) {
     rt.block_on(async {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let l = TcpListener::bind(loopback()).await.unwrap();
         let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let (s, peer) = l.accept().await.unwrap();
         assert_eq!(peer, c.local_addr().unwrap());
@@ -134,7 +154,7 @@ fn echo_with_1000_connections_between_tasks() {
     watchdog(120, move || {
         let rt = runtime(2);
         let (sent, echoed, concurrent) = rt.block_on(async move {
-            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let l = TcpListener::bind(loopback()).await.unwrap();
             let addr = l.local_addr().unwrap();
             let server = weft::spawn(async move {
                 let mut conns = Vec::with_capacity(n);
@@ -216,7 +236,7 @@ fn echo_with_1000_connections_between_fibers() {
     watchdog(120, move || {
         let rt = runtime(2);
         let (sent, echoed, concurrent) = on(&rt, move || {
-            let l = weft::wait(TcpListener::bind("127.0.0.1:0")).unwrap();
+            let l = weft::wait(TcpListener::bind(loopback())).unwrap();
             let addr = l.local_addr().unwrap();
             let server = weft::fiber::spawn(move || {
                 let conns: Vec<_> = (0..n)
@@ -290,7 +310,7 @@ fn half_close_between_tasks() {
     watchdog(20, || {
         let rt = runtime(2);
         rt.block_on(async {
-            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let l = TcpListener::bind(loopback()).await.unwrap();
             let addr = l.local_addr().unwrap();
             let server = weft::spawn(async move {
                 let (mut s, _) = l.accept().await.unwrap();
@@ -539,7 +559,7 @@ fn accept_under_a_flood_then_drop_the_listener() {
     use weft::io::AsyncReadExt as _;
     watchdog(60, || {
         let rt = runtime(2);
-        let l = rt.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+        let l = rt.block_on(TcpListener::bind(loopback())).unwrap();
         let addr = l.local_addr().unwrap();
         let acceptor = rt.spawn(async move {
             let mut got = 0;
@@ -579,7 +599,7 @@ fn accept_under_a_flood_then_drop_the_listener() {
 fn accept_under_a_flood_then_drop_the_runtime() {
     watchdog(60, || {
         let rt = runtime(2);
-        let l = Arc::new(rt.block_on(TcpListener::bind("127.0.0.1:0")).unwrap());
+        let l = Arc::new(rt.block_on(TcpListener::bind(loopback())).unwrap());
         let addr = l.local_addr().unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = mpsc::channel::<(&'static str, std::io::Error)>();
@@ -968,7 +988,7 @@ fn into_split_halves_in_two_tasks_and_reunite() {
     watchdog(20, || {
         let rt = runtime(2);
         rt.block_on(async {
-            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let l = TcpListener::bind(loopback()).await.unwrap();
             let addr = l.local_addr().unwrap();
             let server = weft::spawn(async move {
                 let (mut s, _) = l.accept().await.unwrap();
@@ -1041,7 +1061,7 @@ fn from_std_into_std_round_trip() {
     use std::io::{Read, Write};
     watchdog(20, || {
         let rt = runtime(2);
-        let std_l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let std_l = std::net::TcpListener::bind(loopback()).unwrap();
         let addr = std_l.local_addr().unwrap();
         let l = on(&rt, || TcpListener::from_std(std_l)).unwrap();
         assert_eq!(l.local_addr().unwrap(), addr);
@@ -1124,11 +1144,11 @@ fn child_sockets_on_a_plain_thread() {
     if std::env::var(CHILD).is_err() {
         return;
     }
-    let std_l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let std_l = std::net::TcpListener::bind(loopback()).unwrap();
     let addr = std_l.local_addr().unwrap();
     // No runtime at all: errors.
     assert!(weft::Handle::try_current().is_err());
-    let e = weft::wait(TcpListener::bind("127.0.0.1:0")).unwrap_err();
+    let e = weft::wait(TcpListener::bind(loopback())).unwrap_err();
     println!("bind without a runtime: {e}");
     assert!(TcpStream::connect_blocking(addr).is_err());
     assert!(weft::wait(TcpStream::connect(addr)).is_err());
