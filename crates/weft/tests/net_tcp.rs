@@ -19,6 +19,8 @@
 
 mod common;
 
+use common::{loopback, queue_burst};
+
 use std::net::{Shutdown, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
@@ -62,18 +64,6 @@ fn runtime(n: usize) -> Runtime {
 /// belong to it.
 fn on<R>(rt: &Runtime, f: impl FnOnce() -> R) -> R {
     rt.block_on(async move { f() })
-}
-
-/// A loopback address (port 0) that no other listener of this run binds: an address
-/// of `127.0.0.0/8` made of this process's id and a count, so that neither another
-/// test of this binary nor a copy of it running beside it uses the same one (Linux
-/// routes the whole block to the loopback interface).
-fn loopback() -> SocketAddr {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, SeqCst) as u32;
-    let pid = std::process::id();
-    let part = |v: u32, m: u32| (1 + v % m) as u8;
-    SocketAddr::from(([127, part(pid, 200), part(pid / 200, 250), part(n, 250)], 0))
 }
 
 /// A listener and a connection to it, both of `rt`: (listener, client, server side).
@@ -235,20 +225,8 @@ fn a_burst_of_connects_queues_before_any_accept() {
     watchdog(60, move || {
         let rt = runtime(1);
         let l = rt.block_on(TcpListener::bind(loopback())).unwrap();
-        let addr = l.local_addr().unwrap();
-        let clients: Vec<_> = (0..n)
-            .map(|i| {
-                std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500))
-                    .unwrap_or_else(|e| panic!("connect {i} of {n}, none accepted yet: {e}"))
-            })
-            .collect();
-        let accepted = rt.block_on(async {
-            for _ in 0..n {
-                l.accept().await.unwrap();
-            }
-            n
-        });
-        assert_eq!(accepted, clients.len());
+        let clients = rt.block_on(queue_burst(&l, n, Duration::from_millis(500)));
+        assert_eq!(clients.len(), n);
     });
 }
 

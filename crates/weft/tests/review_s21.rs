@@ -14,6 +14,7 @@
 //!   `into_std`/`from_std` round trips, accept bursts, a runtime dropped mid-accept.
 
 mod chan_common;
+mod common;
 
 use std::future::Future;
 use std::net::{SocketAddr, TcpStream as StdStream};
@@ -25,9 +26,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use chan_common::{drop_after, fiber_on, join_within, rt2, Drops, Rng};
+use common::{loopback, queue_burst, workers};
 use weft::chan::{bounded, unbounded, Receiver, Select, Sender};
 use weft::net::{TcpListener, TcpStream};
-use weft::Runtime;
 
 /// A debug build keeps many copies of a large value in a send's or a receive's frames
 /// (a `recv_timeout` that waits for a 32 KiB value took about 2 MiB of stack here, at
@@ -48,23 +49,7 @@ fn big_thread<T: Send + 'static>(
 /// Runs `f` on a thread with a [`BIG_STACK`]; panics with "hang" if it has not
 /// finished after `secs` seconds, re-raises its panic otherwise.
 fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let body = big_thread(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(v) => {
-            body.join().unwrap();
-            v
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            panic!("hang: the test body did not finish within {secs} s")
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => match body.join() {
-            Err(p) => std::panic::resume_unwind(p),
-            Ok(()) => unreachable!("the body neither returned nor panicked"),
-        },
-    }
+    common::with_limit_and_stack(Duration::from_secs(secs), BIG_STACK, f)
 }
 
 // ---------------------------------------------------------------------------------
@@ -1235,34 +1220,12 @@ fn closing_a_prefaulting_ring_mid_lap() {
 // The listener's backlog.
 // ---------------------------------------------------------------------------------
 
-/// A loopback address (port 0) of this binary's own, as `tests/net_tcp.rs` does: a
-/// stray connect from another test never lands in this one's listener.
-fn loopback() -> SocketAddr {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, SeqCst) as u32;
-    let pid = std::process::id();
-    let part = |v: u32, m: u32| (1 + v % m) as u8;
-    SocketAddr::from((
-        [
-            127,
-            part(pid / 7, 200),
-            part(pid / 1400 + 17, 250),
-            part(n + 100, 250),
-        ],
-        0,
-    ))
-}
-
-fn runtime(n: usize) -> Runtime {
-    weft::Builder::new().worker_threads(n).build().unwrap()
-}
-
 /// Binding an address in use fails with `AddrInUse`, cleanly: the first listener goes
 /// on accepting, no socket is left registered, and the address binds once it is free.
 #[test]
 fn binding_an_address_in_use_fails_cleanly() {
     watchdog(30, || {
-        let rt = runtime(1);
+        let rt = workers(1);
         rt.block_on(async {
             let l = TcpListener::bind(loopback()).await.unwrap();
             let addr = l.local_addr().unwrap();
@@ -1289,7 +1252,7 @@ fn binding_an_address_in_use_fails_cleanly() {
 #[test]
 fn binding_tries_each_address_in_turn() {
     watchdog(30, || {
-        let rt = runtime(1);
+        let rt = workers(1);
         rt.block_on(async {
             let busy = TcpListener::bind(loopback()).await.unwrap();
             let busy_addr = busy.local_addr().unwrap();
@@ -1301,15 +1264,7 @@ fn binding_tries_each_address_in_turn() {
             assert_ne!(at.port(), 0);
             // The second listener has the large backlog too: 200 connects queue
             // before any accept.
-            let clients: Vec<_> = (0..200)
-                .map(|i| {
-                    StdStream::connect_timeout(&at, Duration::from_millis(900))
-                        .unwrap_or_else(|e| panic!("connect {i}: {e}"))
-                })
-                .collect();
-            for _ in 0..clients.len() {
-                l.accept().await.unwrap();
-            }
+            let _clients = queue_burst(&l, 200, Duration::from_millis(900)).await;
             let busy2 = TcpListener::bind(loopback()).await.unwrap();
             let both = [busy_addr, busy2.local_addr().unwrap()];
             let e = TcpListener::bind(&both[..])
@@ -1346,7 +1301,7 @@ fn binding_tries_each_address_in_turn() {
 #[test]
 fn binding_the_ipv6_loopback() {
     watchdog(30, || {
-        let rt = runtime(1);
+        let rt = workers(1);
         rt.block_on(async {
             let l = match TcpListener::bind("[::1]:0").await {
                 Ok(l) => l,
@@ -1357,15 +1312,7 @@ fn binding_the_ipv6_loopback() {
             assert!(addr.is_ipv6());
             let e = TcpListener::bind(addr).await.expect_err("bound twice");
             assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
-            let clients: Vec<_> = (0..200)
-                .map(|i| {
-                    StdStream::connect_timeout(&addr, Duration::from_millis(900))
-                        .unwrap_or_else(|e| panic!("connect {i}: {e}"))
-                })
-                .collect();
-            for _ in 0..clients.len() {
-                l.accept().await.unwrap();
-            }
+            let _clients = queue_burst(&l, 200, Duration::from_millis(900)).await;
         });
     });
 }
@@ -1377,23 +1324,14 @@ fn binding_the_ipv6_loopback() {
 #[test]
 fn listener_std_round_trips() {
     watchdog(30, || {
-        let rt = runtime(1);
+        let rt = workers(1);
         let std_l = rt.block_on(async {
             let l = TcpListener::bind(loopback()).await.unwrap();
             let std_l = l.into_std().unwrap();
             let l = TcpListener::from_std(std_l).unwrap();
             let std_l = l.into_std().unwrap();
             let l = TcpListener::from_std(std_l).unwrap();
-            let addr = l.local_addr().unwrap();
-            let clients: Vec<_> = (0..200)
-                .map(|i| {
-                    StdStream::connect_timeout(&addr, Duration::from_millis(900))
-                        .unwrap_or_else(|e| panic!("connect {i}: {e}"))
-                })
-                .collect();
-            for _ in 0..clients.len() {
-                l.accept().await.unwrap();
-            }
+            let _clients = queue_burst(&l, 200, Duration::from_millis(900)).await;
             // A std listener taken in.
             let s = std::net::TcpListener::bind(loopback()).unwrap();
             let l2 = TcpListener::from_std(s).unwrap();
@@ -1431,7 +1369,7 @@ fn an_accept_burst_across_tasks_and_a_fiber() {
     use weft::io::AsyncReadExt as _;
     watchdog(60, || {
         let n = 600;
-        let rt = runtime(2);
+        let rt = workers(2);
         let l = Arc::new(rt.block_on(TcpListener::bind(loopback())).unwrap());
         let addr = l.local_addr().unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -1491,7 +1429,7 @@ fn an_accept_burst_across_tasks_and_a_fiber() {
 #[test]
 fn a_runtime_dropped_mid_accept_closes_its_listeners() {
     watchdog(30, || {
-        let rt = runtime(2);
+        let rt = workers(2);
         let (ls, addrs): (Vec<_>, Vec<_>) = rt.block_on(async {
             let a = TcpListener::bind(loopback()).await.unwrap();
             let b = TcpListener::from_std(

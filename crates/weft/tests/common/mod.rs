@@ -21,8 +21,25 @@ pub fn with_timeout<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -
 
 /// [`with_timeout`] with a limit of the caller's.
 pub fn with_limit<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    with_limit_on(std::thread::Builder::new(), limit, f)
+}
+
+/// [`with_limit`] on a thread with a stack of `stack` bytes.
+pub fn with_limit_and_stack<T: Send + 'static>(
+    limit: Duration,
+    stack: usize,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    with_limit_on(std::thread::Builder::new().stack_size(stack), limit, f)
+}
+
+fn with_limit_on<T: Send + 'static>(
+    builder: std::thread::Builder,
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
     let (tx, rx) = mpsc::channel();
-    let thread = std::thread::Builder::new()
+    let thread = builder
         .name("test-body".into())
         .spawn(move || {
             let _ = tx.send(f());
@@ -236,4 +253,38 @@ impl Rng {
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
+}
+
+/// A loopback address (port 0) that no other listener of this run binds: an address
+/// of `127.0.0.0/8` made of this process's id and a count, so that neither another
+/// test of this binary nor a copy of it running beside it uses the same one (Linux
+/// routes the whole block to the loopback interface).
+pub fn loopback() -> std::net::SocketAddr {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst) as u32;
+    let pid = std::process::id();
+    let part = |v: u32, m: u32| (1 + v % m) as u8;
+    std::net::SocketAddr::from(([127, part(pid, 200), part(pid / 200, 250), part(n, 250)], 0))
+}
+
+/// Connects `n` plain std clients to `l`, each within `each`, before accepting any,
+/// then accepts them all; returns the clients. A connect fails (the test with it)
+/// when the listener's backlog cannot queue the burst: past the queue the kernel
+/// drops the SYNs, and a client's retry comes a second or more later.
+pub async fn queue_burst(
+    l: &weft::net::TcpListener,
+    n: usize,
+    each: Duration,
+) -> Vec<std::net::TcpStream> {
+    let addr = l.local_addr().unwrap();
+    let clients: Vec<_> = (0..n)
+        .map(|i| {
+            std::net::TcpStream::connect_timeout(&addr, each)
+                .unwrap_or_else(|e| panic!("connect {i} of {n}, none accepted yet: {e}"))
+        })
+        .collect();
+    for _ in 0..n {
+        l.accept().await.unwrap();
+    }
+    clients
 }
