@@ -104,6 +104,7 @@ impl<T> Buffer<T> {
 
     /// [`push`](Self::push) of the value in `src` (left `None` if pushed, untouched if
     /// not): a ring copies it straight into its slot ([`Ring::try_push_from`]).
+    #[inline(always)]
     fn push_from(&self, src: &mut Option<T>) -> bool {
         match self {
             Buffer::None => false,
@@ -125,6 +126,7 @@ impl<T> Buffer<T> {
     /// take), `Ok(false)` when empty, `Err(())` when a push has claimed the next
     /// value's place but not yet written it. A ring's value is copied once, straight
     /// from its slot (see [`Ring::try_pop_into`]).
+    #[inline(always)]
     fn pop_into(&self, out: &mut MaybeUninit<T>) -> Result<bool, ()> {
         match self {
             Buffer::None => Ok(false),
@@ -389,6 +391,7 @@ impl<T> Chan<T> {
 
     /// Sends without the lock if nothing needs it and there is room; the value back if
     /// the slow path must decide.
+    #[inline]
     pub(crate) fn send_fast(&self, v: T) -> Result<(), T> {
         let mut src = Some(v);
         if self.send_fast_from(&mut src) {
@@ -399,6 +402,7 @@ impl<T> Chan<T> {
 
     /// [`send_fast`](Self::send_fast) of the value in `src` (a send future's node
     /// slot): `true` when sent (`src` is then `None`), `false` with `src` untouched.
+    #[inline(always)]
     pub(crate) fn send_fast_from(&self, src: &mut Option<T>) -> bool {
         if !self.fast_sends || self.slow.load(Acquire) || !self.buffer.push_from(src) {
             return false;
@@ -428,6 +432,7 @@ impl<T> Chan<T> {
 
     /// Receives without the lock if nothing needs it and a value is there: `true` when
     /// `out` now holds it (the caller's to take).
+    #[inline(always)]
     pub(crate) fn recv_fast_into(&self, out: &mut MaybeUninit<T>) -> bool {
         matches!(self.recv_fast_probe_into(out), Ok(true))
     }
@@ -435,6 +440,7 @@ impl<T> Chan<T> {
     /// A receive through the fast path only, for a select's first pass: `Ok(None)`
     /// when the channel is empty, `Err(())` when the fast path cannot decide (the
     /// lock's state is in use, or a value is being written).
+    #[inline]
     pub(crate) fn recv_fast_probe(&self) -> Result<Option<T>, ()> {
         let mut out = MaybeUninit::uninit();
         // SAFETY: `recv_fast_probe_into` said it moved a value into `out`.
@@ -446,6 +452,7 @@ impl<T> Chan<T> {
     /// [`recv_fast_probe`](Self::recv_fast_probe) into `out` (`Ok(true)`: `out` holds
     /// the value, the caller's to take), so that a large value is copied once on its
     /// way from the buffer to the caller's future, not once per layer.
+    #[inline(always)]
     pub(crate) fn recv_fast_probe_into(&self, out: &mut MaybeUninit<T>) -> Result<bool, ()> {
         if self.slow.load(Acquire) {
             return Err(());
@@ -1087,15 +1094,21 @@ impl<T> Chan<T> {
     /// this waits for that value (as crossbeam's zero-capacity flavour does): the
     /// select was woken as the pairing was made and sends at once. If it withdraws
     /// instead, the receive reports nothing there.
+    #[inline]
     pub(crate) fn try_recv_now(&self) -> Result<T, Fail> {
         match self.recv_fast_probe() {
-            Ok(Some(v)) => return Ok(v),
+            Ok(Some(v)) => Ok(v),
             // Empty with `slow` clear and the channel open: no sender waits, nothing
             // was given back, so the locked path could only answer the same (but a
             // list's spin keeps the lock's pace: `Buffer::polls_head`).
-            Ok(None) if self.buffer.polls_head() => return Err(Fail::NotReady),
-            Ok(None) | Err(()) => {}
+            Ok(None) if self.buffer.polls_head() => Err(Fail::NotReady),
+            Ok(None) | Err(()) => self.try_recv_locked_now(),
         }
+    }
+
+    /// [`try_recv_now`](Self::try_recv_now) where the fast path could not decide.
+    #[inline(never)]
+    fn try_recv_locked_now(&self) -> Result<T, Fail> {
         // The common case needs no node: a value in the buffer or a waiting sender,
         // or nothing and no select waiting to send.
         match self.try_recv_held(None) {

@@ -346,11 +346,17 @@ impl<T> Sender<T> {
     /// drop(rx);
     /// assert!(tx.try_send(1).unwrap_err().is_disconnected());
     /// ```
+    #[inline]
     pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
-        let value = match self.chan.send_fast(value) {
-            Ok(()) => return Ok(()),
-            Err(v) => v,
-        };
+        match self.chan.send_fast(value) {
+            Ok(()) => Ok(()),
+            Err(v) => self.try_send_locked(v),
+        }
+    }
+
+    /// [`try_send`](Self::try_send) where the fast path could not decide.
+    #[inline(never)]
+    fn try_send_locked(&self, value: T) -> Result<(), TrySendError<T>> {
         let mut wakes = WakeBatch::new();
         let mut st = self.chan.lock();
         let r = self.chan.try_send_locked(&mut st, value, &mut wakes);
@@ -592,6 +598,7 @@ impl<T> Receiver<T> {
     /// tx.send_blocking(1).unwrap();
     /// assert_eq!(rx.try_recv(), Ok(1));
     /// ```
+    #[inline]
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
         match &self.flavor {
             Flavor::Chan(c) => c.try_recv_now().map_err(|why| match why {

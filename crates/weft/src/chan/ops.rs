@@ -100,15 +100,33 @@ impl<T> SendFuture<'_, T> {
 impl<T> Future for SendFuture<'_, T> {
     type Output = Result<(), SendError<T>>;
 
+    /// Inlined for the send that finds room at its first poll; the rest is
+    /// [`poll_wait`](SendFuture::poll_wait).
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // SAFETY: nothing pinned is moved out of the future: the value of `Value` is
         // never pinned, and a node stays where it is once made.
         let this = unsafe { self.get_unchecked_mut() };
-        if let SendState::Value(Held { value: v, .. }) = &mut this.state {
-            assert!(v.is_some(), "send polled after completion");
+        if let SendState::Value(Held {
+            value: v @ Some(_), ..
+        }) = &mut this.state
+        {
             if this.chan.send_fast_from(v) {
                 return Poll::Ready(Ok(()));
             }
+        }
+        this.poll_wait(cx)
+    }
+}
+
+impl<T> SendFuture<'_, T> {
+    /// A send's poll past its fast path: waits in a node (made here at the first such
+    /// poll) for room or a receiver.
+    #[inline(never)]
+    fn poll_wait(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), SendError<T>>> {
+        let this = self;
+        if let SendState::Value(Held { value: v, .. }) = &mut this.state {
+            assert!(v.is_some(), "send polled after completion");
             // The value moves into a node made in place; from here on the node stays
             // where it is (`poll_send` tries the fast path again first).
             let value = v.take().expect("left in place by the failed fast send");
@@ -217,29 +235,42 @@ impl<T> RecvFuture<'_, T> {
 impl<T> Future for RecvFuture<'_, T> {
     type Output = Result<T, RecvError>;
 
+    /// Inlined for the receive that finds a value at its first poll; the rest is
+    /// [`poll_wait`](RecvFuture::poll_wait).
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // SAFETY: nothing is moved out of the pinned future; the node stays where it is.
         let this = unsafe { self.get_unchecked_mut() };
+        if let RecvInner::Chan {
+            chan, node: None, ..
+        } = &this.inner
+        {
+            let mut out = std::mem::MaybeUninit::uninit();
+            if chan.recv_fast_into(&mut out) {
+                // SAFETY: `recv_fast_into` said it moved a value into `out`.
+                return Poll::Ready(Ok(unsafe { out.assume_init() }));
+            }
+        }
+        this.poll_wait(cx)
+    }
+}
+
+impl<T> RecvFuture<'_, T> {
+    /// A receive's poll past its fast path: waits in a node (made here at the first
+    /// such poll) for a value.
+    #[inline(never)]
+    fn poll_wait(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, RecvError>> {
+        let this = self;
         match &mut this.inner {
             RecvInner::Chan {
                 chan,
                 node,
                 registered,
             } => {
-                let node = match node {
-                    Some(node) => node,
-                    None => {
-                        // The fast path needs no node (`poll_recv` tries it first too).
-                        let mut out = std::mem::MaybeUninit::uninit();
-                        if chan.recv_fast_into(&mut out) {
-                            // SAFETY: `recv_fast_into` said it moved a value into `out`.
-                            return Poll::Ready(Ok(unsafe { out.assume_init() }));
-                        }
-                        // Written in place, before it can be registered: from here on
-                        // the node stays where it is (the future is pinned).
-                        node.insert(Node::new())
-                    }
-                };
+                // The fast path (tried by `poll`) needs no node; `poll_recv` tries it
+                // again first. Written in place, before it can be registered: from here
+                // on the node stays where it is (the future is pinned).
+                let node = node.get_or_insert_with(Node::new);
                 chan.poll_recv(node, registered, cx)
             }
             RecvInner::Timer(t) => t.poll(cx).map(Ok),

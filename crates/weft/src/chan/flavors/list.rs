@@ -209,6 +209,17 @@ fn values_before(pos: usize) -> usize {
     pos / LAP * BLOCK_CAP + (pos % LAP).min(BLOCK_CAP)
 }
 
+/// Waits for a claimed slot's `WRITE`: its push is between its claim and its `WRITE`
+/// (module doc, "Waiting").
+#[cold]
+#[inline(never)]
+fn wait_written<T>(slot: &Slot<T>) {
+    let mut backoff = Backoff::new();
+    while slot.state.load(Acquire) & WRITE == 0 {
+        backoff.snooze();
+    }
+}
+
 /// What `try_pop` found.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Pop<T> {
@@ -368,6 +379,7 @@ impl<T> Block<T> {
     /// The caller holds the destruction: it popped the block's last slot, or it set
     /// `READ` on slot `start - 1` and found `DESTROY` there. It does not touch the block
     /// afterwards.
+    #[inline(never)]
     unsafe fn destroy(this: *mut Block<T>, start: usize, cache: &AtomicPtr<Block<T>>) {
         // The last slot is not checked: its pop started the destruction.
         for i in start..BLOCK_CAP - 1 {
@@ -479,7 +491,55 @@ impl<T> List<T> {
     }
 
     /// Appends `value`; `Err(value)` only when closed.
+    ///
+    /// Inlined for its common case (the list open, a slot of the tail block that is not
+    /// its last one, the claim won at the first try): the steps of the module doc that
+    /// case skips are in [`try_push_slow`](Self::try_push_slow). Out of line, the two
+    /// calls and their register saves were a third of a push's instructions.
+    #[inline]
     pub(crate) fn try_push(&self, value: T) -> Result<(), T> {
+        let tail = self.tail.index.load(Acquire);
+        let block = self.tail.block.load(Acquire);
+        let offset = (tail >> SHIFT) % LAP;
+        if tail & MARK == 0
+            && offset + 1 < BLOCK_CAP
+            && !block.is_null()
+            && self
+                .tail
+                .index
+                .compare_exchange_weak(tail, tail + ONE, SeqCst, Acquire)
+                .is_ok()
+        {
+            // SAFETY: the claim proves `block` is our position's block (module doc),
+            // alive until our slot's pop is done, which is after our `WRITE`.
+            unsafe { Self::write(block, offset, value) };
+            return Ok(());
+        }
+        self.try_push_slow(value)
+    }
+
+    /// Writes `value` into slot `offset` of `block` and sets its `WRITE` bit: a push's
+    /// last step, and its last access to the block.
+    ///
+    /// # Safety
+    ///
+    /// The caller claimed slot `offset` of `block` (alive until that slot's pop is
+    /// done, which waits for the `WRITE` set here).
+    #[inline]
+    unsafe fn write(block: *mut Block<T>, offset: usize, value: T) {
+        // SAFETY: the caller's contract.
+        let slot = unsafe { &Block::get(block).slots[offset] };
+        // SAFETY: the slot is ours to write until our `WRITE`.
+        slot.value
+            .with_mut(|v| unsafe { v.write(MaybeUninit::new(value)) });
+        // Our last access: from here on the block may be freed.
+        slot.state.fetch_or(WRITE, Release);
+    }
+
+    /// [`try_push`](Self::try_push) where its common case does not hold: the whole
+    /// protocol of the module doc.
+    #[inline(never)]
+    fn try_push_slow(&self, value: T) -> Result<(), T> {
         let mut backoff = Backoff::new();
         let mut spare = Spare {
             block: None,
@@ -529,21 +589,18 @@ impl<T> List<T> {
                 .compare_exchange_weak(tail, tail + ONE, SeqCst, Acquire)
             {
                 Ok(_) => {
-                    // SAFETY: the claim proves `block` is our position's block, alive
-                    // until our slot's pop is done, which is after our `WRITE`.
-                    let block = unsafe { Block::get(block) };
                     if offset + 1 == BLOCK_CAP {
+                        // SAFETY: the claim proves `block` is our position's block,
+                        // alive until our slot's pop is done, which is after our
+                        // `WRITE`.
+                        let installed = unsafe { Block::get(block) };
                         let next = spare.publish();
-                        block.next.store(next, Release);
+                        installed.next.store(next, Release);
                         self.tail.block.store(next, Release);
                         self.tail.index.fetch_add(ONE, SeqCst);
                     }
-                    let slot = &block.slots[offset];
-                    // SAFETY: the slot is ours to write until our `WRITE`.
-                    slot.value
-                        .with_mut(|v| unsafe { v.write(MaybeUninit::new(value)) });
-                    // Our last access: from here on the block may be freed.
-                    slot.state.fetch_or(WRITE, Release);
+                    // SAFETY: as above: we claimed slot `offset` of `block`.
+                    unsafe { Self::write(block, offset, value) };
                     return Ok(());
                 }
                 Err(current) => {
@@ -558,7 +615,48 @@ impl<T> List<T> {
     }
 
     /// Takes the oldest value, if there is one to take now.
+    ///
+    /// Inlined for its common case (a slot of the head block that is not its last
+    /// one, the claim won at the first try), as [`try_push`](Self::try_push) is; the
+    /// rest is [`try_pop_slow`](Self::try_pop_slow).
+    #[inline]
     pub(crate) fn try_pop(&self) -> Pop<T> {
+        let head = self.head.index.load(Acquire);
+        let pos = head >> SHIFT;
+        let offset = pos % LAP;
+        if offset + 1 < BLOCK_CAP {
+            let mut new_head = head + ONE;
+            if head & MARK == 0 {
+                // As in `try_pop_slow`; not on the block's last slot, so `next` need
+                // not be linked.
+                let tail = self.tail.index.load(Acquire) >> SHIFT;
+                if values_before(tail) <= values_before(pos) {
+                    return Pop::Empty;
+                }
+                if tail / LAP != pos / LAP {
+                    new_head |= MARK;
+                }
+            }
+            let block = self.head.block.load(Acquire);
+            if !block.is_null()
+                && self
+                    .head
+                    .index
+                    .compare_exchange_weak(head, new_head, SeqCst, Acquire)
+                    .is_ok()
+            {
+                // SAFETY: we claimed `offset` of `block` (the claim validates the
+                // pointer), not the block's last slot.
+                return Pop::Value(unsafe { self.take(block, offset, new_head) });
+            }
+        }
+        self.try_pop_slow()
+    }
+
+    /// [`try_pop`](Self::try_pop) where its common case does not hold: the whole
+    /// protocol of the module doc.
+    #[inline(never)]
+    fn try_pop_slow(&self) -> Pop<T> {
         let mut head = self.head.index.load(Acquire);
         let mut contention = Backoff::new();
         loop {
@@ -622,32 +720,17 @@ impl<T> List<T> {
     /// The caller claimed slot `offset` of `block` with a CAS that set the head index to
     /// `new_head`, and, if that is the last slot, knew `block.next` linked (the claim
     /// acquired its store).
+    #[inline]
     unsafe fn take(&self, block: *mut Block<T>, offset: usize, new_head: usize) -> T {
         // SAFETY: the block stays alive until our slot is given up below (on the last
         // slot, until we free it).
         let slot = unsafe { &Block::get(block).slots[offset] };
         if offset + 1 == BLOCK_CAP {
-            // SAFETY: as above.
-            let next = unsafe { Block::get(block) }.next.load(Acquire);
-            assert!(
-                !next.is_null(),
-                "last slot claimed before `next` was linked"
-            );
-            let mut index = (new_head & !MARK) + ONE;
-            // SAFETY: no slot of `next` is claimed before we store the index below: it
-            // is alive.
-            if !unsafe { Block::get(next) }.next.load(Acquire).is_null() {
-                index |= MARK;
-            }
-            // The index rests on the boundary: nobody else writes `head` until this
-            // store.
-            self.head.block.store(next, Release);
-            self.head.index.store(index, SeqCst);
+            // SAFETY: the caller's contract.
+            unsafe { self.move_head(block, new_head) };
         }
-        let mut backoff = Backoff::new();
-        while slot.state.load(Acquire) & WRITE == 0 {
-            // Our push is between its claim and its `WRITE` (module doc).
-            backoff.snooze();
+        if slot.state.load(Acquire) & WRITE == 0 {
+            wait_written(slot);
         }
         // SAFETY: `WRITE` (acquired) says the value is there; the slot is ours to read,
         // once.
@@ -660,6 +743,32 @@ impl<T> List<T> {
             unsafe { Block::destroy(block, offset + 1, &self.cache) };
         }
         value
+    }
+
+    /// Moves `head` over the boundary after `block`, whose last slot the caller
+    /// claimed.
+    ///
+    /// # Safety
+    ///
+    /// As for [`take`](Self::take) of the last slot: the claim set the head index to
+    /// `new_head` and acquired the link of `block.next`; `block` is alive.
+    #[inline(never)]
+    unsafe fn move_head(&self, block: *mut Block<T>, new_head: usize) {
+        // SAFETY: the caller's contract.
+        let next = unsafe { Block::get(block) }.next.load(Acquire);
+        assert!(
+            !next.is_null(),
+            "last slot claimed before `next` was linked"
+        );
+        let mut index = (new_head & !MARK) + ONE;
+        // SAFETY: no slot of `next` is claimed before we store the index below: it is
+        // alive.
+        if !unsafe { Block::get(next) }.next.load(Acquire).is_null() {
+            index |= MARK;
+        }
+        // The index rests on the boundary: nobody else writes `head` until this store.
+        self.head.block.store(next, Release);
+        self.head.index.store(index, SeqCst);
     }
 
     /// Marks the list closed: later pushes fail; values pushed before can still be
