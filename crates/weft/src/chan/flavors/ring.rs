@@ -201,6 +201,33 @@ fn prefault_step<T>(cap: usize) -> usize {
     1 << (usize::BITS - 1 - per_step.leading_zeros())
 }
 
+/// A position and its slot's stamp and value, found once for an operation
+/// ([`Ring::at`]).
+struct At<'a, T> {
+    pos: usize,
+    /// The part of a stamp that the slot's word leaves out (`2 * index`): see
+    /// [`stamp`](At::stamp).
+    base: usize,
+    stamp: &'a AtomicUsize,
+    value: &'a UnsafeCell<MaybeUninit<T>>,
+}
+
+impl<T> At<'_, T> {
+    /// The slot's stamp. A slot keeps its stamp less its index part (`2 * index`, the
+    /// same in every position the slot ever has), so that every slot of a fresh ring
+    /// holds 0.
+    #[inline]
+    fn stamp(&self) -> usize {
+        self.stamp.load(Acquire).wrapping_add(self.base)
+    }
+
+    /// Stores `stamp` (a position of this slot, or one past it) with Release.
+    #[inline]
+    fn set_stamp(&self, stamp: usize) {
+        self.stamp.store(stamp.wrapping_sub(self.base), Release);
+    }
+}
+
 /// Why `claim_tail` claimed nothing.
 enum NoRoom {
     Full,
@@ -350,10 +377,10 @@ impl<T> Ring<T> {
     /// `Closed` once [`close`](Self::close) has marked the ring.
     pub(crate) fn try_push(&self, v: T) -> Result<(), PushError<T>> {
         match self.claim_tail() {
-            Ok(pos) => {
+            Ok(at) => {
                 // SAFETY: `claim_tail` just gave this position to us alone.
-                unsafe { self.publish(pos, v) };
-                self.prefault_ahead(pos);
+                unsafe { Self::publish(&at, v) };
+                self.prefault_ahead(at.pos);
             }
             Err(NoRoom::Full) => return Err(PushError::Full(v)),
             Err(NoRoom::Closed) => return Err(PushError::Closed(v)),
@@ -371,11 +398,11 @@ impl<T> Ring<T> {
     pub(crate) fn try_push_from(&self, src: &mut Option<T>) -> bool {
         assert!(src.is_some(), "push of a value already gone");
         match self.claim_tail() {
-            Ok(pos) => {
+            Ok(at) => {
                 // SAFETY: `claim_tail` just gave this position to us alone; `src` holds
                 // a value (checked above).
-                unsafe { self.publish_from(pos, src) };
-                self.prefault_ahead(pos);
+                unsafe { Self::publish_from(&at, src) };
+                self.prefault_ahead(at.pos);
                 true
             }
             Err(_) => false,
@@ -462,9 +489,9 @@ impl<T> Ring<T> {
     /// value that copying was most of a receive (the sync suite's `mpsc_send_large`).
     pub(crate) fn try_pop_into(&self, out: &mut MaybeUninit<T>) -> Pop<()> {
         match self.claim_head() {
-            Ok(pos) => {
+            Ok(at) => {
                 // SAFETY: `claim_head` just gave this position to us alone.
-                unsafe { self.take_into(pos, out) };
+                unsafe { self.take_into(&at, out) };
                 Pop::Value(())
             }
             Err(NoValue::Empty) => Pop::Empty,
@@ -480,9 +507,9 @@ impl<T> Ring<T> {
     #[inline]
     pub(crate) fn try_pop_written_into(&self, out: &mut MaybeUninit<T>) -> bool {
         match self.claim_head_by(false) {
-            Ok(pos) => {
+            Ok(at) => {
                 // SAFETY: `claim_head_by` just gave this position to us alone.
-                unsafe { self.take_into(pos, out) };
+                unsafe { self.take_into(&at, out) };
                 true
             }
             Err(_) => false,
@@ -558,42 +585,38 @@ impl<T> Ring<T> {
         (pos & (self.one_lap - 1)) >> 1
     }
 
-    fn value(&self, pos: usize) -> &UnsafeCell<MaybeUninit<T>> {
+    /// The slot of `pos`, found once for an operation: every later look at the ring's
+    /// arrays after one of the operation's atomic accesses reloaded their addresses
+    /// and lengths (a claim of a `bounded(1_000_000)` and its publish computed the index
+    /// and checked its bounds four times: a tenth of a push's instructions).
+    #[inline]
+    fn at(&self, pos: usize) -> At<'_, T> {
         let i = self.index(pos);
-        if Self::JOINT {
-            &self.slots[i].value
+        let (stamp, value) = if Self::JOINT {
+            let slot = &self.slots[i];
+            (&slot.stamp, &slot.value)
         } else {
-            &self.values[i]
+            (&self.stamps[i], &self.values[i])
+        };
+        At {
+            pos,
+            base: pos & (self.one_lap - 1) & !CLOSED,
+            stamp,
+            value,
         }
     }
 
-    /// The word holding the stamp of slot `index`.
-    fn stamp_word(&self, index: usize) -> &AtomicUsize {
-        if Self::JOINT {
-            &self.slots[index].stamp
-        } else {
-            &self.stamps[index]
-        }
+    fn value(&self, pos: usize) -> &UnsafeCell<MaybeUninit<T>> {
+        self.at(pos).value
     }
 
-    /// The stamp of the slot of `pos`. A slot keeps its stamp less its index part
-    /// (`2 * index`, the same in every position the slot ever has), so that every slot
-    /// of a fresh ring holds 0.
+    /// The stamp of the slot of `pos` (see [`At::stamp`]).
     fn stamp(&self, pos: usize) -> usize {
-        let base = pos & (self.one_lap - 1) & !CLOSED;
-        self.stamp_word(self.index(pos))
-            .load(Acquire)
-            .wrapping_add(base)
-    }
-
-    /// Stores `stamp` (a position of the slot of `pos`, or one past it) with Release.
-    fn set_stamp(&self, pos: usize, stamp: usize) {
-        let base = pos & (self.one_lap - 1) & !CLOSED;
-        self.stamp_word(self.index(pos))
-            .store(stamp.wrapping_sub(base), Release);
+        self.at(pos).stamp()
     }
 
     /// The position after `pos`: the next index, or index 0 of the next lap.
+    #[inline]
     fn advance(&self, pos: usize) -> usize {
         if self.index(pos) + 1 < self.capacity() {
             // Stays below the lap bits, so it cannot overflow.
@@ -606,22 +629,22 @@ impl<T> Ring<T> {
     /// Claims the slot at the tail for a push, which must then be completed with
     /// [`publish`](Self::publish) before the ring is dropped.
     #[inline]
-    fn claim_tail(&self) -> Result<usize, NoRoom> {
+    fn claim_tail(&self) -> Result<At<'_, T>, NoRoom> {
         let mut tail = self.tail.load(SeqCst);
         let mut contention = Backoff::new();
         loop {
             if tail & CLOSED != 0 {
                 return Err(NoRoom::Closed);
             }
-            let stamp = self.stamp(tail);
-            let ahead = stamp.wrapping_sub(tail) as isize;
+            let at = self.at(tail);
+            let ahead = at.stamp().wrapping_sub(tail) as isize;
             if ahead == 0 {
                 // Free for this position: race the other pushes for it.
                 match self
                     .tail
                     .compare_exchange(tail, self.advance(tail), SeqCst, SeqCst)
                 {
-                    Ok(_) => return Ok(tail),
+                    Ok(_) => return Ok(at),
                     Err(now) => {
                         tail = now;
                         contention.spin();
@@ -654,17 +677,17 @@ impl<T> Ring<T> {
     ///
     /// `pos` was returned by [`claim_tail`](Self::claim_tail) and has not been published
     /// yet: the slot at `pos` is this caller's alone and holds no value.
-    unsafe fn publish(&self, pos: usize, v: T) {
-        // SAFETY: the caller owns position `pos` (its CAS on `tail` was the only one from
-        // `pos`), and the claim followed an Acquire read of the stamp `pos` that the pop
-        // of the previous lap stored after moving its value out, so nobody else reads or
-        // writes the slot until the store below.
-        self.value(pos).with_mut(|p| {
+    unsafe fn publish(at: &At<'_, T>, v: T) {
+        // SAFETY: the caller owns position `at.pos` (its CAS on `tail` was the only one
+        // from it), and the claim followed an Acquire read of the stamp `at.pos` that
+        // the pop of the previous lap stored after moving its value out, so nobody else
+        // reads or writes the slot until the store below.
+        at.value.with_mut(|p| {
             // SAFETY: as above: the slot is ours alone and holds no value.
             unsafe { p.write(MaybeUninit::new(v)) }
         });
         // Release: the pop that acquires `pos + 1` sees the value written.
-        self.set_stamp(pos, pos + 1);
+        at.set_stamp(at.pos + 1);
     }
 
     /// [`publish`](Self::publish) of the value `src` holds, moved out of it without an
@@ -673,25 +696,25 @@ impl<T> Ring<T> {
     /// # Safety
     ///
     /// As [`publish`](Self::publish), and `src` is `Some`.
-    unsafe fn publish_from(&self, pos: usize, src: &mut Option<T>) {
+    unsafe fn publish_from(at: &At<'_, T>, src: &mut Option<T>) {
         let Some(from) = src.as_ref().map(|v| v as *const T) else {
             unreachable!("`try_push_from` checks for a value before it claims");
         };
-        // SAFETY: the slot at `pos` is ours alone and empty (as in `publish`); `from`
+        // SAFETY: the slot at `at` is ours alone and empty (as in `publish`); `from`
         // points into `src`, a distinct place.
-        self.value(pos)
+        at.value
             .with_mut(|p| unsafe { std::ptr::copy_nonoverlapping(from, p.cast::<T>(), 1) });
         // SAFETY: the value now lives in the slot, so `src` forgets it: `None` written
         // over it without dropping what it held.
         unsafe { std::ptr::write(src, None) };
         // Release: the pop that acquires `pos + 1` sees the value written.
-        self.set_stamp(pos, pos + 1);
+        at.set_stamp(at.pos + 1);
     }
 
     /// Claims the oldest written value for a pop, which must then be completed with
     /// [`take`](Self::take) before the ring is dropped.
     #[inline]
-    fn claim_head(&self) -> Result<usize, NoValue> {
+    fn claim_head(&self) -> Result<At<'_, T>, NoValue> {
         self.claim_head_by(true)
     }
 
@@ -699,19 +722,19 @@ impl<T> Ring<T> {
     /// written value is answered `Busy` at once, without reading `tail` to tell an
     /// empty ring from a push in progress (see [`head_written`](Self::head_written)).
     #[inline]
-    fn claim_head_by(&self, read_tail: bool) -> Result<usize, NoValue> {
+    fn claim_head_by(&self, read_tail: bool) -> Result<At<'_, T>, NoValue> {
         let mut head = self.head.load(SeqCst);
         let mut contention = Backoff::new();
         loop {
-            let stamp = self.stamp(head);
-            let ahead = stamp.wrapping_sub(head + 1) as isize;
+            let at = self.at(head);
+            let ahead = at.stamp().wrapping_sub(head + 1) as isize;
             if ahead == 0 {
                 // Written for this position: race the other pops for it.
                 match self
                     .head
                     .compare_exchange(head, self.advance(head), SeqCst, SeqCst)
                 {
-                    Ok(_) => return Ok(head),
+                    Ok(_) => return Ok(at),
                     Err(now) => {
                         head = now;
                         contention.spin();
@@ -747,19 +770,19 @@ impl<T> Ring<T> {
     ///
     /// `pos` was returned by [`claim_head`](Self::claim_head) and has not been taken yet:
     /// the slot at `pos` is this caller's alone and holds the value pushed at `pos`.
-    unsafe fn take_into(&self, pos: usize, out: &mut MaybeUninit<T>) {
-        // SAFETY: the caller owns position `pos` (its CAS on `head` was the only one from
-        // `pos`), and the claim followed an Acquire read of the stamp `pos + 1` that the
-        // push of `pos` stored after writing the value, so the value is initialised,
+    unsafe fn take_into(&self, at: &At<'_, T>, out: &mut MaybeUninit<T>) {
+        // SAFETY: the caller owns position `at.pos` (its CAS on `head` was the only one
+        // from it), and the claim followed an Acquire read of the stamp `pos + 1` that
+        // the push of `pos` stored after writing the value, so the value is initialised,
         // visible, and nobody else touches the slot until the store below.
-        self.value(pos).with(|p| {
+        at.value.with(|p| {
             // SAFETY: as above: the slot is ours alone and holds the value pushed at `pos`;
             // `out` is a distinct place (a `&mut`), and the slot counts as empty once the
             // stamp below is stored, so the value has exactly one owner: `out`'s.
             unsafe { std::ptr::copy_nonoverlapping(p, out, 1) }
         });
         // Release: the next lap's push, which acquires this stamp, writes after our read.
-        self.set_stamp(pos, pos.wrapping_add(self.one_lap));
+        at.set_stamp(at.pos.wrapping_add(self.one_lap));
     }
 }
 
@@ -969,7 +992,7 @@ mod tests {
         assert_eq!(ring.len(), 1);
         assert_eq!(ring.try_push(9), Err(PushError::Full(9)));
         // SAFETY: `pos` is our unpublished claim.
-        unsafe { ring.publish(pos, 5) };
+        unsafe { Ring::publish(&pos, 5) };
 
         let pos = ring.claim_head().ok().unwrap();
         // Claimed by a pop, not yet read out: counted as free, but not usable yet.
@@ -980,7 +1003,7 @@ mod tests {
         let mut out = MaybeUninit::uninit();
         // SAFETY: `pos` is our untaken claim; `take_into` then filled `out`.
         let v = unsafe {
-            ring.take_into(pos, &mut out);
+            ring.take_into(&pos, &mut out);
             out.assume_init()
         };
         assert_eq!(v, 5);
@@ -999,7 +1022,7 @@ mod tests {
         assert!(!ring.head_written());
         assert_eq!(ring.try_pop(), Pop::Busy);
         // SAFETY: `pos` is our unpublished claim.
-        unsafe { ring.publish(pos, 7) };
+        unsafe { Ring::publish(&pos, 7) };
         ring.try_push(8).unwrap();
         assert!(ring.head_written());
         assert_eq!(pop_value(&ring), 7);
@@ -1031,7 +1054,7 @@ mod tests {
         let pos = ring.claim_tail().ok().unwrap();
         assert_eq!(take(&ring), None);
         // SAFETY: `pos` is our unpublished claim.
-        unsafe { ring.publish(pos, 7) };
+        unsafe { Ring::publish(&pos, 7) };
         ring.try_push(8).unwrap();
         assert_eq!(take(&ring), Some(7));
         assert_eq!(take(&ring), Some(8));
@@ -1126,8 +1149,8 @@ mod tests {
     #[cfg(target_os = "linux")]
     fn resident<T>(ring: &Ring<T>, from: usize, to: usize) -> bool {
         let page = 4096usize;
-        let start = std::ptr::from_ref(ring.stamp_word(from)) as usize & !(page - 1);
-        let end = std::ptr::from_ref(ring.stamp_word(to - 1)) as usize + 8;
+        let start = std::ptr::from_ref(ring.at(2 * from).stamp) as usize & !(page - 1);
+        let end = std::ptr::from_ref(ring.at(2 * (to - 1)).stamp) as usize + 8;
         let pages = (end - start).div_ceil(page);
         let mut vec = vec![0u8; pages];
         // SAFETY: the range lies within the stamps' pages; `vec` has a byte each.
@@ -1416,7 +1439,11 @@ mod tests {
         assert!(aligned(&ring.stamps), "cap {cap}: stamps");
         assert!(aligned(&ring.values), "cap {cap}: values");
         for i in [0, cap / 2, cap - 1] {
-            assert_eq!(ring.stamp_word(i).load(Relaxed), 0, "cap {cap}: stamp {i}");
+            assert_eq!(
+                ring.at(2 * i).stamp.load(Relaxed),
+                0,
+                "cap {cap}: stamp {i}"
+            );
         }
     }
 
