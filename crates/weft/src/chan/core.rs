@@ -103,29 +103,21 @@ impl<T> Buffer<T> {
     }
 
     /// [`push`](Self::push) of the value in `src` (left `None` if pushed, untouched if
-    /// not): a ring copies it straight into its slot ([`Ring::try_push_from`]).
+    /// not), copied straight into its slot ([`Ring::try_push_from`],
+    /// [`List::try_push_from`]).
     #[inline(always)]
     fn push_from(&self, src: &mut Option<T>) -> bool {
         match self {
             Buffer::None => false,
             Buffer::Ring(r) => r.try_push_from(src),
-            Buffer::List(l) => {
-                let v = src.take().expect("push of a value already gone");
-                match l.try_push(v) {
-                    Ok(()) => true,
-                    Err(v) => {
-                        *src = Some(v);
-                        false
-                    }
-                }
-            }
+            Buffer::List(l) => l.try_push_from(src),
         }
     }
 
     /// Pops into `out`: `Ok(true)` when `out` now holds the value (the caller's to
     /// take), `Ok(false)` when empty, `Err(())` when a push has claimed the next
-    /// value's place but not yet written it. A ring's value is copied once, straight
-    /// from its slot (see [`Ring::try_pop_into`]).
+    /// value's place but not yet written it. The value is copied once, straight from
+    /// its slot (see [`Ring::try_pop_into`], [`List::try_pop_into`]).
     #[inline(always)]
     fn pop_into(&self, out: &mut MaybeUninit<T>) -> Result<bool, ()> {
         match self {
@@ -135,11 +127,8 @@ impl<T> Buffer<T> {
                 ring::Pop::Empty => Ok(false),
                 ring::Pop::Busy => Err(()),
             },
-            Buffer::List(l) => match l.try_pop() {
-                list::Pop::Value(v) => {
-                    out.write(v);
-                    Ok(true)
-                }
+            Buffer::List(l) => match l.try_pop_into(out) {
+                list::Pop::Value(()) => Ok(true),
                 list::Pop::Empty => Ok(false),
                 list::Pop::Busy => Err(()),
             },

@@ -235,27 +235,57 @@ impl<T> RecvFuture<'_, T> {
 impl<T> Future for RecvFuture<'_, T> {
     type Output = Result<T, RecvError>;
 
-    /// Inlined for the receive that finds a value at its first poll; the rest is
-    /// [`poll_wait`](RecvFuture::poll_wait).
+    /// Inlined for the receive that finds a value at its first poll (of a value up to
+    /// [`INLINE_VALUE_MAX`] bytes); the rest is [`poll_wait`](RecvFuture::poll_wait).
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // SAFETY: nothing is moved out of the pinned future; the node stays where it is.
         let this = unsafe { self.get_unchecked_mut() };
-        if let RecvInner::Chan {
-            chan, node: None, ..
-        } = &this.inner
-        {
-            let mut out = std::mem::MaybeUninit::uninit();
-            if chan.recv_fast_into(&mut out) {
-                // SAFETY: `recv_fast_into` said it moved a value into `out`.
-                return Poll::Ready(Ok(unsafe { out.assume_init() }));
-            }
+        if std::mem::size_of::<T>() > INLINE_VALUE_MAX {
+            return this.poll_outlined(cx);
+        }
+        if let Some(v) = this.poll_fast() {
+            return Poll::Ready(Ok(v));
         }
         this.poll_wait(cx)
     }
 }
 
+/// The largest value whose receive is inlined into the caller's poll. Inlined, a
+/// large value's receive copied it from the receive's place to the caller's within
+/// one stack frame, at whatever distance the compiler laid the two apart: a 32 KiB
+/// value took 27 us a message against 13 us out of line (the sync suite's
+/// `mpsc_send_large_1000`), a copy whose destination lies a few bytes past a 4 KiB
+/// multiple above its source running many times slower on this project's CPUs (see
+/// [`Held`]). Out of line, the callee's frame lies between the two.
+const INLINE_VALUE_MAX: usize = 1024;
+
 impl<T> RecvFuture<'_, T> {
+    /// The fast path of a receive that has not waited yet: a value if the buffer
+    /// hands one over without the lock.
+    #[inline(always)]
+    fn poll_fast(&mut self) -> Option<T> {
+        let RecvInner::Chan {
+            chan, node: None, ..
+        } = &self.inner
+        else {
+            return None;
+        };
+        let mut out = std::mem::MaybeUninit::uninit();
+        // SAFETY: `recv_fast_into` said it moved a value into `out`.
+        chan.recv_fast_into(&mut out)
+            .then(|| unsafe { out.assume_init() })
+    }
+
+    /// [`poll`](Future::poll) out of line, for values above [`INLINE_VALUE_MAX`].
+    #[inline(never)]
+    fn poll_outlined(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, RecvError>> {
+        if let Some(v) = self.poll_fast() {
+            return Poll::Ready(Ok(v));
+        }
+        self.poll_wait(cx)
+    }
+
     /// A receive's poll past its fast path: waits in a node (made here at the first
     /// such poll) for a value.
     #[inline(never)]

@@ -491,13 +491,31 @@ impl<T> List<T> {
     }
 
     /// Appends `value`; `Err(value)` only when closed.
+    pub(crate) fn try_push(&self, value: T) -> Result<(), T> {
+        let mut src = Some(value);
+        if self.try_push_from(&mut src) {
+            Ok(())
+        } else {
+            Err(src.expect("left in place by a failed push"))
+        }
+    }
+
+    /// [`try_push`](Self::try_push) of the value in `src`, copied straight from there
+    /// into its slot (`src` is then `None`); `false`, `src` untouched, only when closed.
+    /// One copy of the value: handed down by value through the inlined layers above,
+    /// a large one was copied between places in one stack frame, where a copy whose
+    /// destination lies a few bytes past a 4 KiB multiple above its source runs many
+    /// times slower on some CPUs (see `chan/ops.rs`, `Held`).
+    ///
+    /// Panics if `src` is `None`.
     ///
     /// Inlined for its common case (the list open, a slot of the tail block that is not
     /// its last one, the claim won at the first try): the steps of the module doc that
     /// case skips are in [`try_push_slow`](Self::try_push_slow). Out of line, the two
     /// calls and their register saves were a third of a push's instructions.
     #[inline]
-    pub(crate) fn try_push(&self, value: T) -> Result<(), T> {
+    pub(crate) fn try_push_from(&self, src: &mut Option<T>) -> bool {
+        assert!(src.is_some(), "push of a value already gone");
         let tail = self.tail.index.load(Acquire);
         let block = self.tail.block.load(Acquire);
         let offset = (tail >> SHIFT) % LAP;
@@ -512,26 +530,34 @@ impl<T> List<T> {
         {
             // SAFETY: the claim proves `block` is our position's block (module doc),
             // alive until our slot's pop is done, which is after our `WRITE`.
-            unsafe { Self::write(block, offset, value) };
-            return Ok(());
+            unsafe { Self::write_from(block, offset, src) };
+            return true;
         }
-        self.try_push_slow(value)
+        self.try_push_slow(src)
     }
 
-    /// Writes `value` into slot `offset` of `block` and sets its `WRITE` bit: a push's
-    /// last step, and its last access to the block.
+    /// Moves the value in `src` into slot `offset` of `block` (`src` is left `None`)
+    /// and sets the slot's `WRITE` bit: a push's last step, and its last access to the
+    /// block.
     ///
     /// # Safety
     ///
     /// The caller claimed slot `offset` of `block` (alive until that slot's pop is
-    /// done, which waits for the `WRITE` set here).
+    /// done, which waits for the `WRITE` set here), and `src` holds a value.
     #[inline]
-    unsafe fn write(block: *mut Block<T>, offset: usize, value: T) {
+    unsafe fn write_from(block: *mut Block<T>, offset: usize, src: &mut Option<T>) {
+        let Some(from) = src.as_ref().map(|v| v as *const T) else {
+            unreachable!("checked before the claim")
+        };
         // SAFETY: the caller's contract.
         let slot = unsafe { &Block::get(block).slots[offset] };
-        // SAFETY: the slot is ours to write until our `WRITE`.
+        // SAFETY: the slot is ours to write until our `WRITE`; `from` points into
+        // `src`, a distinct place.
         slot.value
-            .with_mut(|v| unsafe { v.write(MaybeUninit::new(value)) });
+            .with_mut(|v| unsafe { ptr::copy_nonoverlapping(from, v.cast::<T>(), 1) });
+        // SAFETY: the value now lives in the slot, so `src` forgets it: `None` written
+        // over it without dropping what it held.
+        unsafe { ptr::write(src, None) };
         // Our last access: from here on the block may be freed.
         slot.state.fetch_or(WRITE, Release);
     }
@@ -539,7 +565,7 @@ impl<T> List<T> {
     /// [`try_push`](Self::try_push) where its common case does not hold: the whole
     /// protocol of the module doc.
     #[inline(never)]
-    fn try_push_slow(&self, value: T) -> Result<(), T> {
+    fn try_push_slow(&self, src: &mut Option<T>) -> bool {
         let mut backoff = Backoff::new();
         let mut spare = Spare {
             block: None,
@@ -549,7 +575,7 @@ impl<T> List<T> {
         let mut block = self.tail.block.load(Acquire);
         loop {
             if tail & MARK != 0 {
-                return Err(value);
+                return false;
             }
             let offset = (tail >> SHIFT) % LAP;
             if offset == BLOCK_CAP {
@@ -600,8 +626,8 @@ impl<T> List<T> {
                         self.tail.index.fetch_add(ONE, SeqCst);
                     }
                     // SAFETY: as above: we claimed slot `offset` of `block`.
-                    unsafe { Self::write(block, offset, value) };
-                    return Ok(());
+                    unsafe { Self::write_from(block, offset, src) };
+                    return true;
                 }
                 Err(current) => {
                     tail = current;
@@ -615,12 +641,26 @@ impl<T> List<T> {
     }
 
     /// Takes the oldest value, if there is one to take now.
+    #[cfg(test)]
+    pub(crate) fn try_pop(&self) -> Pop<T> {
+        let mut out = MaybeUninit::uninit();
+        match self.try_pop_into(&mut out) {
+            // SAFETY: `Value` says the value was moved into `out`.
+            Pop::Value(()) => Pop::Value(unsafe { out.assume_init() }),
+            Pop::Empty => Pop::Empty,
+            Pop::Busy => Pop::Busy,
+        }
+    }
+
+    /// [`try_pop`](Self::try_pop) that moves the value into `out` (`Value(())`: `out`
+    /// now holds it, the caller's to take): one copy, as
+    /// [`try_push_from`](Self::try_push_from).
     ///
     /// Inlined for its common case (a slot of the head block that is not its last
     /// one, the claim won at the first try), as [`try_push`](Self::try_push) is; the
     /// rest is [`try_pop_slow`](Self::try_pop_slow).
     #[inline]
-    pub(crate) fn try_pop(&self) -> Pop<T> {
+    pub(crate) fn try_pop_into(&self, out: &mut MaybeUninit<T>) -> Pop<()> {
         let head = self.head.index.load(Acquire);
         let pos = head >> SHIFT;
         let offset = pos % LAP;
@@ -647,16 +687,17 @@ impl<T> List<T> {
             {
                 // SAFETY: we claimed `offset` of `block` (the claim validates the
                 // pointer), not the block's last slot.
-                return Pop::Value(unsafe { self.take(block, offset, new_head) });
+                unsafe { self.take_into(block, offset, new_head, out) };
+                return Pop::Value(());
             }
         }
-        self.try_pop_slow()
+        self.try_pop_slow(out)
     }
 
     /// [`try_pop`](Self::try_pop) where its common case does not hold: the whole
     /// protocol of the module doc.
     #[inline(never)]
-    fn try_pop_slow(&self) -> Pop<T> {
+    fn try_pop_slow(&self, out: &mut MaybeUninit<T>) -> Pop<()> {
         let mut head = self.head.index.load(Acquire);
         let mut contention = Backoff::new();
         loop {
@@ -702,7 +743,11 @@ impl<T> List<T> {
                 // SAFETY: we claimed `offset` of `block` (the claim validates the
                 // pointer) from an index in which `next` was known linked if `offset`
                 // is the last slot.
-                Ok(_) => return Pop::Value(unsafe { self.take(block, offset, new_head) }),
+                Ok(_) => {
+                    // SAFETY: as the comment above says.
+                    unsafe { self.take_into(block, offset, new_head, out) };
+                    return Pop::Value(());
+                }
                 Err(current) => {
                     head = current;
                     // As a push's lost claim.
@@ -713,7 +758,7 @@ impl<T> List<T> {
     }
 
     /// Finishes a pop: moves `head` over the boundary if the claimed slot is the last of
-    /// its block, takes the value, and gives the slot up.
+    /// its block, moves the value into `out`, and gives the slot up.
     ///
     /// # Safety
     ///
@@ -721,7 +766,13 @@ impl<T> List<T> {
     /// `new_head`, and, if that is the last slot, knew `block.next` linked (the claim
     /// acquired its store).
     #[inline]
-    unsafe fn take(&self, block: *mut Block<T>, offset: usize, new_head: usize) -> T {
+    unsafe fn take_into(
+        &self,
+        block: *mut Block<T>,
+        offset: usize,
+        new_head: usize,
+        out: &mut MaybeUninit<T>,
+    ) {
         // SAFETY: the block stays alive until our slot is given up below (on the last
         // slot, until we free it).
         let slot = unsafe { &Block::get(block).slots[offset] };
@@ -733,8 +784,10 @@ impl<T> List<T> {
             wait_written(slot);
         }
         // SAFETY: `WRITE` (acquired) says the value is there; the slot is ours to read,
-        // once.
-        let value = slot.value.with_mut(|v| unsafe { v.read().assume_init() });
+        // once; `out` is a distinct place (a `&mut`), and the slot counts as empty from
+        // here on, so the value has one owner: `out`'s.
+        slot.value
+            .with_mut(|v| unsafe { ptr::copy_nonoverlapping(v.cast_const(), out, 1) });
         if offset + 1 == BLOCK_CAP {
             // SAFETY: we popped the last slot: the destruction is ours.
             unsafe { Block::destroy(block, 0, &self.cache) };
@@ -742,7 +795,6 @@ impl<T> List<T> {
             // SAFETY: the destroyer stopped at our slot: the destruction is ours.
             unsafe { Block::destroy(block, offset + 1, &self.cache) };
         }
-        value
     }
 
     /// Moves `head` over the boundary after `block`, whose last slot the caller
@@ -750,7 +802,7 @@ impl<T> List<T> {
     ///
     /// # Safety
     ///
-    /// As for [`take`](Self::take) of the last slot: the claim set the head index to
+    /// As for [`take_into`](Self::take_into) of the last slot: the claim set the head index to
     /// `new_head` and acquired the link of `block.next`; `block` is alive.
     #[inline(never)]
     unsafe fn move_head(&self, block: *mut Block<T>, new_head: usize) {
