@@ -608,3 +608,30 @@ fn udp_error_event_does_not_spin_a_later_receive() {
         assert!(r.is_err(), "the async receive completed: {r:?}");
     });
 }
+
+/// 300 clients connect to a Unix listener before it accepts any: each connect
+/// completes, and the listener then accepts all 300. A nonblocking `connect` to a
+/// Unix listener whose queue is full fails at once with `WouldBlock` (TCP's drops
+/// the SYN and retries), so the backlog decides whether a burst of clients fails:
+/// mio listens with the system's maximum on Linux (`listen(fd, -1)`), where its TCP
+/// listener uses std's 128 (hence `TcpListener`'s own backlog).
+#[test]
+fn a_burst_of_unix_connects_queues_before_any_accept() {
+    let dir = TempDir::new("burst");
+    let path = dir.path("burst.sock");
+    let rt = rt();
+    on(&rt, || {
+        let l = UnixListener::bind(&path).unwrap();
+        let connects: Vec<_> = (0..300)
+            .map(|_| weft::spawn(UnixStream::connect(path.clone())))
+            .collect();
+        let clients: Vec<UnixStream> = connects
+            .into_iter()
+            .map(|c| weft::wait(c).unwrap().unwrap())
+            .collect();
+        let accepted = (0..clients.len())
+            .map(|_| l.accept_blocking().unwrap())
+            .count();
+        assert_eq!(accepted, 300);
+    });
+}
