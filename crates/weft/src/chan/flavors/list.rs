@@ -662,21 +662,12 @@ impl<T> List<T> {
     #[inline]
     pub(crate) fn try_pop_into(&self, out: &mut MaybeUninit<T>) -> Pop<()> {
         let head = self.head.index.load(Acquire);
-        let pos = head >> SHIFT;
-        let offset = pos % LAP;
+        let offset = (head >> SHIFT) % LAP;
         if offset + 1 < BLOCK_CAP {
-            let mut new_head = head + ONE;
-            if head & MARK == 0 {
-                // As in `try_pop_slow`; not on the block's last slot, so `next` need
-                // not be linked.
-                let tail = self.tail.index.load(Acquire) >> SHIFT;
-                if values_before(tail) <= values_before(pos) {
-                    return Pop::Empty;
-                }
-                if tail / LAP != pos / LAP {
-                    new_head |= MARK;
-                }
-            }
+            let new_head = match self.head_claim(head) {
+                Ok(h) => h,
+                Err(empty_or_busy) => return empty_or_busy,
+            };
             let block = self.head.block.load(Acquire);
             if !block.is_null()
                 && self
@@ -692,6 +683,33 @@ impl<T> List<T> {
             }
         }
         self.try_pop_slow(out)
+    }
+
+    /// The head index a pop of `head` (not on a boundary) claims, from a look at
+    /// `tail` unless the head mark makes it needless: with the mark set if `tail` has
+    /// left the block. `Err` when the pop must not claim: nothing pushed (`Empty`), or
+    /// the block's last slot while `next` may not be linked yet (`Busy`).
+    #[inline(always)]
+    fn head_claim(&self, head: usize) -> Result<usize, Pop<()>> {
+        let pos = head >> SHIFT;
+        let mut new_head = head + ONE;
+        if head & MARK == 0 {
+            let tail = self.tail.index.load(Acquire) >> SHIFT;
+            // `<=`: with the head mark a pop can move `head` over the boundary before
+            // the installer moves `tail`; both then mean the same.
+            if values_before(tail) <= values_before(pos) {
+                return Err(Pop::Empty);
+            }
+            if tail / LAP != pos / LAP {
+                // The installer has stepped `tail` out of our block: every slot is
+                // claimed and `next` is linked (stored before that step).
+                new_head |= MARK;
+            } else if pos % LAP + 1 == BLOCK_CAP {
+                // `tail` is on the boundary: `next` may not be linked yet.
+                return Err(Pop::Busy);
+            }
+        }
+        Ok(new_head)
     }
 
     /// [`try_pop`](Self::try_pop) where its common case does not hold: the whole
@@ -712,23 +730,10 @@ impl<T> List<T> {
                     Pop::Empty
                 };
             }
-            let mut new_head = head + ONE;
-            if head & MARK == 0 {
-                let tail = self.tail.index.load(Acquire) >> SHIFT;
-                // `<=`: with the head mark a pop can move `head` over the boundary
-                // before the installer moves `tail`; both then mean the same.
-                if values_before(tail) <= values_before(pos) {
-                    return Pop::Empty;
-                }
-                if tail / LAP != pos / LAP {
-                    // The installer has stepped `tail` out of our block: every slot is
-                    // claimed and `next` is linked (stored before that step).
-                    new_head |= MARK;
-                } else if offset + 1 == BLOCK_CAP {
-                    // `tail` is on the boundary: `next` may not be linked yet.
-                    return Pop::Busy;
-                }
-            }
+            let new_head = match self.head_claim(head) {
+                Ok(h) => h,
+                Err(empty_or_busy) => return empty_or_busy,
+            };
             let block = self.head.block.load(Acquire);
             if block.is_null() {
                 // The first push is between publishing the first block in `tail` and
@@ -740,11 +745,10 @@ impl<T> List<T> {
                 .index
                 .compare_exchange_weak(head, new_head, SeqCst, Acquire)
             {
-                // SAFETY: we claimed `offset` of `block` (the claim validates the
-                // pointer) from an index in which `next` was known linked if `offset`
-                // is the last slot.
                 Ok(_) => {
-                    // SAFETY: as the comment above says.
+                    // SAFETY: we claimed `offset` of `block` (the claim validates the
+                    // pointer) from an index in which `next` was known linked if
+                    // `offset` is the last slot.
                     unsafe { self.take_into(block, offset, new_head, out) };
                     return Pop::Value(());
                 }
