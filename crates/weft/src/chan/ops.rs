@@ -255,9 +255,10 @@ impl<T> Future for RecvFuture<'_, T> {
 /// large value's receive copied it from the receive's place to the caller's within
 /// one stack frame, at whatever distance the compiler laid the two apart: a 32 KiB
 /// value took 20-27 us a message against 9-13 us out of line (a fresh channel per
-/// value, as the sync suite's `mpsc_send_large_1000`), a copy whose destination lies a few bytes past a 4 KiB
-/// multiple above its source running many times slower on this project's CPUs (see
-/// [`Held`]). Out of line, the callee's frame lies between the two.
+/// value, as the sync suite's `mpsc_send_large_1000`), a copy whose destination lies
+/// a few bytes past a 4 KiB multiple above its source running many times slower on
+/// this project's CPUs (see [`Held`]). Out of line, the callee's frame lies between
+/// the two.
 const INLINE_VALUE_MAX: usize = 1024;
 
 impl<T> RecvFuture<'_, T> {

@@ -806,8 +806,8 @@ impl<T> List<T> {
     ///
     /// # Safety
     ///
-    /// As for [`take_into`](Self::take_into) of the last slot: the claim set the head index to
-    /// `new_head` and acquired the link of `block.next`; `block` is alive.
+    /// As for [`take_into`](Self::take_into) of the last slot: the claim set the head
+    /// index to `new_head` and acquired the link of `block.next`; `block` is alive.
     #[inline(never)]
     unsafe fn move_head(&self, block: *mut Block<T>, new_head: usize) {
         // SAFETY: the caller's contract.
