@@ -30,27 +30,11 @@ use common::{loopback, queue_burst, workers};
 use weft::chan::{bounded, unbounded, Receiver, Select, Sender};
 use weft::net::{TcpListener, TcpStream};
 
-/// A debug build keeps many copies of a large value in a send's or a receive's frames
-/// (a `recv_timeout` that waits for a 32 KiB value took about 2 MiB of stack here, at
-/// this session's commit and before it alike): threads that handle large values get a
-/// stack with room for that.
-const BIG_STACK: usize = 64 << 20;
-
-/// `f` on a thread with a [`BIG_STACK`].
-fn big_thread<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    std::thread::Builder::new()
-        .stack_size(BIG_STACK)
-        .spawn(f)
-        .unwrap()
-}
-
-/// Runs `f` on a thread with a [`BIG_STACK`]; panics with "hang" if it has not
-/// finished after `secs` seconds, re-raises its panic otherwise.
-fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    common::with_limit_and_stack(Duration::from_secs(secs), BIG_STACK, f)
-}
+// A debug build keeps many copies of a large value in a send's or a receive's frames
+// (a `recv_timeout` that waits for a 32 KiB value took about 2 MiB of stack here, at
+// this session's commit and before it alike): threads that handle large values get a
+// stack with room for that.
+use common::{big_thread, big_watchdog as watchdog, BIG_STACK};
 
 // ---------------------------------------------------------------------------------
 // Values of every shape.
@@ -280,20 +264,7 @@ fn send_64k_arrays_through_every_flavour() {
 /// A zero-sized value with a drop: every one made is dropped once, whatever the path.
 #[test]
 fn zero_sized_values_with_drop_are_dropped_once() {
-    static MADE: AtomicUsize = AtomicUsize::new(0);
-    static DROPPED: AtomicUsize = AtomicUsize::new(0);
-    struct Z;
-    impl Z {
-        fn new() -> Z {
-            MADE.fetch_add(1, SeqCst);
-            Z
-        }
-    }
-    impl Drop for Z {
-        fn drop(&mut self) {
-            DROPPED.fetch_add(1, SeqCst);
-        }
-    }
+    counted_zst!(Z, MADE, DROPPED);
     watchdog(30, || {
         let rt = rt2();
         for cap in FLAVOURS {

@@ -44,24 +44,7 @@ use weft::chan::{
 const BLOCK: usize = 31;
 /// The channel's largest ring: a larger capacity buffers in a list (sends locked).
 const RING_MAX: usize = 1 << 20;
-/// A stack with room for a debug build's copies of 64 KiB values.
-const BIG_STACK: usize = 64 << 20;
-
-/// Runs `f` on a thread with a [`BIG_STACK`]; panics with "hang" if it has not
-/// finished after `secs` seconds, re-raises its panic otherwise.
-fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    common::with_limit_and_stack(Duration::from_secs(secs), BIG_STACK, f)
-}
-
-/// `f` on a thread with a [`BIG_STACK`].
-fn big_thread<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    std::thread::Builder::new()
-        .stack_size(BIG_STACK)
-        .spawn(f)
-        .unwrap()
-}
+use common::{big_thread, big_watchdog as watchdog, BIG_STACK};
 
 /// `f` on a scoped thread with a [`BIG_STACK`].
 fn big_scoped<'scope, T: Send + 'scope>(
@@ -130,8 +113,8 @@ impl<const N: usize> Drop for Val<N> {
             "dropping value {}: its bytes changed",
             self.id
         );
-        let before = self.drops.0[self.id].fetch_add(1, SeqCst);
-        assert_eq!(before, 0, "value {} dropped twice", self.id);
+        self.drops
+            .record(self.id, format_args!("value {}", self.id));
     }
 }
 
@@ -439,20 +422,7 @@ fn optional_boxed_values_are_dropped_once() {
 /// two threads, across many blocks, some left in the channel: made == dropped.
 #[test]
 fn zero_sized_values_with_drop_are_counted() {
-    static MADE: AtomicUsize = AtomicUsize::new(0);
-    static DROPPED: AtomicUsize = AtomicUsize::new(0);
-    struct Z;
-    impl Z {
-        fn new() -> Z {
-            MADE.fetch_add(1, SeqCst);
-            Z
-        }
-    }
-    impl Drop for Z {
-        fn drop(&mut self) {
-            DROPPED.fetch_add(1, SeqCst);
-        }
-    }
+    counted_zst!(Z, MADE, DROPPED);
     watchdog(30, || {
         for cap in [Some(1), Some(31), Some(RING_MAX + 1), None] {
             let (tx, rx) = make::<Z>(cap);
@@ -562,8 +532,7 @@ struct Bomb {
 
 impl Drop for Bomb {
     fn drop(&mut self) {
-        let before = self.drops.0[self.id].fetch_add(1, SeqCst);
-        assert_eq!(before, 0, "bomb {} dropped twice", self.id);
+        self.drops.record(self.id, format_args!("bomb {}", self.id));
         if self.armed && !std::thread::panicking() {
             panic!("bomb {} goes off", self.id);
         }
@@ -1129,8 +1098,8 @@ struct Item {
 
 impl Drop for Item {
     fn drop(&mut self) {
-        let before = self.drops.0[self.id].fetch_add(1, SeqCst);
-        assert_eq!(before, 0, "item {:?} dropped twice", self.msg);
+        self.drops
+            .record(self.id, format_args!("item {:?}", self.msg));
     }
 }
 
@@ -1843,6 +1812,19 @@ fn select_over_lists_and_rings_while_some_close() {
         }
         (rxs, hs)
     }
+    /// A select over the receivers still open, and the receiver of each of its
+    /// operation indices.
+    fn select_open<'a>(rxs: &'a [Receiver<Msg>], open: &[bool]) -> (Select<'a>, Vec<usize>) {
+        let mut sel = Select::new();
+        let mut idx = Vec::new();
+        for (i, rx) in rxs.iter().enumerate() {
+            if open[i] {
+                assert_eq!(sel.recv(rx), idx.len(), "operations indexed in order");
+                idx.push(i);
+            }
+        }
+        (sel, idx)
+    }
     fn check(caps: &[Option<usize>], counts: &[usize], got: &[Msg], what: &str) {
         let mut next = vec![0; caps.len()];
         for &(c, n) in got {
@@ -1860,17 +1842,11 @@ fn select_over_lists_and_rings_while_some_close() {
         let mut got = Vec::new();
         let mut open: Vec<bool> = vec![true; rxs.len()];
         while open.iter().any(|&o| o) {
-            let mut sel = Select::new();
-            let mut idx = Vec::new();
-            for (i, rx) in rxs.iter().enumerate() {
-                if open[i] {
-                    idx.push((sel.recv(rx), i));
-                }
-            }
+            let (mut sel, idx) = select_open(&rxs, &open);
             let op = sel
                 .select_timeout(Duration::from_secs(10))
                 .expect("hang: no operation ready");
-            let i = idx.iter().find(|(k, _)| *k == op.index()).unwrap().1;
+            let i = idx[op.index()];
             match op.recv(&rxs[i]) {
                 Ok(m) => got.push(m),
                 Err(_) => open[i] = false,
@@ -1888,15 +1864,9 @@ fn select_over_lists_and_rings_while_some_close() {
             let mut got = Vec::new();
             let mut open: Vec<bool> = vec![true; rxs.len()];
             while open.iter().any(|&o| o) {
-                let mut sel = Select::new();
-                let mut idx = Vec::new();
-                for (i, rx) in rxs.iter().enumerate() {
-                    if open[i] {
-                        idx.push((sel.recv(rx), i));
-                    }
-                }
+                let (mut sel, idx) = select_open(&rxs, &open);
                 let op = sel.select_async().await;
-                let i = idx.iter().find(|(k, _)| *k == op.index()).unwrap().1;
+                let i = idx[op.index()];
                 match op.recv(&rxs[i]) {
                     Ok(m) => got.push(m),
                     Err(_) => open[i] = false,

@@ -137,6 +137,12 @@ impl Drops {
     pub fn total(&self) -> usize {
         self.0.iter().map(|c| c.load(SeqCst)).sum()
     }
+    /// Counts a drop of value `id` (`what` names it in the failure): fails if it was
+    /// dropped before.
+    pub fn record(&self, id: usize, what: impl std::fmt::Display) {
+        let before = self.0[id].fetch_add(1, SeqCst);
+        assert_eq!(before, 0, "{what} dropped twice");
+    }
     pub fn make(&self, id: usize) -> Tracked {
         Tracked {
             id,
@@ -292,4 +298,27 @@ pub fn assert_fair(shares: &[f64], ready: &[usize], what: &str) {
             assert_eq!(s, 0.0, "{what}: operation {i} was not ready ({shares:?})");
         }
     }
+}
+
+/// Declares a zero-sized type `$name` whose `new()` counts in static `$made` and whose
+/// drop counts in static `$dropped` (a test compares the two: nothing leaked, nothing
+/// dropped twice).
+#[macro_export]
+macro_rules! counted_zst {
+    ($name:ident, $made:ident, $dropped:ident) => {
+        static $made: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        static $dropped: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        struct $name;
+        impl $name {
+            fn new() -> $name {
+                $made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                $name
+            }
+        }
+        impl Drop for $name {
+            fn drop(&mut self) {
+                $dropped.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    };
 }

@@ -33,6 +33,25 @@ pub fn with_limit_and_stack<T: Send + 'static>(
     with_limit_on(std::thread::Builder::new().stack_size(stack), limit, f)
 }
 
+/// A stack with room for a debug build's copies of 64 KiB values.
+pub const BIG_STACK: usize = 64 << 20;
+
+/// Runs `f` on a thread with a [`BIG_STACK`]; panics with "hang" if it has not
+/// finished after `secs` seconds, re-raises its panic otherwise.
+pub fn big_watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    with_limit_and_stack(Duration::from_secs(secs), BIG_STACK, f)
+}
+
+/// `f` on a thread with a [`BIG_STACK`].
+pub fn big_thread<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    std::thread::Builder::new()
+        .stack_size(BIG_STACK)
+        .spawn(f)
+        .unwrap()
+}
+
 fn with_limit_on<T: Send + 'static>(
     builder: std::thread::Builder,
     limit: Duration,
