@@ -155,11 +155,33 @@ mod tsc {
 mod tests {
     use super::*;
 
+    /// This clock's reading and `Instant`'s at one moment: the clock read between two
+    /// `Instant` reads, the closest bracket of many (a thread preempted between its two
+    /// reads, as on a loaded machine, put milliseconds between them and failed the
+    /// test below once in six runs of the crate's tests).
+    fn paired() -> (u64, Instant) {
+        let mut best: Option<(Duration, u64, Instant)> = None;
+        for _ in 0..1000 {
+            let a = Instant::now();
+            let c = now_ns();
+            let b = Instant::now();
+            let gap = b - a;
+            if best.is_none_or(|(g, _, _)| gap < g) {
+                best = Some((gap, c, a + gap / 2));
+            }
+            if gap < Duration::from_micros(20) {
+                break;
+            }
+        }
+        let (_, c, i) = best.expect("at least one pair");
+        (c, i)
+    }
+
     #[test]
     fn clock_follows_instant() {
-        let (c0, i0) = (now_ns(), Instant::now());
+        let (c0, i0) = paired();
         std::thread::sleep(Duration::from_millis(20));
-        let (c1, i1) = (now_ns(), Instant::now());
+        let (c1, i1) = paired();
         let clock = since(c1, c0).as_secs_f64();
         let real = i1.duration_since(i0).as_secs_f64();
         // Within 5 % (plus the reads' own gap): the scheduler's tolerance.
