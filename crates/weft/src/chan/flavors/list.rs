@@ -170,7 +170,7 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 
 use crossbeam_utils::CachePadded;
 
-use super::Backoff;
+use super::{move_out_of, Backoff};
 
 use crate::base::{AtomicPtr, AtomicUsize, UnsafeCell};
 
@@ -546,18 +546,12 @@ impl<T> List<T> {
     /// done, which waits for the `WRITE` set here), and `src` holds a value.
     #[inline]
     unsafe fn write_from(block: *mut Block<T>, offset: usize, src: &mut Option<T>) {
-        let Some(from) = src.as_ref().map(|v| v as *const T) else {
-            unreachable!("checked before the claim")
-        };
         // SAFETY: the caller's contract.
         let slot = unsafe { &Block::get(block).slots[offset] };
-        // SAFETY: the slot is ours to write until our `WRITE`; `from` points into
-        // `src`, a distinct place.
+        // SAFETY: the slot is ours to write until our `WRITE`, and empty; `src` holds a
+        // value (the caller's contract) and is a distinct place.
         slot.value
-            .with_mut(|v| unsafe { ptr::copy_nonoverlapping(from, v.cast::<T>(), 1) });
-        // SAFETY: the value now lives in the slot, so `src` forgets it: `None` written
-        // over it without dropping what it held.
-        unsafe { ptr::write(src, None) };
+            .with_mut(|v| unsafe { move_out_of(src, v.cast::<T>()) });
         // Our last access: from here on the block may be freed.
         slot.state.fetch_or(WRITE, Release);
     }
@@ -787,11 +781,12 @@ impl<T> List<T> {
         if slot.state.load(Acquire) & WRITE == 0 {
             wait_written(slot);
         }
-        // SAFETY: `WRITE` (acquired) says the value is there; the slot is ours to read,
-        // once; `out` is a distinct place (a `&mut`), and the slot counts as empty from
-        // here on, so the value has one owner: `out`'s.
-        slot.value
-            .with_mut(|v| unsafe { ptr::copy_nonoverlapping(v.cast_const(), out, 1) });
+        slot.value.with_mut(|v| {
+            // SAFETY: `WRITE` (acquired) says the value is there; the slot is ours to
+            // read, once; `out` is a distinct place (a `&mut`), and the slot counts as
+            // empty from here on, so the value has one owner: `out`'s.
+            unsafe { ptr::copy_nonoverlapping(v.cast_const(), out, 1) }
+        });
         if offset + 1 == BLOCK_CAP {
             // SAFETY: we popped the last slot: the destruction is ours.
             unsafe { Block::destroy(block, 0, &self.cache) };

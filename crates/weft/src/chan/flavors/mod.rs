@@ -5,6 +5,26 @@
 pub(crate) mod list;
 pub(crate) mod ring;
 
+/// Moves the value in `src` to `dst` and leaves `None` in `src` without dropping
+/// anything: a push's one copy of its value, from the sender's place straight into
+/// its slot (handed down by value instead, a large value was copied at every layer).
+///
+/// # Safety
+///
+/// `src` holds a value; `dst` is valid for writes of a `T`, holds none (nothing is
+/// dropped there) and does not overlap `src`.
+#[inline(always)]
+pub(crate) unsafe fn move_out_of<T>(src: &mut Option<T>, dst: *mut T) {
+    let Some(from) = src.as_ref().map(|v| v as *const T) else {
+        unreachable!("a push checks for a value before it claims");
+    };
+    // SAFETY: the caller's contract: `from` points into `src`, distinct from `dst`.
+    unsafe { std::ptr::copy_nonoverlapping(from, dst, 1) };
+    // SAFETY: the value now lives at `dst`, so `src` forgets it: `None` written over
+    // it without dropping what it held.
+    unsafe { std::ptr::write(src, None) };
+}
+
 /// Backoff for the short waits of the buffers (and of the channel's drain of a push in
 /// progress): each round spins twice as long as the last, up to 2^6 spin hints.
 /// [`spin`](Backoff::spin) follows a lost claim (the winner's line is still travelling

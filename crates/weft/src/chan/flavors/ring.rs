@@ -133,7 +133,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 
 use crossbeam_utils::CachePadded;
 
-use super::Backoff;
+use super::{move_out_of, Backoff};
 use crate::base::prefault::populate;
 use crate::base::zeroed::{Zeroable, Zeroed, ZeroedWords};
 use crate::base::{AtomicUsize, UnsafeCell};
@@ -675,8 +675,8 @@ impl<T> Ring<T> {
     ///
     /// # Safety
     ///
-    /// `pos` was returned by [`claim_tail`](Self::claim_tail) and has not been published
-    /// yet: the slot at `pos` is this caller's alone and holds no value.
+    /// `at` was returned by [`claim_tail`](Self::claim_tail) and has not been published
+    /// yet: its slot is this caller's alone and holds no value.
     unsafe fn publish(at: &At<'_, T>, v: T) {
         // SAFETY: the caller owns position `at.pos` (its CAS on `tail` was the only one
         // from it), and the claim followed an Acquire read of the stamp `at.pos` that
@@ -697,16 +697,10 @@ impl<T> Ring<T> {
     ///
     /// As [`publish`](Self::publish), and `src` is `Some`.
     unsafe fn publish_from(at: &At<'_, T>, src: &mut Option<T>) {
-        let Some(from) = src.as_ref().map(|v| v as *const T) else {
-            unreachable!("`try_push_from` checks for a value before it claims");
-        };
-        // SAFETY: the slot at `at` is ours alone and empty (as in `publish`); `from`
-        // points into `src`, a distinct place.
+        // SAFETY: the slot at `at` is ours alone and empty (as in `publish`); `src`
+        // holds a value (the caller's contract) and is a distinct place.
         at.value
-            .with_mut(|p| unsafe { std::ptr::copy_nonoverlapping(from, p.cast::<T>(), 1) });
-        // SAFETY: the value now lives in the slot, so `src` forgets it: `None` written
-        // over it without dropping what it held.
-        unsafe { std::ptr::write(src, None) };
+            .with_mut(|p| unsafe { move_out_of(src, p.cast::<T>()) });
         // Release: the pop that acquires `pos + 1` sees the value written.
         at.set_stamp(at.pos + 1);
     }
@@ -768,8 +762,8 @@ impl<T> Ring<T> {
     ///
     /// # Safety
     ///
-    /// `pos` was returned by [`claim_head`](Self::claim_head) and has not been taken yet:
-    /// the slot at `pos` is this caller's alone and holds the value pushed at `pos`.
+    /// `at` was returned by [`claim_head`](Self::claim_head) and has not been taken yet:
+    /// its slot is this caller's alone and holds the value pushed at `at.pos`.
     unsafe fn take_into(&self, at: &At<'_, T>, out: &mut MaybeUninit<T>) {
         // SAFETY: the caller owns position `at.pos` (its CAS on `head` was the only one
         // from it), and the claim followed an Acquire read of the stamp `pos + 1` that
