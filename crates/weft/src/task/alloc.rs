@@ -178,8 +178,16 @@ mod depot {
         lock(class).pop()
     }
 
+    /// Magazines offered to the depot, per class: only ever grows, so a test can see
+    /// its own offers while other tests take from the depot or fill it.
+    #[cfg(test)]
+    static PUTS: [std::sync::atomic::AtomicUsize; CLASSES] =
+        [const { std::sync::atomic::AtomicUsize::new(0) }; CLASSES];
+
     /// Keeps a full magazine of `class`, or frees its blocks when the depot is full.
     pub(super) fn put(class: usize, mag: Magazine) {
+        #[cfg(test)]
+        PUTS[class].fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let mut rejected = {
             let mut depot = lock(class);
             if depot.len() < DEPOT_BYTES / (BATCH * block_layout(class).size()) {
@@ -193,8 +201,8 @@ mod depot {
     }
 
     #[cfg(test)]
-    pub(super) fn len(class: usize) -> usize {
-        lock(class).len()
+    pub(super) fn puts(class: usize) -> usize {
+        PUTS[class].load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -336,7 +344,9 @@ mod tests {
             assert_eq!(a, b, "a freed block is reused by the same thread");
             free(b, layout);
 
-            let before = depot::len(class);
+            // Counted offers, not the depot's length: tests running beside this one
+            // take from the depot and fill it (a CI run saw the length not grow).
+            let before = depot::puts(class);
             let blocks: Vec<_> = (0..3 * BATCH + 1).map(|_| alloc(layout)).collect();
             for &b in &blocks {
                 b.as_ptr().write_bytes(0x5A, layout.size());
@@ -347,7 +357,10 @@ mod tests {
             for b in blocks {
                 free(b, layout);
             }
-            assert!(depot::len(class) > before, "full magazines reach the depot");
+            assert!(
+                depot::puts(class) > before,
+                "full magazines reach the depot"
+            );
 
             // Another thread allocates from the depot and frees what it took; its
             // exit returns full magazines.
