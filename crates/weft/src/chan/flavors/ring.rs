@@ -781,16 +781,43 @@ impl<T> Ring<T> {
 }
 
 impl<T> Drop for Ring<T> {
-    /// Drops the values left. If one value's `Drop` panics, the values after it are
-    /// leaked, never dropped twice.
+    /// Drops the values left (see [`drop_values`](Ring::drop_values)), and gives the
+    /// zeroed arrays back clean for the next ring of this size made on this thread
+    /// ([`Zeroed::recycle`]).
     fn drop(&mut self) {
-        if !std::mem::needs_drop::<T>() {
-            return;
-        }
         // `&mut self`: no operation is in flight (claims are always completed before
         // their push or pop returns), so every position in head..tail holds a value.
-        let mut pos = self.head.load(Relaxed);
+        let pos = self.head.load(Relaxed);
         let tail = self.tail.load(Relaxed) & !CLOSED;
+        // Only the slots of positions claimed so far were ever written: while `tail`
+        // is still in the first lap, the indices below its own.
+        let used = if tail < self.one_lap {
+            self.index(tail)
+        } else {
+            self.cap
+        };
+        if std::mem::needs_drop::<T>() {
+            self.drop_values(pos, tail);
+        }
+        let (slots, stamps) = (
+            std::mem::replace(&mut self.slots, Zeroed::new(0)),
+            std::mem::replace(&mut self.stamps, Zeroed::new(0)),
+        );
+        // SAFETY: a slot's stamp and value are written only by the push or pop that
+        // claimed one of its positions, and claims take positions in order from 0
+        // (`tail` from 0, `head` behind it), so the slots at or above `used` hold the
+        // zero bytes they started with.
+        unsafe {
+            slots.recycle(0..used);
+            stamps.recycle(0..used);
+        }
+    }
+}
+
+impl<T> Ring<T> {
+    /// Drops the values at positions `pos..tail`. If one value's `Drop` panics, the
+    /// values after it are leaked, never dropped twice.
+    fn drop_values(&mut self, mut pos: usize, tail: usize) {
         while pos != tail {
             let value = self.value(pos);
             debug_assert_eq!(self.stamp(pos), pos + 1);
@@ -1197,6 +1224,59 @@ mod tests {
             panics,
             log: log.clone(),
         }
+    }
+
+    /// A ring dropped after any use gives its zeroed arrays back clean, and the next
+    /// ring of its size on this thread (which takes them) behaves as a fresh one: for
+    /// joint slots (`u64`) and apart stamps (`[u8; 100]`), after part of a first lap,
+    /// exactly one lap, several laps, a close, and with values left in it. (Debug
+    /// builds also check that a block taken from the clean cache is all zeroes.)
+    #[test]
+    fn a_ring_made_from_a_recycled_block_starts_fresh() {
+        fn check<T: Clone + PartialEq + std::fmt::Debug>(make: impl Fn(usize) -> T) {
+            const CAP: usize = 6;
+            for (pushes, pops, close) in [
+                (0, 0, false),
+                (1, 0, false),
+                (3, 2, false),
+                (CAP, CAP, false),
+                (CAP, 1, true),
+                (4 * CAP + 3, 4 * CAP, false),
+                (2 * CAP + 5, 2 * CAP + 2, true),
+            ] {
+                let used = Ring::new(CAP);
+                for i in 0..pushes {
+                    if used.try_push(make(i)).is_err() {
+                        drop(pop_value(&used));
+                        used.try_push(make(i)).unwrap();
+                    }
+                }
+                for _ in 0..pops {
+                    let _ = used.try_pop();
+                }
+                if close {
+                    used.close();
+                }
+                drop(used);
+                let fresh = Ring::new(CAP);
+                assert!(fresh.is_empty() && !fresh.is_closed());
+                assert!(!fresh.head_written(), "after {pushes} pushes");
+                assert_eq!(fresh.try_pop(), Pop::Empty, "after {pushes} pushes");
+                for lap in 0..3 {
+                    for i in 0..CAP {
+                        fresh.try_push(make(1000 * lap + i)).unwrap();
+                    }
+                    assert!(matches!(fresh.try_push(make(0)), Err(PushError::Full(_))));
+                    for i in 0..CAP {
+                        assert_eq!(pop_value(&fresh), make(1000 * lap + i));
+                    }
+                    assert_eq!(fresh.try_pop(), Pop::Empty);
+                }
+            }
+        }
+        check(|i| i as u64);
+        const { assert!(Ring::<u64>::JOINT && !Ring::<[u8; 100]>::JOINT) };
+        check(|i| [i as u8; 100]);
     }
 
     #[test]
