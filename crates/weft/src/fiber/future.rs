@@ -257,9 +257,6 @@ pub(crate) struct FiberFuture<F, T> {
     /// The home worker's count of fibers tied to it, while this one is (a temporary
     /// worker may not retire while it is not zero).
     homed: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
-    /// The fiber was handed to another worker before it started (`hand_off`): it
-    /// starts wherever it is polled next.
-    handed: bool,
     _pinned: PhantomPinned,
 }
 
@@ -314,7 +311,6 @@ where
             ctx: FiberCtx::new(name),
             migrate,
             homed: None,
-            handed: false,
             _pinned: PhantomPinned,
         }
     }
@@ -383,14 +379,7 @@ where
         };
         if !self.migrate {
             self.ctx.home.set(core.uid());
-            match &self.homed {
-                // Counted here already by the worker that handed it over.
-                Some(c) if core.is_home_counter(c) => {}
-                _ => {
-                    self.unhome();
-                    self.homed = Some(core.home_fiber());
-                }
-            }
+            self.homed = Some(core.home_fiber());
         }
         let home = core.index() as u32 | if self.migrate { SOFT_HOME } else { 0 };
         // The task harness polls the fiber, so a task is current.
@@ -403,37 +392,6 @@ where
 }
 
 impl<F, T> FiberFuture<F, T> {
-    /// Before its first run on a worker: if this worker has clearly more fibers tied to
-    /// it than another base worker (see `Core::fewer_fibers_elsewhere`), the fiber is
-    /// handed, unstarted, to the one with the fewest (its task's home set there and
-    /// woken, so the scheduler routes it to that worker's inbox), and `true` says so.
-    ///
-    /// A started fiber never moves (the thread rule), so where it starts is where all
-    /// its work is done: fibers that start wherever a worker happened to be free (a
-    /// burst spawned from one fiber, say) stay unevenly spread for their whole lives.
-    /// An echo server of 100 connections between fibers on two workers ran at 9.5-10
-    /// us a round trip with its fibers tied 50/50, and 15-18 us at 65/35 or 22/78,
-    /// the less loaded worker idle for much of the run.
-    #[inline(never)]
-    fn hand_off(&mut self, cx: &Context<'_>) -> bool {
-        self.handed = true;
-        // SAFETY: the core of this thread outlives the poll.
-        let Some(core) = (unsafe { worker::current_ptr().as_ref() }) else {
-            return false;
-        };
-        let Some(to) = core.fewer_fibers_elsewhere() else {
-            return false;
-        };
-        // The task harness polls the fiber, so a task is current.
-        let moved = current::with(|h| h.map(|h| h.home.store(to as u32, Relaxed)).is_some());
-        if !moved {
-            return false;
-        }
-        self.homed = Some(core.reserve_home(to));
-        cx.waker().wake_by_ref();
-        true
-    }
-
     /// The fiber no longer ties its home worker (it ended).
     fn unhome(&mut self) {
         if let Some(c) = self.homed.take() {
@@ -476,9 +434,6 @@ where
         // SAFETY: the pin guarantees that `ctx` stays put, and nothing here moves it.
         let this = unsafe { self.get_unchecked_mut() };
         if matches!(this.run, Run::Unstarted(..)) {
-            if !this.migrate && !this.handed && this.hand_off(cx) {
-                return Poll::Pending;
-            }
             this.start(cx);
         }
         this.claim_home();

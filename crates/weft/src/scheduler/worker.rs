@@ -80,11 +80,6 @@ const MIN_GLOBAL_BATCH: usize = 4;
 /// How often a worker blocked in [`Core::block_until`] without the timer driver
 /// offers again to hold it.
 const BLOCKED_DRIVER_RECHECK: Duration = Duration::from_millis(10);
-
-/// How many more fibers a worker must have tied to it than the base worker with the
-/// fewest before a fiber about to start there is handed over instead (see
-/// `FiberFuture::hand_off`).
-const START_SLACK: usize = 2;
 /// A loop stack is as large as a worker thread's own stack: `RUST_MIN_STACK` if set
 /// (as std reads it for spawned threads), else 2 MiB; the tasks it polls expect no less
 /// (found in review: with `RUST_MIN_STACK` raised, a task that fit on the worker's stack
@@ -445,46 +440,6 @@ impl Core {
         let c = &self.remote().homed_fibers;
         c.fetch_add(1, SeqCst);
         c.clone()
-    }
-
-    /// Where a fiber about to start on this worker should start instead: the base
-    /// worker with the fewest fibers tied to it, when this one has at least
-    /// [`START_SLACK`] more. `None`: start here.
-    pub(crate) fn fewer_fibers_elsewhere(&self) -> Option<usize> {
-        let mine = self.remote().homed_fibers.load(Relaxed);
-        if mine < START_SLACK {
-            return None;
-        }
-        let mut best: Option<(usize, usize)> = None;
-        for (i, r) in self.shared.remotes[..self.shared.num_workers()]
-            .iter()
-            .enumerate()
-        {
-            if i == self.index || r.stalled.load(Relaxed) {
-                continue;
-            }
-            let n = r.homed_fibers.load(Relaxed);
-            if best.is_none_or(|(_, b)| n < b) {
-                best = Some((i, n));
-            }
-        }
-        best.filter(|&(_, n)| n + START_SLACK <= mine)
-            .map(|(i, _)| i)
-    }
-
-    /// Counts a fiber on base worker `i` before it starts there (handed over by
-    /// [`fewer_fibers_elsewhere`](Self::fewer_fibers_elsewhere)'s choice); the
-    /// fiber keeps the counter as [`home_fiber`](Self::home_fiber)'s.
-    pub(crate) fn reserve_home(&self, i: usize) -> StdArc<std::sync::atomic::AtomicUsize> {
-        let c = &self.shared.remotes[i].homed_fibers;
-        c.fetch_add(1, SeqCst);
-        c.clone()
-    }
-
-    /// Whether `c` is this worker's count of tied fibers (one reserved here by
-    /// [`reserve_home`](Self::reserve_home)).
-    pub(crate) fn is_home_counter(&self, c: &StdArc<std::sync::atomic::AtomicUsize>) -> bool {
-        StdArc::ptr_eq(c, &self.remote().homed_fibers)
     }
 
     /// Runs tasks until `done()` holds or the runtime shuts down.
