@@ -119,6 +119,19 @@ impl Hub {
     }
 
     /// Runs `f` on the hub's fiber and returns its result.
+    /// Spawns, from the hub's fiber (so its first poll is on the hub's worker), a fiber
+    /// that sends on `tx`, and joins it; returns the thread it ran on.
+    fn send_from_a_new_fiber(&self, tx: mpsc::Sender<()>) -> ThreadId {
+        self.run(move || {
+            fiber::spawn(move || {
+                let _ = tx.send(());
+                std::thread::current().id()
+            })
+            .join()
+            .unwrap()
+        })
+    }
+
     fn run<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> R {
         let (tx, rx) = mpsc::channel();
         self.jobs
@@ -284,14 +297,7 @@ fn a_fiber_is_not_handed_to_a_worker_stuck_in_a_poll() {
         up_rx.recv_timeout(TIMEOUT).unwrap();
         let t0 = Instant::now();
         // Spawned and joined by the hub: its first poll is on the hub's worker.
-        let sender_on = hub.run(move || {
-            fiber::spawn(move || {
-                let _ = msg_tx.send(());
-                std::thread::current().id()
-            })
-            .join()
-            .unwrap()
-        });
+        let sender_on = hub.send_from_a_new_fiber(msg_tx);
         let got = blocker.join().unwrap();
         let took = t0.elapsed();
         hub.close();
@@ -365,14 +371,7 @@ fn a_temporary_worker_does_not_hand_a_fiber_to_the_stuck_base_worker() {
         let t0 = Instant::now();
         let hub = Hub::new(&rt);
         assert_ne!(hub.at, stuck);
-        let sender_on = hub.run(move || {
-            fiber::spawn(move || {
-                let _ = msg_tx.send(());
-                std::thread::current().id()
-            })
-            .join()
-            .unwrap()
-        });
+        let sender_on = hub.send_from_a_new_fiber(msg_tx);
         let got = blocker.join().unwrap();
         let took = t0.elapsed();
         hub.close();
