@@ -808,10 +808,11 @@ impl<T> Drop for Ring<T> {
             std::mem::replace(&mut self.slots, Zeroed::new(0)),
             std::mem::replace(&mut self.stamps, Zeroed::new(0)),
         );
-        // SAFETY: a slot's stamp and value are written only by the push or pop that
-        // claimed one of its positions, and claims take positions in order from 0
-        // (`tail` from 0, `head` behind it), so the slots at or above `used` hold the
-        // zero bytes they started with.
+        // A slot's stamp and value are written only by the push or pop that claimed
+        // one of its positions, and claims take positions in order from 0 (`tail` from
+        // 0, `head` behind it), so the slots at or above `used` hold the zero bytes
+        // they started with.
+        // SAFETY: hence every element outside `0..used` is all zero bytes.
         unsafe {
             slots.recycle(0..used);
             stamps.recycle(0..used);
