@@ -26,7 +26,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-use common::{counter, load, on, with_timeout, TIMEOUT};
+use common::{counter, load, on, with_timeout, workers, TIMEOUT};
 use weft::fiber;
 
 fn ms(n: u64) -> Duration {
@@ -61,13 +61,6 @@ fn retired_all(rt: &weft::Runtime) -> u64 {
         );
         std::thread::sleep(ms(5));
     }
-}
-
-fn runtime(workers: usize) -> weft::Runtime {
-    weft::Builder::new()
-        .worker_threads(workers)
-        .build()
-        .expect("failed to build the runtime")
 }
 
 /// A pair of fibers on one worker, one of which runs what it is sent (as a fiber on
@@ -182,6 +175,24 @@ fn spawn_away_from<T: Send + 'static>(
     panic!("no task of 1000 ran on another worker than {not:?}");
 }
 
+/// Blocks a worker other than the one of thread `not` with a task that waits, blocking
+/// its thread, for a message (at most `patience`); returns once it waits, with its
+/// handle (`true` if the message came), its thread, and the sender that ends the wait.
+fn block_away_from(
+    rt: &weft::Runtime,
+    not: ThreadId,
+    patience: Duration,
+) -> (weft::JoinHandle<bool>, ThreadId, mpsc::Sender<()>) {
+    let (msg_tx, msg_rx) = mpsc::channel::<()>();
+    let (up_tx, up_rx) = mpsc::channel::<()>();
+    let (blocker, at) = spawn_away_from(rt, not, async move {
+        up_tx.send(()).unwrap();
+        msg_rx.recv_timeout(patience).is_ok()
+    });
+    up_rx.recv_timeout(TIMEOUT).unwrap();
+    (blocker, at, msg_tx)
+}
+
 const PLANNED: &str = "review_s23: planned panic";
 
 /// Panics with [`PLANNED`], which the hook installed here does not print.
@@ -284,17 +295,11 @@ impl Drop for Tracked {
 #[test]
 fn a_fiber_is_not_handed_to_a_worker_stuck_in_a_poll() {
     with_timeout(|| {
-        let rt = runtime(2);
+        let rt = workers(2);
         // Two fibers tied to one worker, none to the other.
         let hub = Hub::new(&rt);
-        let (msg_tx, msg_rx) = mpsc::channel::<()>();
-        let (up_tx, up_rx) = mpsc::channel::<()>();
         // Blocks the other worker until the fiber below sends (at most 3 s).
-        let (blocker, stuck) = spawn_away_from(&rt, hub.at, async move {
-            up_tx.send(()).unwrap();
-            msg_rx.recv_timeout(Duration::from_secs(3)).is_ok()
-        });
-        up_rx.recv_timeout(TIMEOUT).unwrap();
+        let (blocker, stuck, msg_tx) = block_away_from(&rt, hub.at, Duration::from_secs(3));
         let t0 = Instant::now();
         // Spawned and joined by the hub: its first poll is on the hub's worker.
         let sender_on = hub.send_from_a_new_fiber(msg_tx);
@@ -319,7 +324,7 @@ fn a_fiber_is_not_handed_to_a_worker_stuck_in_a_poll() {
 #[test]
 fn a_wait_in_a_drop_during_a_panic_gets_the_fiber_it_spawned() {
     with_timeout(|| {
-        let rt = runtime(2);
+        let rt = workers(2);
         let hub = Hub::new(&rt);
         struct WaitOnDrop(mpsc::Sender<(bool, Option<ThreadId>)>);
         impl Drop for WaitOnDrop {
@@ -581,7 +586,7 @@ fn dropping_the_runtime_amid_hand_offs_drops_every_fiber_once() {
         let tracker = Tracker::new();
         for iter in 0..12u64 {
             let rt = if iter % 2 == 0 {
-                runtime(2)
+                workers(2)
             } else {
                 with_temps(2)
             };
@@ -667,15 +672,9 @@ fn on_one_worker_every_fiber_starts_and_stays_on_it() {
 #[test]
 fn shutdown_timeout_drops_the_fibers_handed_to_a_stuck_worker() {
     with_timeout(|| {
-        let rt = runtime(2);
+        let rt = workers(2);
         let hub = Hub::new(&rt);
-        let (release_tx, release_rx) = mpsc::channel::<()>();
-        let (up_tx, up_rx) = mpsc::channel::<()>();
-        let (_blocker, _stuck) = spawn_away_from(&rt, hub.at, async move {
-            up_tx.send(()).unwrap();
-            let _ = release_rx.recv_timeout(TIMEOUT);
-        });
-        up_rx.recv_timeout(TIMEOUT).unwrap();
+        let (_blocker, _stuck, release_tx) = block_away_from(&rt, hub.at, TIMEOUT);
         let tracker = Tracker::new();
         let t = tracker.clone();
         let fibers = hub.run(move || {

@@ -323,7 +323,7 @@ impl<T> Ring<T> {
         // `stamp`), so the stamps are zeroed words: a large ring costs no writes up
         // front, and its pages are touched as values arrive.
         let (slots, stamps, values) = if Self::JOINT {
-            (Zeroed::new(cap), Zeroed::new(0), Box::default())
+            (Zeroed::new(cap), Zeroed::default(), Box::default())
         } else {
             // The stamps first: a capacity too large for the values then panics with the
             // stamps mapped, and their unwind unmaps them (`tests/review_zeroed.rs`).
@@ -340,7 +340,7 @@ impl<T> Ring<T> {
             let values = (0..cap)
                 .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
                 .collect();
-            (Zeroed::new(0), stamps, values)
+            (Zeroed::default(), stamps, values)
         };
         let mut ring = Ring {
             head: CachePadded::new(AtomicUsize::new(0)),
@@ -804,18 +804,16 @@ impl<T> Drop for Ring<T> {
         if usize::BITS < 64 {
             return;
         }
-        let (slots, stamps) = (
-            std::mem::replace(&mut self.slots, Zeroed::new(0)),
-            std::mem::replace(&mut self.stamps, Zeroed::new(0)),
-        );
         // A slot's stamp and value are written only by the push or pop that claimed
         // one of its positions, and claims take positions in order from 0 (`tail` from
         // 0, `head` behind it), so the slots at or above `used` hold the zero bytes
         // they started with.
-        // SAFETY: hence every element outside `0..used` is all zero bytes.
-        unsafe {
-            slots.recycle(0..used);
-            stamps.recycle(0..used);
+        if Self::JOINT {
+            // SAFETY: hence every slot outside `0..used` is all zero bytes.
+            unsafe { std::mem::take(&mut self.slots).recycle(0..used) };
+        } else {
+            // SAFETY: as above, for the stamps kept apart.
+            unsafe { std::mem::take(&mut self.stamps).recycle(0..used) };
         }
     }
 }
