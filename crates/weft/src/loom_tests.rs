@@ -422,6 +422,37 @@ fn loom_park_vs_remote_insert() {
     });
 }
 
+/// A fiber handed, before it started, to a worker that is going to sleep
+/// (`Shared::push_handed`, from `FiberFuture::hand_off` on another worker): the park
+/// transition either sees it in the worker's `handed` queue or is woken for it. A lost
+/// wakeup shows as a loom deadlock; a fiber left in the queue fails the assert.
+#[test]
+fn loom_park_vs_handed_fiber() {
+    loom::model(|| {
+        let (shared, mut locals) = new_pool(1);
+        let rec = Arc::new(Recorder::default());
+        let core = Core::new(0, shared.clone(), locals.pop().unwrap());
+        let task = dummy_task(&rec);
+        task.header()
+            .home
+            .store(crate::task::header::HANDED, SeqCst);
+        let s2 = shared.clone();
+        let producer = thread::spawn(move || s2.schedule_remote(task));
+        let mut found = core.next_task_for_test();
+        while found.is_none() {
+            // Returns at once if the park's re-check sees the fiber; otherwise only the
+            // producer's wake ends it.
+            core.park_for_test();
+            found = core.next_task_for_test();
+        }
+        producer.join().unwrap();
+        assert!(shared.inject.is_empty(), "the fiber went elsewhere");
+        assert!(shared.remotes[0].handed.is_empty());
+        drop(found);
+        core.finish_for_test();
+    });
+}
+
 /// Two workers of one pool sleep while one insert arrives: someone finds it. Each
 /// worker searches and parks until the task has been taken; the finder then wakes the
 /// other so the model can end. A lost wakeup leaves both asleep: a loom deadlock.

@@ -24,7 +24,7 @@ use super::local::Locals;
 use crate::scheduler::worker;
 use crate::stack::{self, overflow, Stack, LIVE_FIBERS};
 use crate::task::current;
-use crate::task::header::SOFT_HOME;
+use crate::task::header::{HANDED, SOFT_HOME};
 
 /// What a running fiber needs from the thread that resumed it, and what the fiber
 /// keeps about itself. Reached through `task::current::fiber()` while the fiber runs.
@@ -257,6 +257,9 @@ pub(crate) struct FiberFuture<F, T> {
     /// The home worker's count of fibers tied to it, while this one is (a temporary
     /// worker may not retire while it is not zero).
     homed: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
+    /// The fiber was offered to another worker before it started (`hand_off`): it
+    /// starts wherever it is polled next.
+    handed: bool,
     _pinned: PhantomPinned,
 }
 
@@ -311,6 +314,7 @@ where
             ctx: FiberCtx::new(name),
             migrate,
             homed: None,
+            handed: false,
             _pinned: PhantomPinned,
         }
     }
@@ -379,7 +383,15 @@ where
         };
         if !self.migrate {
             self.ctx.home.set(core.uid());
-            self.homed = Some(core.home_fiber());
+            match &self.homed {
+                // Counted here already by the worker that handed it over.
+                Some(c) if core.is_home_counter(c) => {}
+                // Handed elsewhere and started here after all (sysmon's rescue).
+                _ => {
+                    self.unhome();
+                    self.homed = Some(core.home_fiber());
+                }
+            }
         }
         let home = core.index() as u32 | if self.migrate { SOFT_HOME } else { 0 };
         // The task harness polls the fiber, so a task is current.
@@ -392,6 +404,38 @@ where
 }
 
 impl<F, T> FiberFuture<F, T> {
+    /// Before its first run on a worker: if [`Core::fewer_fibers_elsewhere`] names a
+    /// worker with clearly fewer fibers tied to it, the fiber is offered to that worker
+    /// unstarted (its task's home set to it with `HANDED`, and woken, so the scheduler
+    /// puts it in that worker's `handed` queue), and `true` says so. Once only: a
+    /// fiber offered before starts wherever it is polled next.
+    ///
+    /// [`Core::fewer_fibers_elsewhere`]: worker::Core::fewer_fibers_elsewhere
+    #[inline(never)]
+    fn hand_off(&mut self, cx: &Context<'_>) -> bool {
+        self.handed = true;
+        // SAFETY: the core of this thread outlives the poll.
+        let Some(core) = (unsafe { worker::current_ptr().as_ref() }) else {
+            return false;
+        };
+        let Some(to) = core.fewer_fibers_elsewhere() else {
+            return false;
+        };
+        // The task harness polls the fiber, so a task is current; its RUNNING owner
+        // (this poll) may write the home, which the scheduler reads after the wake's
+        // transition.
+        let moved = current::with(|h| {
+            h.map(|h| h.home.store(to as u32 | HANDED, Relaxed))
+                .is_some()
+        });
+        if !moved {
+            return false;
+        }
+        self.homed = Some(core.reserve_home(to));
+        cx.waker().wake_by_ref();
+        true
+    }
+
     /// The fiber no longer ties its home worker (it ended).
     fn unhome(&mut self) {
         if let Some(c) = self.homed.take() {
@@ -434,6 +478,9 @@ where
         // SAFETY: the pin guarantees that `ctx` stays put, and nothing here moves it.
         let this = unsafe { self.get_unchecked_mut() };
         if matches!(this.run, Run::Unstarted(..)) {
+            if !this.migrate && !this.handed && this.hand_off(cx) {
+                return Poll::Pending;
+            }
             this.start(cx);
         }
         this.claim_home();

@@ -26,6 +26,9 @@
 //!   outlasts a wake: see `Core::evict_lifo`). Likewise when a running worker's
 //!   stealable queue has held tasks at every look for [`STALE_AFTER`], however short
 //!   its polls (a fan-out of short tasks that the average said were not worth a wake).
+//! * **Handed fibers.** Fibers handed, before they started, to a worker that has
+//!   polled nothing for [`STALE_AFTER`] go to the injection queue, where any worker
+//!   starts them (see `Core::fewer_fibers_elsewhere`).
 //! * **The stall report.** After the threshold (default 5 s) the task is reported once
 //!   on stderr with its id, its name if it is a named fiber, and the worker.
 //!   `WEFT_DEBUG_STALL=0` or [`Builder::stall_report(None)`](crate::Builder::stall_report)
@@ -100,6 +103,9 @@ struct Seen {
     reported: bool,
     /// Since when its stealable queue has held tasks at every look while it ran.
     queued_since: Option<Instant>,
+    /// Since when fibers handed to it have waited at every look while its poll count
+    /// stood still.
+    handed_since: Option<Instant>,
 }
 
 /// What sysmon remembers about one pool.
@@ -182,6 +188,7 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
                     since: now,
                     reported: false,
                     queued_since: None,
+                    handed_since: None,
                 });
                 if parked || remote.steal.is_empty() {
                     s.queued_since = None;
@@ -197,12 +204,23 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
                     s.queued_since = Some(now);
                     pool.notify_parked();
                 }
+                if parked || polls != s.polls || remote.handed.is_empty() {
+                    s.handed_since = None;
+                } else if now - *s.handed_since.get_or_insert(now) >= STALE_AFTER {
+                    // Fibers handed to a worker before they started, and it has run
+                    // nothing since: stuck in one poll or in a fork-join job, maybe
+                    // waiting for one of them. They are tied to nobody yet: any worker
+                    // may start them (see `Core::fewer_fibers_elsewhere`).
+                    s.handed_since = None;
+                    pool.rescue_handed(i);
+                }
                 if polls != s.polls || running == 0 || parked {
                     *s = Seen {
                         polls,
                         since: now,
                         reported: false,
                         queued_since: s.queued_since,
+                        handed_since: s.handed_since,
                     };
                     remote.stalled.store(false, Relaxed);
                     continue;

@@ -99,7 +99,6 @@ impl Inject {
         Vec::new()
     }
 
-    #[cfg(all(test, loom))]
     pub(crate) fn pop(&self) -> Option<Notified> {
         let mut first = None;
         self.pop_batch(1, |t| first = Some(t));

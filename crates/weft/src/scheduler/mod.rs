@@ -68,6 +68,12 @@ pub(crate) struct Remote {
     /// Started fibers tied to this worker (spec 003's per-worker inbox): never stolen;
     /// producers on other threads push here and wake this worker if it is parked.
     pub(crate) inbox: Inject,
+    /// Fibers that have not started, handed to this base worker by a worker with more
+    /// fibers tied to it (`FiberFuture::hand_off`). This worker takes them as it takes
+    /// its inbox, but they are tied to nobody yet: a worker stuck in one poll has them
+    /// moved to the injection queue by sysmon ([`rescue_handed`](Shared::rescue_handed)),
+    /// where any worker starts them. Producers use the inbox's handshake.
+    pub(crate) handed: Inject,
     /// The id of the task this worker is polling (0: none), for the stall reporter.
     pub(crate) running_task: AtomicU64,
     /// Set by the stall reporter while this worker has been inside one poll for longer
@@ -225,6 +231,7 @@ impl Shared {
                     counters: WorkerCounters::default(),
                     claimed_at: AtomicU64::new(0),
                     inbox: Inject::new(),
+                    handed: Inject::new(),
                     running_task: AtomicU64::new(0),
                     stalled: AtomicBool::new(false),
                     leapfroggers: crate::base::AtomicUsize::new(0),
@@ -430,7 +437,11 @@ impl Shared {
     #[inline(never)]
     fn schedule_remote_to(&self, task: Notified, home: Option<Home>) {
         if let Some(home) = home {
-            if home.pinned || !self.home_is_congested(home.worker) {
+            if home.handed {
+                if !self.home_is_congested(home.worker) {
+                    return self.push_handed(home.worker, task);
+                }
+            } else if home.pinned || !self.home_is_congested(home.worker) {
                 return self.push_inbox(home.worker, task);
             }
         }
@@ -474,6 +485,37 @@ impl Shared {
             // SAFETY: the queue reference moves to the set-aside list.
             Err(task) => unsafe { self.set_aside(i, task.into_raw()) },
         }
+    }
+
+    /// [`push_inbox`](Self::push_inbox)'s handshake for base worker `i`'s `handed`
+    /// queue: push, SeqCst fence, wake `i` if its parked bit is set; `Core::park`
+    /// re-checks the queue after it publishes the bit and whenever its parker returns
+    /// (loom model `loom_park_vs_handed_fiber`). Only base workers are handed fibers, and
+    /// they never retire, so no rescue is needed for an inactive slot. A closed queue
+    /// (shutdown) cancels the fiber here: it has not started, so no thread owns it.
+    fn push_handed(&self, i: usize, task: Notified) {
+        debug_assert!(i < self.num_workers(), "a fiber handed to a temporary slot");
+        match self.remotes[i].handed.push(task) {
+            Ok(()) => {
+                fence(SeqCst);
+                if self.idle.is_parked(i) {
+                    self.remotes[i].parker.unpark();
+                }
+            }
+            Err(task) => cancel_queued(task),
+        }
+    }
+
+    /// Moves the fibers handed to worker `i` to the injection queue, where any worker
+    /// starts them: sysmon's rescue when `i` has not polled for a while (stuck in one
+    /// poll or in a job, perhaps waiting for one of these very fibers).
+    #[cold]
+    pub(crate) fn rescue_handed(&self, i: usize) {
+        let mut moved = Vec::new();
+        self.remotes[i]
+            .handed
+            .pop_batch(usize::MAX, |t| moved.push(t));
+        self.inject_all(moved);
     }
 
     /// Moves what waits in slot `i`'s inbox (fibers that only prefer it: see
@@ -673,7 +715,8 @@ impl Shared {
         self.cancel_all()
     }
 
-    /// Cancels every linked task and empties the injection queue; started fibers tied
+    /// Cancels every linked task and empties the injection queue and the `handed`
+    /// queues; started fibers tied
     /// to a worker, and whatever waits in a worker's inbox, are set aside for that
     /// worker ([`set_aside`](Self::set_aside)). Safe to repeat.
     ///
@@ -701,6 +744,10 @@ impl Shared {
             cancel_queued(task);
         }
         for (i, r) in self.remotes.iter().enumerate() {
+            // Not started: nobody's yet.
+            for task in r.handed.close() {
+                cancel_queued(task);
+            }
             // Fibers homed on worker `i`, whose thread may be running a task right now.
             for task in r.inbox.close() {
                 // SAFETY: the queue reference moves to the set-aside list.

@@ -2,9 +2,10 @@
 //!
 //! Search order: every 16 polls while timers are pending, due timers; every
 //! `global_interval` polls the injection queue, then this worker's fibers, first
-//! (fairness); then the LIFO slot (at most [`MAX_LIFO_POLLS`] in a row), the local
-//! queue, this worker's fibers (the pinned-fiber queue, refilled from the worker's
-//! inbox when empty), the injection queue, the tasks that yielded, fork-join jobs left
+//! and fibers handed to it (fairness); then the LIFO slot (at most [`MAX_LIFO_POLLS`]
+//! in a row), the local queue, this worker's fibers (the pinned-fiber queue, refilled
+//! from the worker's inbox when empty), fibers handed to it before they started (see
+//! [`Core::fewer_fibers_elsewhere`]), the injection queue, the tasks that yielded, fork-join jobs left
 //! on this worker's deque, jobs injected from outside the pool, then stealing from peers
 //! as a searcher (a peer's oldest fork-join job, then half its task queue), and finally
 //! the sleep transition of [`super::idle`], which re-checks before it parks.
@@ -80,6 +81,11 @@ const MIN_GLOBAL_BATCH: usize = 4;
 /// How often a worker blocked in [`Core::block_until`] without the timer driver
 /// offers again to hold it.
 const BLOCKED_DRIVER_RECHECK: Duration = Duration::from_millis(10);
+
+/// How many more fibers a worker must have tied to it than the base worker with the
+/// fewest before a fiber about to start there is handed over instead (see
+/// [`Core::fewer_fibers_elsewhere`]).
+const START_SLACK: usize = 2;
 /// A loop stack is as large as a worker thread's own stack: `RUST_MIN_STACK` if set
 /// (as std reads it for spawned threads), else 2 MiB; the tasks it polls expect no less
 /// (found in review: with `RUST_MIN_STACK` raised, a task that fit on the worker's stack
@@ -442,6 +448,62 @@ impl Core {
         c.clone()
     }
 
+    /// Where a fiber about to start on this worker should start instead: the base
+    /// worker with the fewest fibers tied to it, when this one has at least
+    /// [`START_SLACK`] more. `None`: start here.
+    ///
+    /// A started fiber never moves (the thread rule), so where it starts is where all
+    /// its work is done. Fibers that start one at a time on one worker (a server's
+    /// per-connection fibers, spawned by its accept loop and started before the next
+    /// comes) stayed unevenly tied for their whole lives: an echo server of 100
+    /// connections on two workers ran at 9.5-10 us a round trip with its fibers tied
+    /// 50/50, and 15-18 us at 65/35 or 22/78, the less loaded worker idle for much of
+    /// the run, woken by every readiness event it held the driver for.
+    ///
+    /// The fiber goes to the chosen worker's `handed` queue, not its inbox: it is not
+    /// tied to it yet, and a worker stuck in a poll (perhaps waiting for that very
+    /// fiber: a thread-blocking wait, a `Drop` waiting during a panic) has sysmon move
+    /// its handed fibers to the injection queue. So there is no hand-off where no
+    /// sysmon finds a stuck worker quickly (`lifo_rescue`), and none to a worker
+    /// already marked stalled.
+    pub(crate) fn fewer_fibers_elsewhere(&self) -> Option<usize> {
+        let mine = self.remote().homed_fibers.load(Relaxed);
+        if mine < START_SLACK || !self.shared.lifo_rescue {
+            return None;
+        }
+        let mut best: Option<(usize, usize)> = None;
+        for (i, r) in self.shared.remotes[..self.shared.num_workers()]
+            .iter()
+            .enumerate()
+        {
+            if i == self.index || r.stalled.load(Relaxed) {
+                continue;
+            }
+            let n = r.homed_fibers.load(Relaxed);
+            if best.is_none_or(|(_, b)| n < b) {
+                best = Some((i, n));
+            }
+        }
+        best.filter(|&(_, n)| n + START_SLACK <= mine)
+            .map(|(i, _)| i)
+    }
+
+    /// Counts a fiber on base worker `i` before it starts there (handed over by
+    /// [`fewer_fibers_elsewhere`](Self::fewer_fibers_elsewhere)'s choice), so that the
+    /// next choices see it; the fiber keeps the counter as
+    /// [`home_fiber`](Self::home_fiber)'s if it does start there.
+    pub(crate) fn reserve_home(&self, i: usize) -> StdArc<std::sync::atomic::AtomicUsize> {
+        let c = &self.shared.remotes[i].homed_fibers;
+        c.fetch_add(1, SeqCst);
+        c.clone()
+    }
+
+    /// Whether `c` is this worker's count of tied fibers (one reserved here by
+    /// [`reserve_home`](Self::reserve_home)).
+    pub(crate) fn is_home_counter(&self, c: &StdArc<std::sync::atomic::AtomicUsize>) -> bool {
+        StdArc::ptr_eq(c, &self.remote().homed_fibers)
+    }
+
     /// Runs tasks until `done()` holds or the runtime shuts down.
     /// Generic over `done` so that the worker's own loop (`|| false`) checks nothing.
     pub(crate) fn run_until(&self, done: impl Fn() -> bool) {
@@ -523,7 +585,10 @@ impl Core {
         let deferred = self.deferred.take();
         let has_deferred = !deferred.is_empty();
         self.deferred.set(deferred);
-        has_deferred || !self.inbox().is_empty() || !self.shared.inject.is_empty()
+        has_deferred
+            || !self.inbox().is_empty()
+            || !self.handed().is_empty()
+            || !self.shared.inject.is_empty()
     }
 
     pub(crate) fn push_job(&self, job: JobRef) {
@@ -674,9 +739,13 @@ impl Core {
         }
         if tick.is_multiple_of(self.global_interval.get()) {
             // About once per millisecond of task time: I/O readiness, the global
-            // queue and this worker's fibers (fairness).
+            // queue, fibers handed to this worker and its own (fairness).
             self.shared.time.poll_io();
-            if let Some(t) = self.next_global().or_else(|| self.next_pinned()) {
+            if let Some(t) = self
+                .next_global()
+                .or_else(|| self.next_handed())
+                .or_else(|| self.next_pinned())
+            {
                 return Some(t);
             }
         }
@@ -689,6 +758,7 @@ impl Core {
         self.local
             .pop()
             .or_else(|| self.next_pinned())
+            .or_else(|| self.next_handed())
             .or_else(|| self.next_global())
             .or_else(|| self.next_deferred())
     }
@@ -726,6 +796,18 @@ impl Core {
 
     fn inbox(&self) -> &super::inject::Inject {
         &self.remote().inbox
+    }
+
+    fn handed(&self) -> &super::inject::Inject {
+        &self.remote().handed
+    }
+
+    /// A fiber handed to this worker before it started (one at a time: the rest stay
+    /// where sysmon can move them if this worker gets stuck in the first).
+    #[inline]
+    fn next_handed(&self) -> Option<Notified> {
+        // (`pop` looks at the length before it takes the lock.)
+        self.handed().pop()
     }
 
     /// Moves the yielded tasks into the local queue (where peers may steal them) and

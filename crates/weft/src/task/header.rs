@@ -23,7 +23,8 @@ pub(crate) struct Header {
     pub(crate) owned: OwnedLinks,
     pub(crate) id: Id,
     /// The worker a started fiber is tied to ([`NO_HOME`] for async tasks and fibers
-    /// that have not started), with [`SOFT_HOME`] set when the fiber may migrate.
+    /// that have not started), with [`SOFT_HOME`] set when the fiber may migrate; or,
+    /// with [`HANDED`], the worker an unstarted fiber was handed to.
     /// Written by the RUNNING owner; read by whoever schedules the task, after the
     /// state-word transition that made it SCHEDULED (which orders the two).
     pub(crate) home: AtomicU32,
@@ -41,13 +42,19 @@ pub(crate) struct Header {
 pub(crate) const NO_HOME: u32 = u32::MAX;
 /// Flag in `Header::home`: the worker is a preference, not a rule (fiber migration).
 pub(crate) const SOFT_HOME: u32 = 1 << 31;
+/// Flag in `Header::home`: a fiber that has not started, handed by a worker with more
+/// fibers tied to it to the worker named (see `FiberFuture::hand_off`). It goes to that
+/// worker's `handed` queue, which is not a rule either: any worker may start it.
+pub(crate) const HANDED: u32 = 1 << 30;
 
 /// The decoded `Header::home`: the worker a started fiber belongs to, and whether that
-/// is a rule (`pinned`) or a preference.
+/// is a rule (`pinned`) or a preference; or the worker an unstarted fiber was handed
+/// to (`handed`, never `pinned`).
 #[derive(Clone, Copy)]
 pub(crate) struct Home {
     pub(crate) worker: usize,
     pub(crate) pinned: bool,
+    pub(crate) handed: bool,
 }
 
 impl Header {
@@ -58,8 +65,9 @@ impl Header {
         use std::sync::atomic::Ordering::Relaxed;
         let home = self.home.load(Relaxed);
         (home != NO_HOME).then_some(Home {
-            worker: (home & !SOFT_HOME) as usize,
-            pinned: home & SOFT_HOME == 0,
+            worker: (home & !(SOFT_HOME | HANDED)) as usize,
+            pinned: home & (SOFT_HOME | HANDED) == 0,
+            handed: home & HANDED != 0,
         })
     }
 

@@ -21,6 +21,7 @@ impl Core {
         self.sample_task_time(parked_at);
         let has_work = !self.shared.inject.is_empty()
             || !self.inbox().is_empty()
+            || !self.handed().is_empty()
             || (idle.num_searching() == 0 && self.shared.has_work_for(self.index));
         if has_work || done() || self.shared.is_shutdown() {
             self.unpublish();
@@ -89,8 +90,9 @@ impl Core {
                     self.woken.set(true);
                     break;
                 }
-                if !self.inbox().is_empty() {
-                    // A fiber tied to this worker was woken (see `Shared::push_inbox`).
+                if !self.inbox().is_empty() || !self.handed().is_empty() {
+                    // A fiber tied to this worker was woken (see `Shared::push_inbox`),
+                    // or one was handed to it (`Shared::push_handed`).
                     self.unpublish();
                     break;
                 }
@@ -204,6 +206,7 @@ impl Core {
         fence(SeqCst);
         let has_work = !self.shared.inject.is_empty()
             || !self.inbox().is_empty()
+            || !self.handed().is_empty()
             || self.has_local_work()
             || (idle.num_searching() == 0 && self.shared.has_work_for(self.index));
         if has_work || self.shared.is_shutdown() || !self.may_retire() {
