@@ -27,10 +27,13 @@
 //!
 //! **A started fiber runs on one worker thread for its whole life** (its *home*
 //! worker): it may start on any worker (idle workers steal fibers that have not
-//! started), but once it has run, its wake-ups go to its home worker's inbox and no
-//! other worker takes it. This matters because Rust code may keep the address of a
-//! thread-local across a call; a fiber that moved to another thread while suspended
-//! would then use the old thread's thread-local. Two consequences:
+//! started, and a worker that already has at least two more fibers tied to it than
+//! another offers a fiber about to start to the one with the fewest, so fibers started
+//! one at a time, as a server's per-connection fibers are, spread evenly), but once it
+//! has run, its wake-ups go to its home worker's inbox and no other worker takes it.
+//! This matters because Rust code may keep the address of a thread-local across a
+//! call; a fiber that moved to another thread while suspended would then use the old
+//! thread's thread-local. Two consequences:
 //!
 //! * A fiber that keeps its worker busy without waiting delays the other fibers homed
 //!   there. Wait (or [`yield_now`]) in long loops.
