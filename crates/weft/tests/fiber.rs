@@ -1753,6 +1753,52 @@ fn a_fiber_spawned_from_a_fiber_starts_on_its_spawners_worker() {
     })
 }
 
+/// Starts `fibers` fibers one at a time from one fiber on a runtime of `workers`
+/// workers (each started before the next is spawned, as a server's accept loop starts
+/// a fiber per connection) and returns how many started on each worker thread (the
+/// spawner's worker first).
+fn starts_one_by_one(workers: usize, fibers: usize) -> Vec<usize> {
+    let rt = named_runtime("fiber-spread", workers);
+    let release = Arc::new(AtomicBool::new(false));
+    let (spawner, homes): (std::thread::ThreadId, Vec<std::thread::ThreadId>) = on(&rt, || {
+        let release = release.clone();
+        weft::fiber::spawn(move || {
+            let started = counter();
+            let fibers: Vec<_> = (0..fibers)
+                .map(|i| {
+                    let (up, release) = (started.clone(), release.clone());
+                    let h = weft::fiber::spawn(move || {
+                        let home = std::thread::current().id();
+                        up.fetch_add(1, SeqCst);
+                        while !release.load(SeqCst) {
+                            fiber::sleep(ms(1));
+                        }
+                        home
+                    });
+                    // Each starts before the next is spawned.
+                    while load(&started) <= i {
+                        fiber::yield_now();
+                    }
+                    h
+                })
+                .collect();
+            release.store(true, SeqCst);
+            let homes = fibers.into_iter().map(|h| h.join().unwrap()).collect();
+            (std::thread::current().id(), homes)
+        })
+        .join()
+        .unwrap()
+    });
+    let mut counts = std::collections::HashMap::new();
+    for h in homes {
+        *counts.entry(h).or_insert(0usize) += 1;
+    }
+    let mut out = vec![counts.remove(&spawner).unwrap_or(0)];
+    out.extend(counts.into_values());
+    out.resize(workers, 0);
+    out
+}
+
 /// Fibers that start one at a time on one worker (a server's accept loop spawning a
 /// fiber per connection, each started before the next comes) spread over the workers
 /// as they start: a started fiber never moves, so where it starts is where its work is
@@ -1763,45 +1809,26 @@ fn a_fiber_spawned_from_a_fiber_starts_on_its_spawners_worker() {
 fn fibers_started_one_by_one_spread_over_the_workers() {
     let _g = shared();
     with_timeout(|| {
-        const FIBERS: usize = 40;
-        let rt = named_runtime("fiber-spread", 2);
-        let release = Arc::new(AtomicBool::new(false));
-        let homes: Vec<std::thread::ThreadId> = on(&rt, || {
-            let release = release.clone();
-            weft::fiber::spawn(move || {
-                let started = counter();
-                let fibers: Vec<_> = (0..FIBERS)
-                    .map(|i| {
-                        let (up, release) = (started.clone(), release.clone());
-                        let h = weft::fiber::spawn(move || {
-                            let home = std::thread::current().id();
-                            up.fetch_add(1, SeqCst);
-                            while !release.load(SeqCst) {
-                                fiber::sleep(ms(1));
-                            }
-                            home
-                        });
-                        // Each starts before the next is spawned.
-                        while load(&started) <= i {
-                            fiber::yield_now();
-                        }
-                        h
-                    })
-                    .collect();
-                release.store(true, SeqCst);
-                fibers.into_iter().map(|h| h.join().unwrap()).collect()
-            })
-            .join()
-            .unwrap()
-        });
-        let first = homes[0];
-        let on_first = homes.iter().filter(|&&h| h == first).count();
-        let on_other = FIBERS - on_first;
+        let counts = starts_one_by_one(2, 40);
         // The spawner counts on its worker too; two workers choosing at once may each
         // see the other's count a fiber late.
         assert!(
-            on_first.abs_diff(on_other) <= 6,
-            "{on_first} fibers started on one worker, {on_other} on the other"
+            counts[0].abs_diff(counts[1]) <= 6,
+            "fibers started per worker, the spawner's first: {counts:?}"
+        );
+    })
+}
+
+/// The same on eight workers, where a start looks at a few workers from a random one
+/// rather than all of them: every worker still gets its share.
+#[test]
+fn fibers_started_one_by_one_spread_over_eight_workers() {
+    let _g = shared();
+    with_timeout(|| {
+        let counts = starts_one_by_one(8, 80);
+        assert!(
+            counts.iter().all(|&n| (5..=15).contains(&n)),
+            "fibers started per worker, the spawner's first: {counts:?}"
         );
     })
 }

@@ -86,6 +86,9 @@ const BLOCKED_DRIVER_RECHECK: Duration = Duration::from_millis(10);
 /// fewest before a fiber about to start there is handed over instead (see
 /// [`Core::fewer_fibers_elsewhere`]).
 const START_SLACK: usize = 2;
+/// How many base workers (this one perhaps among them) [`Core::fewer_fibers_elsewhere`]
+/// looks at, from a random one, on a larger pool.
+const PLACEMENT_LOOKS: usize = 4;
 /// A loop stack is as large as a worker thread's own stack: `RUST_MIN_STACK` if set
 /// (as std reads it for spawned threads), else 2 MiB; the tasks it polls expect no less
 /// (found in review: with `RUST_MIN_STACK` raised, a task that fit on the worker's stack
@@ -471,11 +474,19 @@ impl Core {
         if mine < START_SLACK || !self.shared.lifo_rescue {
             return None;
         }
+        // Every fiber start on a loaded worker comes here: on a large pool, a few peers
+        // from a random one (each count is a line its worker writes at every start and
+        // end of a fiber), which still evens the counts out.
+        let n = self.shared.num_workers();
+        let (start, looks) = if n > PLACEMENT_LOOKS {
+            (self.next_rand() as usize % n, PLACEMENT_LOOKS)
+        } else {
+            (0, n)
+        };
         let mut best: Option<(usize, usize)> = None;
-        for (i, r) in self.shared.remotes[..self.shared.num_workers()]
-            .iter()
-            .enumerate()
-        {
+        for k in 0..looks {
+            let i = (start + k) % n;
+            let r = &self.shared.remotes[i];
             if i == self.index || r.stalled.load(Relaxed) {
                 continue;
             }
