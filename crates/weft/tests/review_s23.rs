@@ -26,263 +26,9 @@ use std::sync::{mpsc, Arc};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
+use common::placement::*;
 use common::{counter, load, on, with_timeout, workers, TIMEOUT};
 use weft::fiber;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// A runtime of `workers` base workers and as many temporary ones, which retire after
-/// 20 ms idle.
-fn with_temps(workers: usize) -> weft::Runtime {
-    weft::Builder::new()
-        .worker_threads(workers)
-        .max_extra_workers(workers)
-        .extra_worker_keep_alive(ms(20))
-        .build()
-        .expect("failed to build the runtime")
-}
-
-/// Waits (at most 10 s) until every temporary worker that started has retired: a
-/// temporary worker with a fiber counted as tied to it never does.
-fn retired_all(rt: &weft::Runtime) -> u64 {
-    let t0 = Instant::now();
-    loop {
-        let s = rt.stats();
-        if s.temp_workers_retired == s.temp_workers_started {
-            return s.temp_workers_started;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "{} temporary workers started, {} retired: one keeps a fiber count",
-            s.temp_workers_started,
-            s.temp_workers_retired
-        );
-        std::thread::sleep(ms(5));
-    }
-}
-
-/// A pair of fibers on one worker, one of which runs what it is sent (as a fiber on
-/// that worker) until the hub is dropped: two fibers are tied to that worker while
-/// the hub lives. (A lone fiber's first child starts beside it; a third fiber would be
-/// handed to another worker.)
-struct Hub {
-    jobs: weft::chan::Sender<Box<dyn FnOnce() + Send>>,
-    at: ThreadId,
-    fiber: weft::JoinHandle<()>,
-}
-
-impl Hub {
-    fn new(rt: &weft::Runtime) -> Hub {
-        let (jobs, jobs_rx) = weft::chan::unbounded::<Box<dyn FnOnce() + Send>>();
-        let (at_tx, at_rx) = mpsc::channel();
-        let fiber = on(rt, || {
-            fiber::spawn(move || {
-                let start = here();
-                let (stop, stopped) = weft::chan::bounded::<()>(1);
-                let (up_tx, up_rx) = weft::chan::bounded(1);
-                // Starts in this worker's LIFO slot, which no other worker takes from.
-                let other = fiber::spawn(move || {
-                    let start = here();
-                    up_tx.try_send(start.0).unwrap();
-                    let _ = weft::wait(stopped.recv());
-                    (start, here())
-                });
-                let other_at = weft::wait(up_rx.recv()).unwrap();
-                at_tx.send((start.0, other_at)).unwrap();
-                while let Ok(job) = weft::wait(jobs_rx.recv()) {
-                    job();
-                    assert_eq!(here(), start, "the hub changed thread");
-                }
-                drop(stop);
-                let (o_start, o_end) = other.join().unwrap();
-                assert_eq!(o_start, o_end, "the hub's partner changed thread");
-                assert_eq!(here(), start, "the hub changed thread");
-            })
-        });
-        let (at, other_at) = at_rx
-            .recv_timeout(TIMEOUT)
-            .expect("hang: the hub did not start");
-        assert_eq!(
-            at, other_at,
-            "a lone fiber's first child started on another worker"
-        );
-        Hub { jobs, at, fiber }
-    }
-
-    /// Runs `f` on the hub's fiber and returns its result.
-    /// Spawns, from the hub's fiber (so its first poll is on the hub's worker), a fiber
-    /// that sends on `tx`, and joins it; returns the thread it ran on.
-    fn send_from_a_new_fiber(&self, tx: mpsc::Sender<()>) -> ThreadId {
-        self.run(move || {
-            fiber::spawn(move || {
-                let _ = tx.send(());
-                std::thread::current().id()
-            })
-            .join()
-            .unwrap()
-        })
-    }
-
-    fn run<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> R {
-        let (tx, rx) = mpsc::channel();
-        self.jobs
-            .try_send(Box::new(move || {
-                let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
-            }))
-            .unwrap();
-        match rx.recv_timeout(TIMEOUT) {
-            Ok(Ok(r)) => r,
-            Ok(Err(payload)) => std::panic::resume_unwind(payload),
-            Err(e) => panic!("hang: the hub's job did not finish ({e})"),
-        }
-    }
-
-    /// Ends the hub's fibers and checks that none changed thread.
-    fn close(self) {
-        drop(self.jobs);
-        self.fiber.join().unwrap();
-    }
-}
-
-/// Spawns `fut` so that it runs on a worker of `rt` other than the one of thread `not`
-/// (from a task found running there, into that worker's LIFO slot, which no other
-/// worker takes from). Returns its handle and that worker's thread.
-fn spawn_away_from<T: Send + 'static>(
-    rt: &weft::Runtime,
-    not: ThreadId,
-    fut: impl std::future::Future<Output = T> + Send + 'static,
-) -> (weft::JoinHandle<T>, ThreadId) {
-    let slot = Arc::new(std::sync::Mutex::new(Some(fut)));
-    for _ in 0..1_000 {
-        let slot = slot.clone();
-        let placed = rt
-            .spawn(async move {
-                let here = std::thread::current().id();
-                if here == not {
-                    return None;
-                }
-                let fut = slot.lock().unwrap().take().unwrap();
-                Some((weft::spawn(fut), here))
-            })
-            .join()
-            .unwrap();
-        if let Some(placed) = placed {
-            return placed;
-        }
-    }
-    panic!("no task of 1000 ran on another worker than {not:?}");
-}
-
-/// Blocks a worker other than the one of thread `not` with a task that waits, blocking
-/// its thread, for a message (at most `patience`); returns once it waits, with its
-/// handle (`true` if the message came), its thread, and the sender that ends the wait.
-fn block_away_from(
-    rt: &weft::Runtime,
-    not: ThreadId,
-    patience: Duration,
-) -> (weft::JoinHandle<bool>, ThreadId, mpsc::Sender<()>) {
-    let (msg_tx, msg_rx) = mpsc::channel::<()>();
-    let (up_tx, up_rx) = mpsc::channel::<()>();
-    let (blocker, at) = spawn_away_from(rt, not, async move {
-        up_tx.send(()).unwrap();
-        msg_rx.recv_timeout(patience).is_ok()
-    });
-    up_rx.recv_timeout(TIMEOUT).unwrap();
-    (blocker, at, msg_tx)
-}
-
-const PLANNED: &str = "review_s23: planned panic";
-
-/// Panics with [`PLANNED`], which the hook installed here does not print.
-fn quiet_panic() -> ! {
-    static HOOK: std::sync::Once = std::sync::Once::new();
-    HOOK.call_once(|| {
-        let prev = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if info.payload().downcast_ref::<&str>() != Some(&PLANNED) {
-                prev(info);
-            }
-        }));
-    });
-    std::panic::panic_any(PLANNED)
-}
-
-/// Tests that keep thousands of fibers alive take this lock, so that two of them never
-/// run at once (each fiber stack is two kernel maps, of about 65,000 a process).
-static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn heavy() -> std::sync::MutexGuard<'static, ()> {
-    HEAVY.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-thread_local! {
-    static MARK: u8 = const { 0 };
-}
-
-/// Where the caller runs: its thread, and the address of a thread-local there.
-fn here() -> (ThreadId, usize) {
-    (
-        std::thread::current().id(),
-        MARK.with(|m| m as *const u8 as usize),
-    )
-}
-
-/// A value that records its drops in its [`Tracker`]: a second drop of one value is
-/// counted in `twice`.
-struct Tracked {
-    id: usize,
-    tracker: Tracker,
-}
-
-/// Counts the [`Tracked`] values made and dropped.
-#[derive(Clone)]
-struct Tracker {
-    made: Arc<std::sync::atomic::AtomicUsize>,
-    dropped: Arc<std::sync::Mutex<std::collections::HashSet<usize>>>,
-    twice: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl Tracker {
-    fn new() -> Tracker {
-        Tracker {
-            made: counter(),
-            dropped: Arc::default(),
-            twice: counter(),
-        }
-    }
-
-    fn make(&self) -> Tracked {
-        Tracked {
-            id: self.made.fetch_add(1, SeqCst),
-            tracker: self.clone(),
-        }
-    }
-
-    /// Every value made was dropped, each once.
-    fn check(&self, what: &str) {
-        assert_eq!(load(&self.twice), 0, "{what}: values dropped twice");
-        assert_eq!(
-            self.dropped.lock().unwrap().len(),
-            load(&self.made),
-            "{what}: values made and values dropped differ"
-        );
-    }
-}
-
-impl Drop for Tracked {
-    fn drop(&mut self) {
-        let mut dropped = self
-            .tracker
-            .dropped
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if !dropped.insert(self.id) {
-            self.tracker.twice.fetch_add(1, SeqCst);
-        }
-    }
-}
 
 // ---------------------------------------------------------------------------------
 // Bugs: a fiber handed, before it started, to a worker that cannot run it.
@@ -299,7 +45,7 @@ fn a_fiber_is_not_handed_to_a_worker_stuck_in_a_poll() {
         // Two fibers tied to one worker, none to the other.
         let hub = Hub::new(&rt);
         // Blocks the other worker until the fiber below sends (at most 3 s).
-        let (blocker, stuck, msg_tx) = block_away_from(&rt, hub.at, Duration::from_secs(3));
+        let (blocker, stuck, msg_tx) = block_away_from(&rt, &hub, Duration::from_secs(3));
         let t0 = Instant::now();
         // Spawned and joined by the hub: its first poll is on the hub's worker.
         let sender_on = hub.send_from_a_new_fiber(msg_tx);
@@ -338,7 +84,7 @@ fn a_wait_in_a_drop_during_a_panic_gets_the_fiber_it_spawned() {
             }
         }
         let (result_tx, result_rx) = mpsc::channel();
-        let (panicked, _) = spawn_away_from(&rt, hub.at, async move {
+        let (panicked, _) = spawn_away_from(&rt, &hub, async move {
             let _guard = WaitOnDrop(result_tx);
             quiet_panic();
         });
@@ -674,7 +420,7 @@ fn shutdown_timeout_drops_the_fibers_handed_to_a_stuck_worker() {
     with_timeout(|| {
         let rt = workers(2);
         let hub = Hub::new(&rt);
-        let (_blocker, _stuck, release_tx) = block_away_from(&rt, hub.at, TIMEOUT);
+        let (_blocker, _stuck, release_tx) = block_away_from(&rt, &hub, TIMEOUT);
         let tracker = Tracker::new();
         let t = tracker.clone();
         let fibers = hub.run(move || {

@@ -55,11 +55,19 @@ fn many_timers_fire_in_deadline_order() {
         });
         let order = order.lock().unwrap();
         assert_eq!(order.len(), 200);
-        // Whoever fires later never has an earlier deadline by more than the wheel's
-        // 1 ms resolution plus scheduling jitter between two tasks woken together.
+        // Whoever runs later never has an earlier deadline by more than the wheel's
+        // 1 ms resolution, except among tasks woken together, which run in queue
+        // order: when the machine stalls the process past several deadlines (12 ms
+        // under a loaded test run: timers 49 to 52 came due at once, and 51 ran
+        // first), those run within a few hundred microseconds of each other.
         let mut by_time = order.clone();
         by_time.sort_by_key(|&(_, t)| t);
-        let inversions = by_time.windows(2).filter(|w| w[0].0 > w[1].0 + 1).count();
+        let inversions = by_time
+            .iter()
+            .enumerate()
+            .flat_map(|(k, a)| by_time[k + 1..].iter().map(move |b| (a, b)))
+            .filter(|(a, b)| a.0 > b.0 + 1 && b.1 - a.1 > ms(2))
+            .count();
         assert_eq!(inversions, 0, "timers fired out of order: {by_time:?}");
     });
 }

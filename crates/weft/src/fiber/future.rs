@@ -268,8 +268,10 @@ pub(crate) struct FiberFuture<F, T> {
 // thread-bound (a reference into a thread-local, a `!Send` value kept across a wait).
 // Those are only ever used on one thread, the fiber's home, as a thread's own stack is:
 // - running it: a started fiber without migration is resumed only by its home worker
-//   (`claim_home` ties it at its first poll; the scheduler hands a task with a hard
-//   home only to that worker's queues, and the RUNNING owner alone resumes it);
+//   (`claim_home` ties it at the poll that starts it; a first poll that hands it to
+//   another worker, `hand_off`, runs nothing of it and ties it to nobody; the
+//   scheduler hands a task with a hard home only to that worker's queues, and the
+//   RUNNING owner alone resumes it);
 // - unwinding it (and dropping its fiber-locals), in `Drop`: only where
 //   `worker::current_uid()` is the fiber's `home`, that is on the home worker's
 //   thread, inside its worker loop (so before that thread's thread-locals are
