@@ -716,9 +716,8 @@ impl Shared {
     }
 
     /// Cancels every linked task and empties the injection queue and the `handed`
-    /// queues; started fibers tied
-    /// to a worker, and whatever waits in a worker's inbox, are set aside for that
-    /// worker ([`set_aside`](Self::set_aside)). Safe to repeat.
+    /// queues; started fibers tied to a worker, and whatever waits in a worker's inbox,
+    /// are set aside for that worker ([`set_aside`](Self::set_aside)). Safe to repeat.
     ///
     /// Returns how many of the cancelled tasks graceful shutdown had marked as active
     /// at its call (`ShutdownReport::cancelled`).

@@ -1,14 +1,15 @@
 //! A worker's private state and its run loop (spec 001).
 //!
 //! Search order: every 16 polls while timers are pending, due timers; every
-//! `global_interval` polls the injection queue, then this worker's fibers, first
-//! and fibers handed to it (fairness); then the LIFO slot (at most [`MAX_LIFO_POLLS`]
-//! in a row), the local queue, this worker's fibers (the pinned-fiber queue, refilled
-//! from the worker's inbox when empty), fibers handed to it before they started (see
-//! [`Core::fewer_fibers_elsewhere`]), the injection queue, the tasks that yielded, fork-join jobs left
-//! on this worker's deque, jobs injected from outside the pool, then stealing from peers
-//! as a searcher (a peer's oldest fork-join job, then half its task queue), and finally
-//! the sleep transition of [`super::idle`], which re-checks before it parks.
+//! `global_interval` polls the injection queue, then the fibers handed to this worker
+//! and its own fibers, first (fairness); then the LIFO slot (at most
+//! [`MAX_LIFO_POLLS`] in a row), the local queue, this worker's fibers (the
+//! pinned-fiber queue, refilled from the worker's inbox when empty), fibers handed to
+//! it before they started (see [`Core::fewer_fibers_elsewhere`]), the injection queue,
+//! the tasks that yielded, fork-join jobs left on this worker's deque, jobs injected
+//! from outside the pool, then stealing from peers as a searcher (a peer's oldest
+//! fork-join job, then half its task queue), and finally the sleep transition of
+//! [`super::idle`], which re-checks before it parks.
 //!
 //! The loop is re-entrant: it runs on several stacks of the worker's thread. A task
 //! that blocks in `JoinHandle::join`, `block_on` or `wait` on a worker sets the loop
@@ -446,9 +447,7 @@ impl Core {
     /// Counts a fiber that just tied itself to this worker; the returned counter is
     /// decremented when the fiber ends (see `may_retire`).
     pub(crate) fn home_fiber(&self) -> StdArc<std::sync::atomic::AtomicUsize> {
-        let c = &self.remote().homed_fibers;
-        c.fetch_add(1, SeqCst);
-        c.clone()
+        self.reserve_home(self.index)
     }
 
     /// Where a fiber about to start on this worker should start instead: the base
