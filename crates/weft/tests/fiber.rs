@@ -1759,31 +1759,9 @@ fn a_fiber_spawned_from_a_fiber_starts_on_its_spawners_worker() {
 /// spawner's worker first).
 fn starts_one_by_one(workers: usize, fibers: usize) -> Vec<usize> {
     let rt = named_runtime("fiber-spread", workers);
-    let release = Arc::new(AtomicBool::new(false));
-    let (spawner, homes): (std::thread::ThreadId, Vec<std::thread::ThreadId>) = on(&rt, || {
-        let release = release.clone();
+    let (spawner, homes) = on(&rt, || {
         weft::fiber::spawn(move || {
-            let started = counter();
-            let fibers: Vec<_> = (0..fibers)
-                .map(|i| {
-                    let (up, release) = (started.clone(), release.clone());
-                    let h = weft::fiber::spawn(move || {
-                        let home = std::thread::current().id();
-                        up.fetch_add(1, SeqCst);
-                        while !release.load(SeqCst) {
-                            fiber::sleep(ms(1));
-                        }
-                        home
-                    });
-                    // Each starts before the next is spawned.
-                    while load(&started) <= i {
-                        fiber::yield_now();
-                    }
-                    h
-                })
-                .collect();
-            release.store(true, SeqCst);
-            let homes = fibers.into_iter().map(|h| h.join().unwrap()).collect();
+            let homes = common::placement::start_one_by_one(fibers);
             (std::thread::current().id(), homes)
         })
         .join()

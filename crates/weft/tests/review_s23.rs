@@ -46,11 +46,8 @@ fn a_fiber_is_not_handed_to_a_worker_stuck_in_a_poll() {
         let hub = Hub::new(&rt);
         // Blocks the other worker until the fiber below sends (at most 3 s).
         let (blocker, stuck, msg_tx) = block_away_from(&rt, &hub, Duration::from_secs(3));
-        let t0 = Instant::now();
         // Spawned and joined by the hub: its first poll is on the hub's worker.
-        let sender_on = hub.send_from_a_new_fiber(msg_tx);
-        let got = blocker.join().unwrap();
-        let took = t0.elapsed();
+        let (got, took, sender_on) = hub.release_from_a_new_fiber(blocker, msg_tx);
         hub.close();
         assert!(
             got && took < ms(2_000),
@@ -119,12 +116,9 @@ fn a_temporary_worker_does_not_hand_a_fiber_to_the_stuck_base_worker() {
             msg_rx.recv_timeout(Duration::from_secs(3)).is_ok()
         });
         let stuck = up_rx.recv_timeout(TIMEOUT).unwrap();
-        let t0 = Instant::now();
         let hub = Hub::new(&rt);
         assert_ne!(hub.at, stuck);
-        let sender_on = hub.send_from_a_new_fiber(msg_tx);
-        let got = blocker.join().unwrap();
-        let took = t0.elapsed();
+        let (got, took, sender_on) = hub.release_from_a_new_fiber(blocker, msg_tx);
         hub.close();
         assert!(
             got && took < ms(2_000),
@@ -277,31 +271,12 @@ fn a_storm_of_fibers_from_every_context_stays_put_on_four_workers() {
     storm(4, 2, 1_250);
 }
 
-/// On a fiber: spawns `n` fibers one at a time (each started before the next is
-/// spawned), all parked until they are all up; returns the thread each started on and
-/// that thread's name.
+/// [`start_one_by_one`] with each fiber's start thread and that thread's name.
 fn one_by_one(n: usize) -> Vec<(ThreadId, String)> {
-    let (release, parked) = weft::chan::bounded::<()>(1);
-    let up = counter();
-    let fibers: Vec<_> = (0..n)
-        .map(|i| {
-            let (up2, parked) = (up.clone(), parked.clone());
-            let h = fiber::spawn(move || {
-                let start = here();
-                up2.fetch_add(1, SeqCst);
-                let _ = weft::wait(parked.recv());
-                assert_eq!(here(), start, "a parked fiber moved");
-                let name = std::thread::current().name().unwrap_or("").to_owned();
-                (start.0, name)
-            });
-            while load(&up) <= i {
-                fiber::yield_now();
-            }
-            h
-        })
-        .collect();
-    drop(release);
-    fibers.into_iter().map(|h| h.join().unwrap()).collect()
+    start_one_by_one_with(n, || {
+        let t = std::thread::current();
+        (t.id(), t.name().unwrap_or("").to_owned())
+    })
 }
 
 /// How many of `starts` are on each thread, fewest first.

@@ -82,36 +82,11 @@ fn waits_in_place() -> Result<ThreadId, String> {
     Ok(start.0)
 }
 
-/// On the hub's fiber: spawns `n` fibers one at a time (each started before the next),
-/// all parked until every one is up; returns how many started on the hub's thread and
+/// [`start_one_by_one`] on the hub's fiber: how many started on the hub's thread and
 /// how many elsewhere.
 fn spread_from_hub(hub: &Hub, n: usize) -> (usize, usize) {
     let at = hub.at;
-    let starts = hub.run(move || {
-        let (release, parked) = weft::chan::bounded::<()>(1);
-        let up = counter();
-        let fibers: Vec<_> = (0..n)
-            .map(|i| {
-                let (up2, parked) = (up.clone(), parked.clone());
-                let h = fiber::spawn(move || {
-                    let start = here();
-                    up2.fetch_add(1, SeqCst);
-                    let _ = weft::wait(parked.recv());
-                    assert_eq!(here(), start, "a parked fiber moved");
-                    start.0
-                });
-                while load(&up) <= i {
-                    fiber::yield_now();
-                }
-                h
-            })
-            .collect();
-        drop(release);
-        fibers
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .collect::<Vec<_>>()
-    });
+    let starts = hub.run(move || start_one_by_one(n));
     let on_hub = starts.iter().filter(|&&t| t == at).count();
     (on_hub, n - on_hub)
 }
@@ -203,10 +178,7 @@ fn a_worker_blocked_in_a_fork_join_job_gets_the_fiber_it_waits_for() {
                 got
             });
             up_rx.recv_timeout(TIMEOUT).unwrap();
-            let t0 = Instant::now();
-            hub.send_from_a_new_fiber(msg_tx);
-            let got = blocker.join().unwrap();
-            let took = t0.elapsed();
+            let (got, took, _) = hub.release_from_a_new_fiber(blocker, msg_tx);
             assert!(
                 got && took < ms(2_000),
                 "round {round}: the fiber that the fork-join job waits for did not run \
@@ -257,14 +229,7 @@ fn a_worker_busy_yielding_takes_the_fiber_it_waits_for() {
         std::thread::sleep(ms(20));
         let t0 = Instant::now();
         let f3 = flag.clone();
-        let ran_on = hub.run(move || {
-            fiber::spawn(move || {
-                f3.store(true, SeqCst);
-                std::thread::current().id()
-            })
-            .join()
-            .unwrap()
-        });
+        let ran_on = hub.run_in_a_new_fiber(move || f3.store(true, SeqCst));
         let got = spinner.join().unwrap();
         let took = t0.elapsed();
         assert!(
@@ -307,14 +272,7 @@ fn a_worker_busy_yielding_takes_the_fiber_it_waits_for() {
         });
         let t0 = Instant::now();
         let f3 = flag.clone();
-        let ran_on = hub.run(move || {
-            fiber::spawn(move || {
-                f3.store(true, SeqCst);
-                std::thread::current().id()
-            })
-            .join()
-            .unwrap()
-        });
+        let ran_on = hub.run_in_a_new_fiber(move || f3.store(true, SeqCst));
         let got = spin_fiber.join().unwrap().0.join().unwrap();
         let took = t0.elapsed();
         drop(release);
@@ -563,14 +521,9 @@ fn without_a_quick_sysmon_nothing_is_handed_over() {
                 assert_eq!(at, hub.at, "stall {stall:?}: a fiber was handed over");
             }
             let (blocker, _stuck, msg_tx) = block_away_from(&rt, &hub, Duration::from_secs(3));
-            let t0 = Instant::now();
-            let at = hub.send_from_a_new_fiber(msg_tx);
-            assert!(blocker.join().unwrap());
-            assert!(
-                t0.elapsed() < ms(1_000),
-                "stall {stall:?}: {:?}",
-                t0.elapsed()
-            );
+            let (got, took, at) = hub.release_from_a_new_fiber(blocker, msg_tx);
+            assert!(got);
+            assert!(took < ms(1_000), "stall {stall:?}: {took:?}");
             assert_eq!(at, hub.at, "stall {stall:?}: handed to the stuck worker");
             hub.close();
         }

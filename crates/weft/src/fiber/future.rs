@@ -257,9 +257,6 @@ pub(crate) struct FiberFuture<F, T> {
     /// The home worker's count of fibers tied to it, while this one is (a temporary
     /// worker may not retire while it is not zero).
     homed: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
-    /// The fiber was offered to another worker before it started (`hand_off`): it
-    /// starts wherever it is polled next.
-    handed: bool,
     _pinned: PhantomPinned,
 }
 
@@ -316,7 +313,6 @@ where
             ctx: FiberCtx::new(name),
             migrate,
             homed: None,
-            handed: false,
             _pinned: PhantomPinned,
         }
     }
@@ -409,13 +405,13 @@ impl<F, T> FiberFuture<F, T> {
     /// Before its first run on a worker: if [`Core::fewer_fibers_elsewhere`] names a
     /// worker with clearly fewer fibers tied to it, the fiber is offered to that worker
     /// unstarted (its task's home set to it with `HANDED`, and woken, so the scheduler
-    /// puts it in that worker's `handed` queue), and `true` says so. Once only: a
-    /// fiber offered before starts wherever it is polled next.
+    /// puts it in that worker's `handed` queue), and `true` says so. Once only: an
+    /// unstarted fiber that is counted somewhere (`homed`) was offered before, and
+    /// starts wherever it is polled next.
     ///
     /// [`Core::fewer_fibers_elsewhere`]: worker::Core::fewer_fibers_elsewhere
     #[inline(never)]
     fn hand_off(&mut self, cx: &Context<'_>) -> bool {
-        self.handed = true;
         // SAFETY: the core of this thread outlives the poll.
         let Some(core) = (unsafe { worker::current_ptr().as_ref() }) else {
             return false;
@@ -480,7 +476,7 @@ where
         // SAFETY: the pin guarantees that `ctx` stays put, and nothing here moves it.
         let this = unsafe { self.get_unchecked_mut() };
         if matches!(this.run, Run::Unstarted(..)) {
-            if !this.migrate && !this.handed && this.hand_off(cx) {
+            if !this.migrate && this.homed.is_none() && this.hand_off(cx) {
                 return Poll::Pending;
             }
             this.start(cx);

@@ -432,17 +432,19 @@ impl Shared {
     }
 
     /// Queues a task from outside its worker: a fiber with a home worker goes to that
-    /// worker's inbox, anything else to the injection queue. `home` is the task's
+    /// worker's inbox (one handed to a worker before it started, to its `handed`
+    /// queue), anything else to the injection queue. `home` is the task's
     /// decoded [`Header::home`].
     #[inline(never)]
     fn schedule_remote_to(&self, task: Notified, home: Option<Home>) {
         if let Some(home) = home {
-            if home.handed {
-                if !self.home_is_congested(home.worker) {
-                    return self.push_handed(home.worker, task);
-                }
-            } else if home.pinned || !self.home_is_congested(home.worker) {
-                return self.push_inbox(home.worker, task);
+            // (A handed fiber is never pinned: it goes elsewhere as a soft home does.)
+            if home.pinned || !self.home_is_congested(home.worker) {
+                return if home.handed {
+                    self.push_handed(home.worker, task)
+                } else {
+                    self.push_inbox(home.worker, task)
+                };
             }
         }
         match self.inject.push(task) {

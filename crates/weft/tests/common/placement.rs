@@ -91,13 +91,12 @@ impl Hub {
         Hub { jobs, at, fiber }
     }
 
-    /// Runs `f` on the hub's fiber and returns its result.
     /// Spawns, from the hub's fiber (so its first poll is on the hub's worker), a fiber
-    /// that sends on `tx`, and joins it; returns the thread it ran on.
-    pub fn send_from_a_new_fiber(&self, tx: mpsc::Sender<()>) -> ThreadId {
+    /// that runs `f`, and joins it; returns the thread it ran on.
+    pub fn run_in_a_new_fiber(&self, f: impl FnOnce() + Send + 'static) -> ThreadId {
         self.run(move || {
             fiber::spawn(move || {
-                let _ = tx.send(());
+                f();
                 std::thread::current().id()
             })
             .join()
@@ -105,6 +104,28 @@ impl Hub {
         })
     }
 
+    /// [`run_in_a_new_fiber`](Self::run_in_a_new_fiber) that sends on `tx`.
+    pub fn send_from_a_new_fiber(&self, tx: mpsc::Sender<()>) -> ThreadId {
+        self.run_in_a_new_fiber(move || {
+            let _ = tx.send(());
+        })
+    }
+
+    /// [`send_from_a_new_fiber`](Self::send_from_a_new_fiber) to `blocker`, a task
+    /// that waits (blocking its thread) for that message: whether it got it, how long
+    /// that took from the spawn, and the thread the sending fiber ran on.
+    pub fn release_from_a_new_fiber(
+        &self,
+        blocker: weft::JoinHandle<bool>,
+        tx: mpsc::Sender<()>,
+    ) -> (bool, Duration, ThreadId) {
+        let t0 = Instant::now();
+        let sender_on = self.send_from_a_new_fiber(tx);
+        let got = blocker.join().unwrap();
+        (got, t0.elapsed(), sender_on)
+    }
+
+    /// Runs `f` on the hub's fiber and returns its result.
     pub fn run<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> R {
         let (tx, rx) = mpsc::channel();
         self.jobs
@@ -292,4 +313,37 @@ impl Hub {
             .unwrap();
         rx.recv_timeout(limit).ok()
     }
+}
+
+/// In a fiber: spawns `n` fibers one at a time, each started before the next is spawned
+/// (as a server's accept loop starts a fiber per connection), all parked until every
+/// one is up and each checking that it stayed on its thread; returns the thread each
+/// started on.
+pub fn start_one_by_one(n: usize) -> Vec<ThreadId> {
+    start_one_by_one_with(n, || std::thread::current().id())
+}
+
+/// [`start_one_by_one`], returning what `at_start` says in each fiber as it starts.
+pub fn start_one_by_one_with<R: Send + 'static>(n: usize, at_start: fn() -> R) -> Vec<R> {
+    let (release, parked) = weft::chan::bounded::<()>(1);
+    let up = counter();
+    let fibers: Vec<_> = (0..n)
+        .map(|i| {
+            let (up2, parked) = (up.clone(), parked.clone());
+            let h = fiber::spawn(move || {
+                let start = here();
+                let said = at_start();
+                up2.fetch_add(1, SeqCst);
+                let _ = weft::wait(parked.recv());
+                assert_eq!(here(), start, "a parked fiber moved");
+                said
+            });
+            while load(&up) <= i {
+                fiber::yield_now();
+            }
+            h
+        })
+        .collect();
+    drop(release);
+    fibers.into_iter().map(|h| h.join().unwrap()).collect()
 }
