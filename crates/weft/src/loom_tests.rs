@@ -14,6 +14,7 @@ use loom::sync::atomic::AtomicUsize;
 use loom::sync::Mutex;
 use loom::thread;
 
+use crate::base::loom_harness::model_bound2;
 use crate::base::park::Parker;
 use crate::base::Arc;
 use crate::scheduler::inject::Inject;
@@ -458,7 +459,7 @@ fn loom_park_vs_handed_fiber() {
 /// other so the model can end. A lost wakeup leaves both asleep: a loom deadlock.
 #[test]
 fn loom_two_workers_one_insert() {
-    loom::model(|| {
+    model_bound2(|| {
         let (shared, mut locals) = new_pool(2);
         let rec = Arc::new(Recorder::default());
         let l1 = locals.pop().unwrap();
@@ -527,7 +528,7 @@ fn loom_claim_with_stale_token_keeps_searching_count_sane() {
 /// asleep with work queued) is a loom deadlock.
 #[test]
 fn loom_cross_pool_and_own_pool_inserts_vs_sleep() {
-    loom::model(|| {
+    model_bound2(|| {
         let (pool_a, mut locals) = new_pool(2);
         let rec = Arc::new(Recorder::default());
         let l1 = locals.pop().unwrap();

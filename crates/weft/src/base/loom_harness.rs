@@ -14,6 +14,18 @@ use loom::sync::Notify;
 
 use super::Arc;
 
+/// `loom::model` with at most two preemptions (a lower `LOOM_MAX_PREEMPTIONS` still
+/// applies), for models whose state space at CI's bound of 3 takes a minute or more on
+/// CI's two cores: three or four parties racing over a channel's buffer and wait lists,
+/// or two workers and a producer through the whole sleep transition. The scheduler's
+/// two such models still deadlock at bound 2 with the park's re-check taken out, and
+/// the SPIN model (`models/`) covers the sleep handshake without a bound.
+pub(crate) fn model_bound2(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(b.preemption_bound.map_or(2, |n| n.min(2)));
+    b.check(f);
+}
+
 /// A waker for a model thread: counts wakes and unparks the thread.
 struct Signal {
     wakes: AtomicUsize,

@@ -18,16 +18,7 @@ use futures_core::Stream;
 use loom::thread;
 
 use super::{bounded, unbounded, Receiver, RecvError, Select, TryRecvError};
-use crate::base::loom_harness::{block_on, Task};
-
-/// `loom::model` with at most two preemptions (a lower `LOOM_MAX_PREEMPTIONS` still
-/// applies): the models here race three parties (holder, waiter, the close or a
-/// sender) over the buffer and the wait lists.
-fn model_bound2(f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(b.preemption_bound.map_or(2, |n| n.min(2)));
-    b.check(f);
-}
+use crate::base::loom_harness::{block_on, model_bound2, Task};
 
 /// How the holder ends: performing the selected receive, or dropping the
 /// `SelectedOperation` (its value goes back to the channel).

@@ -16,16 +16,7 @@ use std::task::Poll;
 use loom::thread;
 
 use super::{bounded, unbounded, Receiver, RecvError, Select, SendError, TryRecvError};
-use crate::base::loom_harness::{block_on, Task};
-
-/// `loom::model` with at most two preemptions, for the models whose state space at
-/// CI's bound of 3 takes minutes (three threads racing over the lock-free buffer and
-/// the wait lists); a lower `LOOM_MAX_PREEMPTIONS` still applies.
-fn model_bound2(f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(b.preemption_bound.map_or(2, |n| n.min(2)));
-    b.check(f);
-}
+use crate::base::loom_harness::{block_on, model_bound2, Task};
 
 /// (waiting receivers, waiting senders, buffered values, reserved slots).
 fn census<T>(rx: &Receiver<T>) -> (usize, usize, usize, usize) {
@@ -831,7 +822,7 @@ fn loom_chan_select_slot_vs_sender() {
 /// (`release_won` admits it), which must not be left parked.
 #[test]
 fn loom_chan_selected_slot_dropped_admits_sender() {
-    loom::model(|| {
+    model_bound2(|| {
         let (tx, rx) = bounded::<u32>(1);
         tx.try_send(1).unwrap();
         let tx2 = tx.clone();
