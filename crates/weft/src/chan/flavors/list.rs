@@ -170,6 +170,8 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 
 use crossbeam_utils::CachePadded;
 
+#[cfg(not(loom))]
+use super::slab::{Slab, Slabs};
 use super::{move_out_of, Backoff};
 
 use crate::base::{AtomicPtr, AtomicUsize, UnsafeCell};
@@ -244,6 +246,10 @@ struct Block<T> {
     /// The next block, linked by the installer of this block's last slot.
     next: AtomicPtr<Block<T>>,
     slots: [Slot<T>; BLOCK_CAP],
+    /// The slab the block was carved from, or null for a block allocated alone. Written
+    /// before the block is published, read by its free.
+    #[cfg(not(loom))]
+    slab: *mut Slab,
     #[cfg(loom)]
     life: Life,
 }
@@ -264,8 +270,8 @@ impl<T> Block<T> {
     #[cfg(not(loom))]
     fn alloc() -> NonNull<Block<T>> {
         // SAFETY: all-zero bytes are a valid empty block: a null `next`, slot states 0
-        // (nothing written), and values that are `MaybeUninit`. Zeroing in place keeps a
-        // block of large values off the stack.
+        // (nothing written), values that are `MaybeUninit`, and a null `slab` (allocated
+        // alone). Zeroing in place keeps a block of large values off the stack.
         let block = unsafe { Box::<Block<T>>::new_zeroed().assume_init() };
         NonNull::from(Box::leak(block))
     }
@@ -308,8 +314,16 @@ impl<T> Block<T> {
     /// thread makes to it happens before this call.
     #[cfg(not(loom))]
     unsafe fn free(this: *mut Block<T>) {
-        // SAFETY: the caller's contract; `alloc` made it from a `Box`.
-        drop(unsafe { Box::from_raw(this) });
+        // SAFETY: the caller's contract: the block is ours alone.
+        let slab = unsafe { (*this).slab };
+        if slab.is_null() {
+            // SAFETY: the caller's contract; `alloc` made it from a `Box`.
+            drop(unsafe { Box::from_raw(this) });
+        } else {
+            // SAFETY: carved from `slab` by `Blocks::alloc` (a `Slabs<Block<T>>`) and
+            // freed this once (the caller's contract), every use before.
+            unsafe { Slabs::<Block<T>>::release(slab, 1) };
+        }
     }
 
     /// Under loom, checks the contract instead of freeing: the block is marked freed
@@ -380,7 +394,7 @@ impl<T> Block<T> {
     /// `READ` on slot `start - 1` and found `DESTROY` there. It does not touch the block
     /// afterwards.
     #[inline(never)]
-    unsafe fn destroy(this: *mut Block<T>, start: usize, cache: &AtomicPtr<Block<T>>) {
+    unsafe fn destroy(this: *mut Block<T>, start: usize, blocks: &Blocks<T>) {
         // The last slot is not checked: its pop started the destruction.
         for i in start..BLOCK_CAP - 1 {
             // SAFETY: the block is alive until the destruction frees it, which is this
@@ -395,26 +409,95 @@ impl<T> Block<T> {
         // SAFETY: every slot's pop is done and was acquired above or by those before us
         // in the chain; pushes were done before their pops; `head` and `tail` have moved
         // past the block (module doc).
-        unsafe { Block::recycle(this, cache) };
+        unsafe { Block::recycle(this, blocks) };
     }
 
-    /// Keeps an unused block in `cache` for the next push that needs one, or frees it
-    /// if a block is kept already.
+    /// Keeps an unused block in the list's `cache` for the next push that needs one, or
+    /// frees it if a block is kept already.
     ///
     /// # Safety
     ///
-    /// As for [`Block::free`].
-    unsafe fn recycle(this: *mut Block<T>, cache: &AtomicPtr<Block<T>>) {
+    /// As for [`Block::free`]; the block is one of `blocks`' list.
+    unsafe fn recycle(this: *mut Block<T>, blocks: &Blocks<T>) {
         // SAFETY: the caller's contract.
         unsafe { Block::clear(this) };
         // Release: the taker sees the cleared block.
-        if cache
+        if blocks
+            .cache
             .compare_exchange(ptr::null_mut(), this, Release, Relaxed)
             .is_err()
         {
             // SAFETY: the caller's contract; not published.
-            unsafe { Block::free(this) };
+            unsafe { blocks.free(this) };
         }
+    }
+}
+
+/// Where a list's blocks come from and go back to: the one cleared block kept for reuse
+/// (see "One block kept for reuse"), and, once the list holds [`SLAB_AFTER`] blocks,
+/// blocks carved from slabs (see `super::slab`) instead of allocated one by one.
+struct Blocks<T> {
+    cache: AtomicPtr<Block<T>>,
+    /// Blocks allocated and not freed (the kept one included).
+    #[cfg(not(loom))]
+    live: std::sync::atomic::AtomicUsize,
+    #[cfg(not(loom))]
+    slabs: Slabs<Block<T>>,
+}
+
+/// Live blocks (about 31 values each) from which a list carves its new blocks from
+/// slabs: a list that stays shorter never holds a slab.
+#[cfg(not(loom))]
+const SLAB_AFTER: usize = 16;
+
+impl<T> Blocks<T> {
+    fn new() -> Blocks<T> {
+        Blocks {
+            cache: AtomicPtr::new(ptr::null_mut()),
+            #[cfg(not(loom))]
+            live: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(not(loom))]
+            slabs: Slabs::new(),
+        }
+    }
+
+    /// The kept block, else a new one: the caller's alone until it publishes it.
+    fn take(&self) -> NonNull<Block<T>> {
+        // Acquire: the recycler's clearing is seen; the swap makes it ours alone.
+        NonNull::new(self.cache.swap(ptr::null_mut(), Acquire)).unwrap_or_else(|| self.alloc())
+    }
+
+    #[cfg(loom)]
+    fn alloc(&self) -> NonNull<Block<T>> {
+        Block::alloc()
+    }
+
+    #[cfg(not(loom))]
+    fn alloc(&self) -> NonNull<Block<T>> {
+        // Relaxed: a hint of the list's length; a stale count only moves the switch
+        // to slabs by a block or two.
+        if self.live.fetch_add(1, Relaxed) >= SLAB_AFTER {
+            if let Some((block, slab)) = self.slabs.take() {
+                // SAFETY: carved just now: zeroed (a valid empty block with a null
+                // `slab`, see `Block::alloc`) and ours alone; the field is written
+                // before the block is published.
+                unsafe { ptr::addr_of_mut!((*block.as_ptr()).slab).write(slab) };
+                return block;
+            }
+        }
+        Block::alloc()
+    }
+
+    /// Frees a block of this list.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Block::free`].
+    unsafe fn free(&self, this: *mut Block<T>) {
+        #[cfg(not(loom))]
+        self.live.fetch_sub(1, Relaxed);
+        // SAFETY: the caller's contract.
+        unsafe { Block::free(this) };
     }
 }
 
@@ -422,16 +505,13 @@ impl<T> Block<T> {
 /// not (yet) published; given back if unused.
 struct Spare<'a, T> {
     block: Option<NonNull<Block<T>>>,
-    cache: &'a AtomicPtr<Block<T>>,
+    blocks: &'a Blocks<T>,
 }
 
 impl<T> Spare<'_, T> {
     fn get(&mut self) -> NonNull<Block<T>> {
-        let cache = self.cache;
-        *self.block.get_or_insert_with(|| {
-            // Acquire: the recycler's clearing is seen; the swap makes it ours alone.
-            NonNull::new(cache.swap(ptr::null_mut(), Acquire)).unwrap_or_else(Block::alloc)
-        })
+        let blocks = self.blocks;
+        *self.block.get_or_insert_with(|| blocks.take())
     }
 
     /// Hands the block over to the list.
@@ -446,7 +526,7 @@ impl<T> Drop for Spare<'_, T> {
     fn drop(&mut self) {
         if let Some(block) = self.block {
             // SAFETY: never published: no other thread has seen it.
-            unsafe { Block::recycle(block.as_ptr(), self.cache) };
+            unsafe { Block::recycle(block.as_ptr(), self.blocks) };
         }
     }
 }
@@ -461,8 +541,9 @@ struct Position<T> {
 pub(crate) struct List<T> {
     head: CachePadded<Position<T>>,
     tail: CachePadded<Position<T>>,
-    /// A cleared block kept for reuse, or null (see "One block kept for reuse").
-    cache: CachePadded<AtomicPtr<Block<T>>>,
+    /// Where blocks come from: a cleared block kept for reuse, or null (see "One block
+    /// kept for reuse"), and the slabs of a long list.
+    blocks: CachePadded<Blocks<T>>,
     /// The list owns and drops values of `T`.
     _values: PhantomData<T>,
 }
@@ -485,7 +566,7 @@ impl<T> List<T> {
         List {
             head: CachePadded::new(position()),
             tail: CachePadded::new(position()),
-            cache: CachePadded::new(AtomicPtr::new(ptr::null_mut())),
+            blocks: CachePadded::new(Blocks::new()),
             _values: PhantomData,
         }
     }
@@ -563,7 +644,7 @@ impl<T> List<T> {
         let mut backoff = Backoff::new();
         let mut spare = Spare {
             block: None,
-            cache: &self.cache,
+            blocks: &self.blocks,
         };
         let mut tail = self.tail.index.load(Acquire);
         let mut block = self.tail.block.load(Acquire);
@@ -789,10 +870,10 @@ impl<T> List<T> {
         });
         if offset + 1 == BLOCK_CAP {
             // SAFETY: we popped the last slot: the destruction is ours.
-            unsafe { Block::destroy(block, 0, &self.cache) };
+            unsafe { Block::destroy(block, 0, &self.blocks) };
         } else if slot.state.fetch_add(READ, AcqRel) & DESTROY != 0 {
             // SAFETY: the destroyer stopped at our slot: the destruction is ours.
-            unsafe { Block::destroy(block, offset + 1, &self.cache) };
+            unsafe { Block::destroy(block, offset + 1, &self.blocks) };
         }
     }
 
@@ -884,7 +965,7 @@ impl<T> Drop for List<T> {
         let end = self.tail.index.load(Relaxed) >> SHIFT;
         // The blocks before `head.block` were freed by their pops; nothing is claimed
         // and half-done, so no destruction is in progress.
-        let cached = self.cache.swap(ptr::null_mut(), Relaxed);
+        let cached = self.blocks.cache.swap(ptr::null_mut(), Relaxed);
         if !cached.is_null() {
             // SAFETY: a cleared block nobody else can reach any more.
             unsafe { Block::free(cached) };
@@ -928,11 +1009,11 @@ mod tests {
         for v in 0..BLOCK_CAP {
             list.try_push(v).unwrap();
         }
-        assert!(list.cache.load(Relaxed).is_null());
+        assert!(list.blocks.cache.load(Relaxed).is_null());
         for v in 0..BLOCK_CAP {
             assert_eq!(list.try_pop(), Pop::Value(v));
         }
-        let kept = list.cache.load(Relaxed);
+        let kept = list.blocks.cache.load(Relaxed);
         assert!(!kept.is_null(), "the first block is kept");
         // SAFETY: the kept block is alive (owned by the list) and nobody uses it.
         let block = unsafe { Block::get(kept) };
@@ -953,7 +1034,7 @@ mod tests {
             list.try_push(v).unwrap();
         }
         assert!(
-            list.cache.load(Relaxed).is_null(),
+            list.blocks.cache.load(Relaxed).is_null(),
             "the kept block was taken"
         );
         for v in 0..2 * BLOCK_CAP {

@@ -4,6 +4,8 @@
 
 pub(crate) mod list;
 pub(crate) mod ring;
+#[cfg(not(loom))]
+mod slab;
 
 /// Moves the value in `src` to `dst` and leaves `None` in `src` without dropping
 /// anything: a push's one copy of its value, from the sender's place straight into
