@@ -1203,6 +1203,106 @@ mod tests {
         }
     }
 
+    /// The blocks from the head block on: (allocated alone, carved from a slab).
+    fn block_kinds<T>(list: &List<T>) -> (usize, usize) {
+        let (mut alone, mut carved) = (0, 0);
+        let mut block = list.head.block.load(Acquire);
+        while !block.is_null() {
+            // SAFETY: the test thread is the list's only user: every block from the head
+            // on is alive.
+            let b = unsafe { Block::get(block) };
+            if b.slab.is_null() {
+                alone += 1;
+            } else {
+                carved += 1;
+            }
+            block = b.next.load(Acquire);
+        }
+        (alone, carved)
+    }
+
+    /// A list that grows past `SLAB_AFTER` blocks carves the rest from slabs, keeps its
+    /// order across them, and once drained holds no more than the kept block.
+    #[test]
+    fn a_long_list_carves_its_blocks_from_slabs() {
+        let list = List::new();
+        let blocks = SLAB_AFTER + 150;
+        let n = blocks * BLOCK_CAP;
+        for v in 0..n {
+            list.try_push(v).unwrap();
+        }
+        let (alone, carved) = block_kinds(&list);
+        assert_eq!(alone, SLAB_AFTER, "the first blocks are allocated alone");
+        assert!(carved >= blocks - SLAB_AFTER, "{carved} carved");
+        for v in 0..n {
+            assert_eq!(list.try_pop(), Pop::Value(v));
+        }
+        assert_eq!(list.try_pop(), Pop::Empty);
+        assert!(list.blocks.live.load(Relaxed) <= 2, "blocks left alive");
+        // Short again: new blocks are allocated alone; long again: carved again.
+        for round in 0..2 {
+            for v in 0..n {
+                list.try_push(v).unwrap();
+            }
+            for v in 0..n / 2 {
+                assert_eq!(list.try_pop(), Pop::Value(v), "round {round}");
+            }
+            for v in n / 2..n {
+                assert_eq!(list.try_pop(), Pop::Value(v), "round {round}");
+            }
+        }
+    }
+
+    /// Values left in carved blocks are dropped with the list, each once; a value whose
+    /// drop panics leaks the ones after it and the slabs still go.
+    #[test]
+    fn dropping_a_long_list_drops_its_values_once() {
+        let n = (SLAB_AFTER + 80) * BLOCK_CAP + 7;
+        for bad in [None, Some(n - 100)] {
+            let drops = table(n);
+            let list = List::new();
+            for id in 0..n {
+                let drops = drops.clone();
+                assert!(list
+                    .try_push(Counted {
+                        id,
+                        drops,
+                        panic_on_drop: Some(id) == bad
+                    })
+                    .is_ok());
+            }
+            assert!(block_kinds(&list).1 > 0, "nothing carved");
+            let popped = (SLAB_AFTER + 3) * BLOCK_CAP + 1;
+            for id in 0..popped {
+                match list.try_pop() {
+                    Pop::Value(c) => assert_eq!(c.id, id),
+                    _ => panic!("value {id} missing"),
+                }
+            }
+            let dropped = catch_unwind(AssertUnwindSafe(|| drop(list)));
+            assert_eq!(dropped.is_err(), bad.is_some());
+            for (id, d) in drops.iter().enumerate() {
+                let expected = usize::from(bad.is_none_or(|b| id <= b));
+                assert_eq!(d.load(Relaxed), expected, "drops of value {id}");
+            }
+        }
+    }
+
+    /// Blocks of values too large for a slab of 8 are allocated alone however long the
+    /// list grows.
+    #[test]
+    fn blocks_of_large_values_are_never_carved() {
+        let list = List::new();
+        let n = (SLAB_AFTER + 4) * BLOCK_CAP;
+        for v in 0..n {
+            list.try_push([v as u8; 2048]).unwrap();
+        }
+        assert_eq!(block_kinds(&list), (SLAB_AFTER + 4 + 1, 0));
+        for v in 0..n {
+            assert_eq!(list.try_pop(), Pop::Value([v as u8; 2048]));
+        }
+    }
+
     #[test]
     fn len_and_is_empty() {
         let list = List::new();
