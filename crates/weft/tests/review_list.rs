@@ -46,6 +46,8 @@ type Odd = [u8; 1003];
 struct BlockMirror {
     next: *mut u8,
     slots: [(std::mem::MaybeUninit<Odd>, AtomicUsize); BLOCK],
+    /// The slab the block was carved from (null: allocated alone).
+    slab: *mut u8,
 }
 
 /// A block of `Odd` values (exactly its size: nothing else in this binary has it).

@@ -100,10 +100,10 @@ pub fn bounded<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
 
 /// Creates a channel with no limit on the messages it holds.
 ///
-/// Memory: messages are held in blocks of 31, freed as they are received. Once the
-/// channel holds about 500 messages, new blocks are carved from 32 KiB allocations that
-/// are freed when their last block is; the channel may keep the uncarved rest of one
-/// of them (under 32 KiB) until it is dropped.
+/// Memory: messages are held in blocks of 31, freed as they are received. While the
+/// channel holds more than about 500 messages, new blocks are carved from 32 KiB
+/// allocations, each freed with its last block; once drained, the channel may keep up
+/// to two of them (under 64 KiB) until its next send that needs a block.
 ///
 /// ```
 /// let (tx, rx) = weft::chan::unbounded();

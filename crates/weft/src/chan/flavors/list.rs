@@ -412,13 +412,35 @@ impl<T> Block<T> {
         unsafe { Block::recycle(this, blocks) };
     }
 
-    /// Keeps an unused block in the list's `cache` for the next push that needs one, or
-    /// frees it if a block is kept already.
+    /// Whether `this` was carved from a slab (the caller owns it).
+    fn is_carved(this: *mut Block<T>) -> bool {
+        #[cfg(not(loom))]
+        {
+            // SAFETY: `recycle`'s contract: the block is the caller's alone.
+            !unsafe { (*this).slab }.is_null()
+        }
+        #[cfg(loom)]
+        {
+            let _ = this;
+            false
+        }
+    }
+
+    /// Keeps an unused block allocated alone in the list's `cache` for the next push
+    /// that needs one, or frees it if a block is kept already or it was carved.
     ///
     /// # Safety
     ///
     /// As for [`Block::free`]; the block is one of `blocks`' list.
     unsafe fn recycle(this: *mut Block<T>, blocks: &Blocks<T>) {
+        // A carved block is not kept: it would keep its whole slab alive for as long as
+        // the list lives (found in review: a drained list in a steady flow held two or
+        // three slabs through the kept block and the tail's, swapping roles).
+        if Block::is_carved(this) {
+            // SAFETY: the caller's contract; not published.
+            unsafe { blocks.free(this) };
+            return;
+        }
         // SAFETY: the caller's contract.
         unsafe { Block::clear(this) };
         // Release: the taker sees the cleared block.
@@ -484,6 +506,9 @@ impl<T> Blocks<T> {
                 unsafe { ptr::addr_of_mut!((*block.as_ptr()).slab).write(slab) };
                 return block;
             }
+        } else {
+            // Short again: the rest of the slab being carved is let go.
+            self.slabs.retire();
         }
         Block::alloc()
     }

@@ -11,8 +11,11 @@
 //! A slab is one zeroed allocation of `per` blocks behind a count of the blocks not yet
 //! freed. Freeing a carved block is one atomic decrement; the decrement that reaches zero
 //! frees the slab. A list frees its blocks in about the order it took them (FIFO), so a
-//! drained burst gives its slabs back as it drains, and beyond its live blocks a list
-//! holds at most the uncarved rest of one slab (under 32 KiB) until it is dropped.
+//! drained burst gives its slabs back as it drains. A carved block is never kept for
+//! reuse (the list's one kept block is one allocated alone), and a list that is short
+//! again lets go of the uncarved rest of its slab at its next allocation: a drained
+//! list keeps at most the slab of its current block and that rest (under 64 KiB) until
+//! it allocates or is dropped.
 //!
 //! Not under loom: the models keep one allocation per block, which loom's leak and
 //! use-after-free checks follow (see `list::Block::free`).
@@ -20,8 +23,8 @@
 use std::alloc::{alloc_zeroed, dealloc, handle_alloc_error, Layout};
 use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
-use std::sync::atomic::AtomicUsize;
-use std::sync::atomic::Ordering::AcqRel;
+use std::sync::atomic::Ordering::{AcqRel, Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Mutex, PoisonError};
 
 /// A slab's header, before its blocks.
@@ -40,6 +43,9 @@ const MIN_PER: usize = 8;
 /// The slabs of one list, whose blocks are `B`s.
 pub(crate) struct Slabs<B> {
     cursor: Mutex<Cursor>,
+    /// Whether the cursor holds a slab with blocks not carved yet: `retire` looks at
+    /// this before it takes the lock.
+    carving: AtomicBool,
     _blocks: PhantomData<fn() -> B>,
 }
 
@@ -60,6 +66,7 @@ impl<B> Slabs<B> {
                 slab: ptr::null_mut(),
                 next: 0,
             }),
+            carving: AtomicBool::new(false),
             _blocks: PhantomData,
         }
     }
@@ -101,6 +108,7 @@ impl<B> Slabs<B> {
             };
             cursor.slab = slab;
             cursor.next = 0;
+            self.carving.store(true, Relaxed);
         }
         // SAFETY: `next < per`: a block inside the slab's array, at `offset` from its
         // start (the layout's `extend`); carved once (the cursor moves past it).
@@ -115,6 +123,28 @@ impl<B> Slabs<B> {
         cursor.next += 1;
         // SAFETY: an address inside a live allocation is not null.
         Some((unsafe { NonNull::new_unchecked(block) }, cursor.slab))
+    }
+
+    /// Lets go of the rest of the slab being carved (its uncarved blocks count as freed):
+    /// the list is short again, and its next blocks are allocated alone.
+    pub(crate) fn retire(&self) {
+        // Relaxed: a hint; a stale `false` leaves the rest to the next call or the drop.
+        if !self.carving.load(Relaxed) {
+            return;
+        }
+        let Some((_, _, per)) = Self::shape() else {
+            return;
+        };
+        let mut cursor = self.cursor.lock().unwrap_or_else(PoisonError::into_inner);
+        self.carving.store(false, Relaxed);
+        if !cursor.slab.is_null() && cursor.next < per {
+            let (slab, rest) = (cursor.slab, per - cursor.next);
+            // Nothing more is carved from it.
+            cursor.next = per;
+            // SAFETY: the uncarved blocks are counted here only (the cursor is moved past
+            // them under the lock), and nobody uses them.
+            unsafe { Self::release(slab, rest) };
+        }
     }
 
     /// Counts `n` blocks of `slab` freed, and frees the slab with its last.
