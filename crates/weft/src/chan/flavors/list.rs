@@ -1165,10 +1165,13 @@ mod tests {
         Arc::new((0..n).map(|_| StdAtomicUsize::new(0)).collect())
     }
 
-    #[test]
-    fn drop_drops_what_is_left_exactly_once() {
-        let n = BLOCK_CAP * 4 + 5;
-        let drops = table(n);
+    /// A list of `n` counted values (ids `0..n`, counting into `drops`); the one with
+    /// id `bad` panics when dropped.
+    fn counted_list(
+        n: usize,
+        drops: &Arc<Vec<StdAtomicUsize>>,
+        bad: Option<usize>,
+    ) -> List<Counted> {
         let list = List::new();
         for id in 0..n {
             let drops = drops.clone();
@@ -1176,10 +1179,18 @@ mod tests {
                 .try_push(Counted {
                     id,
                     drops,
-                    panic_on_drop: false
+                    panic_on_drop: Some(id) == bad
                 })
                 .is_ok());
         }
+        list
+    }
+
+    #[test]
+    fn drop_drops_what_is_left_exactly_once() {
+        let n = BLOCK_CAP * 4 + 5;
+        let drops = table(n);
+        let list = counted_list(n, &drops, None);
         // Pop past the first boundary so the list starts mid-block.
         for id in 0..BLOCK_CAP + 2 {
             match list.try_pop() {
@@ -1210,17 +1221,7 @@ mod tests {
         let n = BLOCK_CAP * 3;
         let bad = BLOCK_CAP + 4;
         let drops = table(n);
-        let list = List::new();
-        for id in 0..n {
-            let drops = drops.clone();
-            assert!(list
-                .try_push(Counted {
-                    id,
-                    drops,
-                    panic_on_drop: id == bad
-                })
-                .is_ok());
-        }
+        let list = counted_list(n, &drops, Some(bad));
         assert!(catch_unwind(AssertUnwindSafe(|| drop(list))).is_err());
         for (id, d) in drops.iter().enumerate() {
             let expected = usize::from(id <= bad);
@@ -1285,17 +1286,7 @@ mod tests {
         let n = (SLAB_AFTER + 80) * BLOCK_CAP + 7;
         for bad in [None, Some(n - 100)] {
             let drops = table(n);
-            let list = List::new();
-            for id in 0..n {
-                let drops = drops.clone();
-                assert!(list
-                    .try_push(Counted {
-                        id,
-                        drops,
-                        panic_on_drop: Some(id) == bad
-                    })
-                    .is_ok());
-            }
+            let list = counted_list(n, &drops, bad);
             assert!(block_kinds(&list).1 > 0, "nothing carved");
             let popped = (SLAB_AFTER + 3) * BLOCK_CAP + 1;
             for id in 0..popped {
