@@ -114,6 +114,17 @@
 //! argument above), its Release store into `cache` publishes the cleared block, and the
 //! taker's Acquire swap receives it as a fresh allocation would be received.
 //!
+//! # Slabs for a long list
+//!
+//! A burst that fills the list to thousands of blocks has them freed, as receivers drain
+//! it, by pops on every thread at once: each free took the arena lock of the thread that
+//! allocated the block, and two draining workers collided there and slept. Once the
+//! list holds `SLAB_AFTER` blocks, new ones are carved from 32 KiB slabs (`super::slab`),
+//! where a free is one atomic decrement. Only a block allocated alone is kept in
+//! `cache`: a carved one would hold its whole slab for as long as the list lives. The
+//! slab a block came from is written into it before it is published, so its free (after
+//! every access, as above) finds it.
+//!
 //! # Waiting, and `Busy`
 //!
 //! A thread can only look at a slot after claiming it: before, nothing keeps the block
