@@ -103,7 +103,7 @@ pub fn bounded<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
 /// Memory: messages are held in blocks of 31, freed as they are received. While the
 /// channel holds more than about 500 messages, new blocks are carved from 32 KiB
 /// allocations, each freed with its last block; once drained, the channel may keep up
-/// to two of them (under 64 KiB) until its next send that needs a block.
+/// to two of them (under 64 KiB) until messages flow through it again.
 ///
 /// ```
 /// let (tx, rx) = weft::chan::unbounded();

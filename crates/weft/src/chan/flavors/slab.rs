@@ -59,6 +59,22 @@ struct Cursor {
 // `Slabs::drop` (exclusive); a slab is not tied to a thread.
 unsafe impl Send for Cursor {}
 
+impl Cursor {
+    /// Counts the blocks never carved from the slab being carved as freed, and carves
+    /// nothing more from it. A used-up slab belongs to its blocks' frees alone (it may be
+    /// gone already) and is not touched.
+    fn let_go<B>(&mut self, per: usize) {
+        if !self.slab.is_null() && self.next < per {
+            let (slab, rest) = (self.slab, per - self.next);
+            self.next = per;
+            // SAFETY: the uncarved blocks are counted here only (the cursor moves past
+            // them, under its lock or exclusively), and nobody uses them; they keep the
+            // slab alive until this call.
+            unsafe { Slabs::<B>::release(slab, rest) };
+        }
+    }
+}
+
 impl<B> Slabs<B> {
     pub(crate) fn new() -> Slabs<B> {
         Slabs {
@@ -137,14 +153,7 @@ impl<B> Slabs<B> {
         };
         let mut cursor = self.cursor.lock().unwrap_or_else(PoisonError::into_inner);
         self.carving.store(false, Relaxed);
-        if !cursor.slab.is_null() && cursor.next < per {
-            let (slab, rest) = (cursor.slab, per - cursor.next);
-            // Nothing more is carved from it.
-            cursor.next = per;
-            // SAFETY: the uncarved blocks are counted here only (the cursor is moved past
-            // them under the lock), and nobody uses them.
-            unsafe { Self::release(slab, rest) };
-        }
+        cursor.let_go::<B>(per);
     }
 
     /// Counts `n` blocks of `slab` freed, and frees the slab with its last.
@@ -175,14 +184,8 @@ impl<B> Drop for Slabs<B> {
             .cursor
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        let Some((_, _, per)) = Self::shape() else {
-            return;
-        };
-        // A used-up slab belongs to its blocks' frees alone (it may be gone already).
-        if !cursor.slab.is_null() && cursor.next < per {
-            // SAFETY: the uncarved blocks are counted here only, and nobody uses them;
-            // they keep the slab alive until this call.
-            unsafe { Self::release(cursor.slab, per - cursor.next) };
+        if let Some((_, _, per)) = Self::shape() {
+            cursor.let_go::<B>(per);
         }
     }
 }
