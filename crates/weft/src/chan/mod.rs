@@ -5,7 +5,7 @@
 //! The shape is crossbeam-channel's: [`bounded`] (capacity 0 is the rendezvous
 //! channel), [`unbounded`], multi-producer multi-consumer ends that are `Clone + Send +
 //! Sync`, [`Select`] and [`select!`](crate::select!), timer receivers ([`after`],
-//! [`at`], [`tick`], [`never`]). Every blocking operation has an async twin:
+//! [`at`], [`tick`], [`never()`]). Every blocking operation has an async twin:
 //! `send_blocking` / `send`, `recv_blocking` / `recv`, `Select::select` /
 //! `Select::select_async`. Channels need no runtime: plain threads use them as they
 //! would crossbeam's.

@@ -100,8 +100,8 @@ impl<T> SendFuture<'_, T> {
 impl<T> Future for SendFuture<'_, T> {
     type Output = Result<(), SendError<T>>;
 
-    /// Inlined for the send that finds room at its first poll; the rest is
-    /// [`poll_wait`](SendFuture::poll_wait).
+    // Inlined for the send that finds room at its first poll; the rest is
+    // `SendFuture::poll_wait`.
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // SAFETY: nothing pinned is moved out of the future: the value of `Value` is
@@ -168,6 +168,11 @@ impl<T> fmt::Debug for SendFuture<'_, T> {
 /// leaking a polled one (`mem::forget`) is not: a value handed to it counts as on its
 /// way until taken, so once the channel closes its other receivers wait for that value
 /// for ever instead of seeing it disconnected.
+///
+/// Order: a value that goes back goes to the next waiting receiver, or to the front of
+/// the channel. With one receiver that keeps every sender's order. With several, the
+/// others may have taken later values of the same sender while the value sat in the
+/// dropped future, so one of them can then receive it after those.
 #[must_use = "futures do nothing unless awaited"]
 pub struct RecvFuture<'a, T> {
     inner: RecvInner<'a, T>,
@@ -235,8 +240,8 @@ impl<T> RecvFuture<'_, T> {
 impl<T> Future for RecvFuture<'_, T> {
     type Output = Result<T, RecvError>;
 
-    /// Inlined for the receive that finds a value at its first poll (of a value up to
-    /// [`INLINE_VALUE_MAX`] bytes); the rest is [`poll_wait`](RecvFuture::poll_wait).
+    // Inlined for the receive that finds a value at its first poll (of a value up to
+    // `INLINE_VALUE_MAX` bytes); the rest is `RecvFuture::poll_wait`.
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // SAFETY: nothing is moved out of the pinned future; the node stays where it is.
