@@ -19,7 +19,7 @@
 //! * `ping_pong_1w`, `ping_pong_2w` — two fibers pass a token back and forth
 //!   100,000 times (2 switches per round trip) after 10,000 untimed round
 //!   trips; timed inside the first fiber. weft: two one-slot channels
-//!   ([`slot`](crate::fiber_sync::slot), built on `weft::wait`); may: two
+//!   ([`slot`], built on `weft::wait`); may: two
 //!   `may::sync::mpsc` channels (its idiomatic channel; `recv` parks the
 //!   coroutine). `_1w`: a runtime with 1 worker thread, the second fiber
 //!   spawned from inside the first. `_2w`: 2 worker threads, both fibers
@@ -38,7 +38,7 @@
 //!   timing).
 //! * `rss_per_parked_fiber` — VmRSS (/proc/self/status) before spawning
 //!   10,000 fibers and once all of them are parked (weft: on a shared
-//!   [`Gate`](crate::fiber_sync::Gate) through `weft::wait`; may: in
+//!   [`Gate`] through `weft::wait`; may: in
 //!   `coroutine::park()`), 20 ms after the last one registered; (after -
 //!   before) / 10,000 in KiB. `default`: each runtime's default stack (weft
 //!   2 MiB reserved, may 4,096 words = 32 KiB mapped); `64k stack`: both

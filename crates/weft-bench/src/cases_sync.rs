@@ -3,7 +3,7 @@
 //!
 //! * `sem_*`, `rwlock_*`, `notify_*`, `mpsc_*`: the cases of tokio's own
 //!   `benches/sync_semaphore.rs`, `sync_rwlock.rs`, `sync_notify.rs` and
-//!   `sync_mpsc.rs`, written once (the [`tokio_cases!`] macro) and run with
+//!   `sync_mpsc.rs`, written once (the `tokio_cases!` macro) and run with
 //!   weft's primitive on a weft runtime (no interactive pool) against
 //!   tokio's on a tokio multi-thread runtime, both with `--workers` workers
 //!   (tokio's benches use 6, and a current-thread runtime for the
