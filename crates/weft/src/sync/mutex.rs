@@ -163,7 +163,19 @@ impl<T: ?Sized> Mutex<T> {
     /// *m.lock_blocking() += 1;
     /// assert_eq!(*m.lock_blocking(), 1);
     /// ```
+    #[inline]
     pub fn lock_blocking(&self) -> MutexGuard<'_, T> {
+        match self.try_lock() {
+            Ok(g) => g,
+            Err(_) => self.lock_blocking_slow(),
+        }
+    }
+
+    /// [`lock_blocking`](Self::lock_blocking) of a lock that was not free: apart, so
+    /// that the free lock's path stays small enough to be inlined into its caller
+    /// (with the spin and the wait in it, `lock_blocking` was no longer inlined).
+    #[inline(never)]
+    fn lock_blocking_slow(&self) -> MutexGuard<'_, T> {
         if let Some(g) = spin_acquire(&self.sem, || self.try_lock().ok()) {
             return g;
         }
