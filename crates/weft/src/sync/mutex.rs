@@ -4,7 +4,7 @@ use std::cell::UnsafeCell;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
-use super::semaphore::{spin_acquire, wait_acquire, Sem, TryFail};
+use super::semaphore::{spin_try, wait_acquire, Sem, TryFail};
 use crate::base::Arc;
 
 /// A mutual-exclusion lock for every context (tokio's `Mutex`): async tasks `.await`
@@ -176,7 +176,7 @@ impl<T: ?Sized> Mutex<T> {
     /// (with the spin and the wait in it, `lock_blocking` was no longer inlined).
     #[inline(never)]
     fn lock_blocking_slow(&self) -> MutexGuard<'_, T> {
-        if let Some(g) = spin_acquire(&self.sem, || self.try_lock().ok()) {
+        if let Some(g) = spin_try(|| self.try_lock().ok()) {
             return g;
         }
         match wait_acquire(&self.sem, 1) {

@@ -70,11 +70,6 @@ impl Sem {
         self.word.load(Acquire) & CLOSED != 0
     }
 
-    /// Whether someone waits in line (the permit field is zero meanwhile).
-    pub(crate) fn has_waiters(&self) -> bool {
-        self.word.load(Relaxed) & WAITERS != 0
-    }
-
     /// Acquires `n` permits, waiting in line for them (`Err` once closed). The wait
     /// node is made only when the permits are not there at once: making it (and moving
     /// it into the caller's future) cost some 15% of six joined acquires in one
@@ -430,15 +425,6 @@ impl Drop for AcquireRaw<'_> {
 
 pub(crate) use crate::fiber::wait::spin_try;
 
-/// [`spin_try`] for permits of `sem`, which stops once a waiter is in line: released
-/// permits go to the waiters first, so no attempt can succeed before the line is empty,
-/// and a spinner then only keeps its worker from the fibers that the hand-offs wake there
-/// (fibers on two workers taking turns at a `Mutex` waited up to a whole spin round for
-/// each hand-off).
-pub(crate) fn spin_acquire<R>(sem: &Sem, attempt: impl FnMut() -> Option<R>) -> Option<R> {
-    crate::fiber::wait::spin_try_while(attempt, || !sem.has_waiters())
-}
-
 // ---- the public semaphore ----
 
 /// A counting semaphore (tokio's): permits are taken with [`acquire`](Self::acquire)
@@ -766,7 +752,7 @@ impl Semaphore {
             Err(TryAcquireError::Closed) => Some(Err(AcquireError(()))),
             Err(TryAcquireError::NoPermits) => None,
         };
-        if let Some(r) = spin_acquire(&self.sem, attempt) {
+        if let Some(r) = spin_try(attempt) {
             return r;
         }
         match wait_acquire(&self.sem, n as usize) {
@@ -918,59 +904,5 @@ impl fmt::Debug for OwnedSemaphorePermit {
         f.debug_struct("OwnedSemaphorePermit")
             .field("permits", &self.permits)
             .finish()
-    }
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::{spin_acquire, wait_acquire, Sem};
-    use std::cell::Cell;
-    use std::sync::Arc;
-    use std::time::{Duration, Instant};
-
-    /// With a waiter in line no attempt can succeed (released permits go to it first),
-    /// so a blocking acquire tries once and goes to wait instead of spinning: a spin
-    /// there kept a fiber's worker from the fibers that the hand-offs woke on it.
-    #[test]
-    fn blocking_acquire_does_not_spin_behind_a_waiter() {
-        let sem = Arc::new(Sem::new(0));
-        let s = sem.clone();
-        let waiter = std::thread::spawn(move || wait_acquire(&s, 1));
-        let start = Instant::now();
-        while !sem.has_waiters() {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "the waiter never queued"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let attempts = Cell::new(0);
-        let got = spin_acquire(&sem, || {
-            attempts.set(attempts.get() + 1);
-            sem.try_acquire(1).ok()
-        });
-        assert!(got.is_none());
-        assert_eq!(attempts.get(), 1, "retried behind a waiter");
-        sem.release(1);
-        assert_eq!(waiter.join().unwrap(), Ok(()));
-        assert!(!sem.has_waiters());
-        assert_eq!(sem.available(), 0);
-    }
-
-    /// Without waiters the spin goes on as before: permits released meanwhile are
-    /// taken without waiting.
-    #[test]
-    fn blocking_acquire_spins_while_nobody_waits() {
-        let sem = Sem::new(0);
-        let attempts = Cell::new(0);
-        let got = spin_acquire(&sem, || {
-            attempts.set(attempts.get() + 1);
-            if attempts.get() == 3 {
-                sem.release(1);
-            }
-            sem.try_acquire(1).ok()
-        });
-        assert_eq!(got, Some(()));
-        assert_eq!(attempts.get(), 3);
     }
 }
