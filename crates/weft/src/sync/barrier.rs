@@ -130,16 +130,18 @@ impl Future for BarrierWait<'_> {
         }
         let mut wakes = WakeBatch::new();
         let mut st = this.barrier.state.lock();
-        st.arrived += 1;
-        if st.arrived == this.barrier.n {
+        if st.arrived + 1 == this.barrier.n {
             st.arrived = 0;
             // SAFETY: under the lock.
             unsafe { wake_all(&mut st.waiters, Reason::Data, &mut wakes) };
             drop(st);
             return Poll::Ready(BarrierWaitResult(true));
         }
+        // Registered before the arrival counts: a waker whose `clone` panics in
+        // `register` leaves no arrival behind that its `Drop` would not withdraw.
         // SAFETY: under the lock; the future is pinned and its `Drop` cancels.
         unsafe { this.waiter.register(&mut st.waiters, cx, &mut wakes) };
+        st.arrived += 1;
         drop(st);
         Poll::Pending
     }

@@ -315,6 +315,9 @@ impl Future for Notified<'_> {
             }
         }
         let mut wakes = WakeBatch::new();
+        // The waker first: a `clone` that panics must do so before the word says
+        // WAITING (with nobody on the list, a `notify_one` would store no permit).
+        this.waiter.prime(cx, &mut wakes);
         let mut list = notify.waiters.lock();
         let mut word = state.load(SeqCst);
         loop {

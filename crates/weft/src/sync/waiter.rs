@@ -60,6 +60,18 @@ impl Waiter {
         }
     }
 
+    /// Stores the waker in the node before the wait commits to anything, so that a
+    /// waker whose `clone` panics panics here, while nothing has changed yet: a wait
+    /// that changes the primitive's state before it registers (`Notify` announces
+    /// WAITING, `Barrier` counts the arrival) calls this first, and the `set_waker` in
+    /// [`register`](Self::register) then finds the same waker and clones nothing.
+    pub(crate) fn prime(&mut self, cx: &Context<'_>, wakes: &mut WakeBatch) {
+        debug_assert!(!self.registered);
+        // SAFETY: the node is ours and on no list (not registered): nobody else can
+        // reach it, which is `set_waker`'s contract without the lock.
+        unsafe { self.node.set_waker(cx.waker(), self.on, wakes) };
+    }
+
     /// Puts the node on `list` (the commit point of the wait).
     ///
     /// # Safety
