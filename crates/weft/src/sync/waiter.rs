@@ -62,9 +62,10 @@ impl Waiter {
 
     /// Stores the waker in the node before the wait commits to anything, so that a
     /// waker whose `clone` panics panics here, while nothing has changed yet: a wait
-    /// that changes the primitive's state before it registers (`Notify` announces
-    /// WAITING, `Barrier` counts the arrival) calls this first, and the `set_waker` in
-    /// [`register`](Self::register) then finds the same waker and clones nothing.
+    /// that must change the primitive's state before it registers (`Notify` announces
+    /// WAITING) calls this first, and the `set_waker` in [`register`](Self::register)
+    /// then finds the same waker and clones nothing. (`Barrier` registers first and
+    /// counts its arrival after.)
     pub(crate) fn prime(&mut self, cx: &Context<'_>, wakes: &mut WakeBatch) {
         debug_assert!(!self.registered);
         // SAFETY: the node is ours and on no list (not registered): nobody else can
