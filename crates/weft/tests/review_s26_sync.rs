@@ -1146,7 +1146,8 @@ fn child_broadcast_clone_reenters() {
     let _v = a.try_recv().ok().unwrap();
 }
 
-/// BUG (deviation, not fixed: the fix is not small): `broadcast::Receiver::recv` and
+/// Deviation from tokio, documented (`sync::broadcast`'s module docs), not fixed: the fix
+/// is not small. `broadcast::Receiver::recv` and
 /// `try_recv` run `T::clone` under the channel's wait-list lock (a spin lock,
 /// `broadcast.rs`, `try_recv_locked`: `slot.value.clone()`), although weft keeps every
 /// other piece of user code (values' `Drop`, wakers) out of its locks. A `Clone` that
@@ -1157,7 +1158,7 @@ fn child_broadcast_clone_reenters() {
 /// `receiver_count` (and `send` to another slot) from a `Clone` works. Fixing it means
 /// pinning the slot while the clone runs outside the lock (tokio's per-slot lock).
 #[test]
-#[ignore = "BUG: broadcast runs T::clone under its wait-list spin lock; a Clone that \
+#[ignore = "documented limit: broadcast runs T::clone under its wait-list spin lock; a Clone that \
             touches the same channel hangs for ever"]
 fn broadcast_clone_that_touches_its_channel_does_not_hang() {
     let out = common::child::run(

@@ -5,6 +5,12 @@
 //! falls more than `capacity` values behind gets `Lagged(n)` and goes on with the
 //! oldest value kept. Waiting receivers are wait-list nodes completed with `Signal` by
 //! every send and `Close` when the last sender goes.
+//!
+//! A receive clones the value under that lock (unlike tokio's, which holds only the
+//! slot's read lock meanwhile). So a `T::clone` must not use the same channel (`send`,
+//! `subscribe`, `receiver_count`, dropping one of its ends) nor wait: it would spin on
+//! the lock it holds, or keep the lock while it waits and every other user of the
+//! channel spins. A slow `clone` holds up the channel's other users.
 
 use std::fmt;
 use std::future::Future;
@@ -156,7 +162,9 @@ pub struct Receiver<T> {
 /// Makes a broadcast channel keeping the last `capacity` values (rounded up to a power
 /// of two) for receivers that have not read them.
 ///
-/// Panics if `capacity` is 0 (or above `usize::MAX / 2`).
+/// Panics if `capacity` is 0 (or above `usize::MAX / 2`). Receives clone values under
+/// the channel's lock: `T::clone` must not use the channel nor wait (see the
+/// [module docs](self)).
 ///
 /// ```
 /// use weft::sync::broadcast;
