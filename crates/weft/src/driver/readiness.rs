@@ -52,6 +52,14 @@ pub(crate) fn shutdown_error() -> io::Error {
     io::Error::other("the weft runtime this socket belongs to has shut down")
 }
 
+/// The wakers waiting on a source, under the source's lock.
+///
+/// No waker is dropped while the lock is held: a waker is user code, and its last
+/// clone may own what it wakes (an executor whose waker is an `Arc` of its task, the
+/// task owning its future); that future may hold a readiness future of this same
+/// source, whose `Drop` takes this lock. Dropped under it, the thread deadlocked on
+/// itself (found in review, `tests/review_s26_net.rs`, `waker_dropped_*`). A waker
+/// replaced or removed is moved out and dropped after the guard.
 #[derive(Default)]
 struct Waiters {
     /// The `poll_read`/`poll_write` slots: the last poller of each direction.
@@ -179,6 +187,9 @@ impl ScheduledIo {
         if ev.ready != 0 {
             return Poll::Ready(Ok(ev));
         }
+        // Declared before the guard, so dropped after it on every path (see
+        // `Waiters`: no waker is dropped under the lock).
+        let mut _replaced = None;
         let mut w = self.lock();
         let slot = match dir {
             Direction::Read => &mut w.reader,
@@ -186,7 +197,7 @@ impl ScheduledIo {
         };
         match slot {
             Some(old) if old.will_wake(cx.waker()) => {}
-            _ => *slot = Some(cx.waker().clone()),
+            _ => _replaced = slot.replace(cx.waker().clone()),
         }
         // Under the lock: an event either set the word before we read it here, or
         // takes the waker just stored.
@@ -214,10 +225,12 @@ impl ScheduledIo {
             self.forget(id);
             return Poll::Ready(Ok(ev));
         }
+        // Declared before the guard, so dropped after it on every path.
+        let mut _replaced = None;
         let mut w = self.lock();
         if let Some(entry) = w.list.iter_mut().find(|e| *id != 0 && e.0 == *id) {
             if !entry.2.will_wake(cx.waker()) {
-                entry.2 = cx.waker().clone();
+                _replaced = Some(std::mem::replace(&mut entry.2, cx.waker().clone()));
             }
         } else {
             w.next_id += 1;
@@ -244,12 +257,17 @@ impl ScheduledIo {
         (w.reader.is_some(), w.writer.is_some(), w.list.len())
     }
 
-    /// Removes the list entry `id` (if any is still there).
+    /// Removes the list entry `id` (if any is still there); its waker is dropped once
+    /// the lock is released.
     pub(crate) fn forget(&self, id: &mut u64) {
         if *id != 0 {
-            let mut w = self.lock();
-            w.list.retain(|e| e.0 != *id);
+            let removed = {
+                let mut w = self.lock();
+                let at = w.list.iter().position(|e| e.0 == *id);
+                at.map(|i| w.list.swap_remove(i))
+            };
             *id = 0;
+            drop(removed);
         }
     }
 }
