@@ -382,9 +382,10 @@ fn full_listener() -> (std::net::TcpListener, std::net::TcpStream) {
 }
 
 /// The runtime is dropped from another thread while a plain thread, a fiber and a task
-/// are each blocked writing into a full connection (the peer never reads), and a plain
-/// thread, a fiber and a task each wait in a connect that never completes. All must
-/// end (an error, or the fiber or task cancelled), none may hang.
+/// are each blocked writing into a full connection (the peer never reads), a plain
+/// thread, a fiber and a task each wait in a connect that never completes, and two
+/// tasks wait in blocking forms (`std::io` read and write: their workers help). All
+/// must end (an error, or the fiber or task cancelled), none may hang.
 #[test]
 fn runtime_dropped_while_blocked_in_write_and_connect() {
     watchdog(20, || {
@@ -428,6 +429,15 @@ fn runtime_dropped_while_blocked_in_write_and_connect() {
             TcpStream::connect_blocking(target).map(drop)
         }));
         handles.push(rt.spawn(async move { TcpStream::connect(target).await.map(drop) }));
+        // Tasks in blocking forms (their worker helps meanwhile): a read and a write.
+        let (s4, c4) = pair(&rt);
+        let (s5, c5) = pair(&rt);
+        keep.extend([s4, s5]);
+        handles.push(rt.spawn(async move { io::Read::read(&mut &c4, &mut [0; 8]).map(drop) }));
+        {
+            let big = big.clone();
+            handles.push(rt.spawn(async move { io::Write::write_all(&mut &c5, &big) }));
+        }
         // Everyone is blocked by now.
         std::thread::sleep(Duration::from_millis(300));
         for t in &threads {
@@ -622,6 +632,55 @@ fn aborted_readers_and_writers_leave_the_stream_working() {
             drop(s);
         });
     }
+}
+
+/// A fiber blocked in a read with a (long) read timeout, and one in a UDP receive with
+/// one, are aborted: they end at once (the timer goes with the wait); afterwards reads
+/// with a short timeout time out on time, and data is read normally.
+#[test]
+fn aborted_timed_reads() {
+    watchdog(20, || {
+        let rt = rt(2);
+        let (s, c) = pair(&rt);
+        let s = Arc::new(s);
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let u = Arc::new(rt.block_on(async { UdpSocket::bind("127.0.0.1:0").await.unwrap() }));
+        u.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let (s1, u1) = (s.clone(), u.clone());
+        let f1 = fiber_on(&rt, move || io::Read::read(&mut &*s1, &mut [0; 8]));
+        let f2 = fiber_on(&rt, move || u1.recv_from_blocking(&mut [0; 8]).map(|x| x.0));
+        std::thread::sleep(Duration::from_millis(100));
+        let t0 = Instant::now();
+        f1.abort();
+        f2.abort();
+        assert!(join_within(f1, 5).unwrap_err().is_cancelled());
+        assert!(join_within(f2, 5).unwrap_err().is_cancelled());
+        assert!(t0.elapsed() < Duration::from_secs(3));
+        s.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        u.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let (s1, u1) = (s.clone(), u.clone());
+        let f = fiber_on(&rt, move || {
+            let t0 = Instant::now();
+            let e1 = io::Read::read(&mut &*s1, &mut [0; 8]).unwrap_err();
+            let e2 = u1.recv_from_blocking(&mut [0; 8]).unwrap_err();
+            (e1.kind(), e2.kind(), t0.elapsed())
+        });
+        let (k1, k2, took) = join_within(f, 5).unwrap();
+        assert_eq!(
+            (k1, k2),
+            (io::ErrorKind::WouldBlock, io::ErrorKind::WouldBlock)
+        );
+        assert!(
+            took >= Duration::from_millis(180) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+        io::Write::write_all(&mut &c, b"data").unwrap();
+        let mut b = [0u8; 4];
+        io::Read::read_exact(&mut &*s, &mut b).unwrap();
+        assert_eq!(&b, b"data");
+    });
 }
 
 /// A read future (owning its half and buffer) is polled by task A, then handed to task
