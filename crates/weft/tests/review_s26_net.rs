@@ -1249,3 +1249,90 @@ fn unix_senders_blocked_on_a_full_queue_end_when_the_runtime_goes() {
         drop(b);
     });
 }
+
+// ---------------------------------------------------------------------------------
+// 8. hyper over weft's streams (feature `hyper`)
+// ---------------------------------------------------------------------------------
+
+/// A hyper HTTP/1 server on a weft task for one accepted connection; returns its
+/// handle (the result of `serve_connection`) and the client side.
+#[cfg(feature = "hyper")]
+fn hyper_conn(rt: &Runtime) -> (JoinHandle<Result<(), hyper::Error>>, std::net::TcpStream) {
+    use http_body_util::Full;
+    use hyper::body::Bytes;
+    let l = rt.block_on(async { TcpListener::bind(common::loopback()).await.unwrap() });
+    let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let h = rt.spawn(async move {
+        let (s, _) = l.accept().await.unwrap();
+        let service = hyper::service::service_fn(|_req| async {
+            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(Bytes::from("ok"))))
+        });
+        hyper::server::conn::http1::Builder::new()
+            .timer(weft::hyper::WeftTimer::new())
+            .half_close(true)
+            .serve_connection(weft::hyper::WeftIo::new(s), service)
+            .await
+    });
+    (h, c)
+}
+
+/// hyper over `WeftIo`: a client that resets in the middle of a request, one that sends
+/// a megabyte of header garbage, one that sends a request and shuts its side: each
+/// connection's `serve_connection` ends (an error for the garbage, the answer for the
+/// last), none hangs. Then the runtime is dropped while a connection idles in a
+/// keep-alive read: the drop ends, and the client sees the connection go.
+#[cfg(feature = "hyper")]
+#[test]
+fn hyper_connections_end_on_bad_peers_and_runtime_drop() {
+    watchdog(30, || {
+        let rt = rt(2);
+        // A reset mid-request.
+        let (h, mut c) = hyper_conn(&rt);
+        io::Write::write_all(
+            &mut c,
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nab",
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        linger_zero(c.as_raw_fd());
+        drop(c);
+        // (An error, or `Ok` if hyper answered without the body: it must end.)
+        let _ = join_within(h, 10).unwrap();
+        // Garbage headers.
+        let (h, mut c) = hyper_conn(&rt);
+        let mut junk = b"GET / HTTP/1.1\r\n".to_vec();
+        junk.extend(std::iter::repeat_n(b'a', 1 << 20));
+        let _ = io::Write::write_all(&mut c, &junk);
+        assert!(join_within(h, 10).unwrap().is_err());
+        drop(c);
+        // A whole request, then the client's side shut.
+        let (h, mut c) = hyper_conn(&rt);
+        io::Write::write_all(&mut c, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        c.shutdown(Shutdown::Write).unwrap();
+        let mut answer = String::new();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        io::Read::read_to_string(&mut c, &mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert!(answer.ends_with("\r\n\r\nok"), "{answer}");
+        join_within(h, 10).unwrap().unwrap();
+        // Idle keep-alive connection, then the runtime goes.
+        let (h, mut c) = hyper_conn(&rt);
+        io::Write::write_all(&mut c, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut buf = [0u8; 4096];
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let n = io::Read::read(&mut c, &mut buf).unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200 OK\r\n"));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!h.is_finished());
+        thread_within(std::thread::spawn(move || drop(rt)), 10);
+        match join_within(h, 5) {
+            Ok(r) => assert!(r.is_err()),
+            Err(e) => assert!(e.is_cancelled(), "{e:?}"),
+        }
+        // The server's side is closed: end of stream (or a reset).
+        match io::Read::read(&mut c, &mut buf) {
+            Ok(n) => assert_eq!(n, 0),
+            Err(e) => assert_ne!(e.kind(), io::ErrorKind::WouldBlock, "{e}"),
+        }
+    });
+}
