@@ -255,10 +255,10 @@ fn send_oob(s: &std::net::TcpStream, data: &[u8]) {
 /// queued, so no new edge ever comes, and the next read waits until the peer sends
 /// something more (for ever, if it waits for an answer). A remote peer can cause it
 /// with one urgent byte (telnet's "Synch" is one). tokio clears on short reads the
-/// same way. Not fixed here: the fix (not clearing on a short read, or not for these
-/// sockets) costs a futile `read` per drained read and is the maintainers' call.
+/// same way. Not fixed: not clearing on a short read costs every drained TCP read a
+/// futile `read`; documented on `weft::net::TcpStream` instead.
 #[test]
-#[ignore = "finding: a short read at a TCP urgent mark clears the readiness while data is queued; the reader stalls (net/evented.rs poll_transfer/clear_drained)"]
+#[ignore = "documented limit (as tokio's): a short read at a TCP urgent mark clears the readiness while data is queued; the reader stalls"]
 fn urgent_data_does_not_strand_the_rest_of_the_stream() {
     watchdog(10, || {
         let rt = rt(2);
@@ -332,8 +332,9 @@ fn send_with_fd(s: &std::os::unix::net::UnixStream, data: &[u8]) -> usize {
 /// the readiness on the short read, and "ghi" waits for an edge that never comes.
 /// (Reads stop short the same way at a change of sender credentials when
 /// `SO_PASSCRED` is on.) Any process that may write to the socket can cause it.
+/// Fixed: a Unix stream no longer takes a short read as drained
+/// (`MioStream::SHORT_READ_DRAINS`, net/stream.rs).
 #[test]
-#[ignore = "finding: a short read after an SCM_RIGHTS message clears the readiness while data is queued; the reader stalls (net/evented.rs poll_transfer/clear_drained)"]
 fn passed_fds_do_not_strand_the_rest_of_a_unix_stream() {
     watchdog(10, || {
         let rt = rt(2);

@@ -146,29 +146,35 @@ impl<E: Source> Evented<E> {
         }
     }
 
-    /// A read or write of `len` bytes for a task (the direction's waker slot): one
-    /// shorter than `len` drained the socket (or filled its buffer), so it clears the
-    /// readiness it ran under and the next call waits for an event instead of making
-    /// a futile system call.
+    /// A read or write of `len` bytes for a task (the direction's waker slot): where
+    /// `short_drains`, one shorter than `len` drained the socket (or filled its buffer),
+    /// so it clears the readiness it ran under and the next call waits for an event
+    /// instead of making a futile system call.
     fn poll_transfer(
         &self,
         cx: &mut Context<'_>,
         dir: Direction,
         len: usize,
+        short_drains: bool,
         mut f: impl FnMut(&E) -> io::Result<usize>,
     ) -> Poll<io::Result<usize>> {
-        self.poll_io_draining(cx, dir, |io| f(io).map(|n| (n, n > 0 && n < len)))
+        self.poll_io_draining(cx, dir, |io| {
+            f(io).map(|n| (n, short_drains && n > 0 && n < len))
+        })
     }
 
-    /// Reads into `buf` for a task (see [`poll_transfer`](Self::poll_transfer)).
+    /// Reads into `buf` for a task (see [`poll_transfer`](Self::poll_transfer));
+    /// `short_drains`: whether a short read shows the queue drained (see
+    /// `MioStream::SHORT_READ_DRAINS`).
     pub(crate) fn poll_read_with(
         &self,
         cx: &mut Context<'_>,
         buf: &mut [u8],
+        short_drains: bool,
         mut read: impl FnMut(&E, &mut [u8]) -> io::Result<usize>,
     ) -> Poll<io::Result<usize>> {
         let len = buf.len();
-        self.poll_transfer(cx, Direction::Read, len, |io| read(io, buf))
+        self.poll_transfer(cx, Direction::Read, len, short_drains, |io| read(io, buf))
     }
 
     /// Writes `buf` for a task (see [`poll_transfer`](Self::poll_transfer)).
@@ -178,21 +184,22 @@ impl<E: Source> Evented<E> {
         buf: &[u8],
         mut write: impl FnMut(&E, &[u8]) -> io::Result<usize>,
     ) -> Poll<io::Result<usize>> {
-        self.poll_transfer(cx, Direction::Write, buf.len(), |io| write(io, buf))
+        self.poll_transfer(cx, Direction::Write, buf.len(), true, |io| write(io, buf))
     }
 
     /// The blocking read: [`blocking_io`](Self::blocking_io), clearing after a short
-    /// read.
+    /// read where `short_drains` (as [`poll_read_with`](Self::poll_read_with)).
     pub(crate) fn read_blocking_with(
         &self,
         buf: &mut [u8],
         timeout: Option<Duration>,
+        short_drains: bool,
         mut read: impl FnMut(&E, &mut [u8]) -> io::Result<usize>,
     ) -> io::Result<usize> {
         let len = buf.len();
         self.blocking_io(Direction::Read, timeout, |io, ev| {
             let n = read(io, buf)?;
-            if n > 0 && n < len {
+            if short_drains && n > 0 && n < len {
                 self.sched.clear_drained(ev);
             }
             Ok(n)

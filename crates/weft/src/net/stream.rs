@@ -24,6 +24,16 @@ use crate::driver::readiness::Direction;
 pub trait MioStream: Source + AsRawFd + Debug + Send + Sync + 'static {
     /// The stream's address type.
     type Addr: Debug;
+    /// Whether a read shorter than its buffer shows that the socket's queue is drained
+    /// (so the readiness it ran under is cleared, sparing the next read a futile system
+    /// call). TCP: yes, but for a read that stops at an urgent (out-of-band) byte, which
+    /// weft's streams do not handle (tokio's neither). A Unix stream: no, a read also
+    /// stops after a message that carried file descriptors (`SCM_RIGHTS`, common on
+    /// Unix sockets) or, with `SO_PASSCRED`, where the sender changes, with more data
+    /// queued behind it; cleared there, the readiness would never come back for data
+    /// already queued (found in review, `tests/review_s26_net.rs`).
+    #[doc(hidden)]
+    const SHORT_READ_DRAINS: bool;
     #[doc(hidden)]
     fn read_in(&self, buf: &mut [u8]) -> io::Result<usize>;
     #[doc(hidden)]
@@ -39,9 +49,10 @@ pub trait MioStream: Source + AsRawFd + Debug + Send + Sync + 'static {
 }
 
 macro_rules! mio_stream {
-    ($mio:ty, $addr:ty) => {
+    ($mio:ty, $addr:ty, $drains:expr) => {
         impl MioStream for $mio {
             type Addr = $addr;
+            const SHORT_READ_DRAINS: bool = $drains;
             fn read_in(&self, buf: &mut [u8]) -> io::Result<usize> {
                 (&*self).read(buf)
             }
@@ -64,18 +75,19 @@ macro_rules! mio_stream {
     };
 }
 
-mio_stream!(mio::net::TcpStream, std::net::SocketAddr);
-mio_stream!(mio::net::UnixStream, std::os::unix::net::SocketAddr);
+mio_stream!(mio::net::TcpStream, std::net::SocketAddr, true);
+mio_stream!(mio::net::UnixStream, std::os::unix::net::SocketAddr, false);
 
 impl<E: MioStream> Socket<E> {
-    /// A task's read (a read shorter than `buf` clears the readiness, see
-    /// `Evented::poll_read_with`).
+    /// A task's read (on TCP a read shorter than `buf` clears the readiness, see
+    /// `Evented::poll_read_with` and [`MioStream::SHORT_READ_DRAINS`]).
     pub(crate) fn poll_read_stream(
         &self,
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
-        self.evented().poll_read_with(cx, buf, |s, b| s.read_in(b))
+        self.evented()
+            .poll_read_with(cx, buf, E::SHORT_READ_DRAINS, |s, b| s.read_in(b))
     }
 
     /// A task's write.
@@ -90,8 +102,12 @@ impl<E: MioStream> Socket<E> {
 
     /// The blocking read, for at most the read timeout.
     pub(crate) fn read_stream_blocking(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.evented()
-            .read_blocking_with(buf, self.timeouts().read(), |s, b| s.read_in(b))
+        self.evented().read_blocking_with(
+            buf,
+            self.timeouts().read(),
+            E::SHORT_READ_DRAINS,
+            |s, b| s.read_in(b),
+        )
     }
 
     /// The blocking write, for at most the write timeout.

@@ -93,6 +93,11 @@ impl TcpListener {
 /// does (a fiber suspends, a worker helps, a plain thread blocks) and honour the read
 /// and write timeouts.
 ///
+/// Urgent (out-of-band, `MSG_OOB`) data is not supported: a read that returns less than
+/// its buffer counts as having drained the socket, and Linux ends a read early at an
+/// urgent byte, so data queued behind one is read only once more arrives (tokio's
+/// streams behave the same).
+///
 /// ```
 /// use std::io::{Read, Write};
 /// let _rt = weft::Runtime::new().unwrap();
