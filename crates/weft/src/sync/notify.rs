@@ -340,8 +340,9 @@ impl Future for Notified<'_> {
                 Err(now) => word = now,
             }
         }
-        // SAFETY: under the lock; the future is pinned and its `Drop` cancels.
-        unsafe { this.waiter.register(&mut list, cx, &mut wakes) };
+        // SAFETY: under the lock; the future is pinned and its `Drop` cancels; `prime`
+        // stored this poll's waker above (no clone may run past the CAS to WAITING).
+        unsafe { this.waiter.register_primed(&mut list) };
         drop(list);
         Poll::Pending
     }

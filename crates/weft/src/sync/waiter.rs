@@ -63,14 +63,30 @@ impl Waiter {
     /// Stores the waker in the node before the wait commits to anything, so that a
     /// waker whose `clone` panics panics here, while nothing has changed yet: a wait
     /// that must change the primitive's state before it registers (`Notify` announces
-    /// WAITING) calls this first, and the `set_waker` in [`register`](Self::register)
-    /// then finds the same waker and clones nothing. (`Barrier` registers first and
-    /// counts its arrival after.)
+    /// WAITING) calls this first, and then [`register_primed`](Self::register_primed),
+    /// which clones nothing. (`Barrier` registers first and counts its arrival after.)
     pub(crate) fn prime(&mut self, cx: &Context<'_>, wakes: &mut WakeBatch) {
         debug_assert!(!self.registered);
         // SAFETY: the node is ours and on no list (not registered): nobody else can
         // reach it, which is `set_waker`'s contract without the lock.
         unsafe { self.node.set_waker(cx.waker(), self.on, wakes) };
+    }
+
+    /// [`register`](Self::register) of a waiter that [`prime`](Self::prime) gave its
+    /// waker in this same poll: puts the node on `list` and touches no waker. Not
+    /// `register`: its `set_waker` clones again whenever the stored clone does not
+    /// `will_wake` the context's waker (any waker whose clones do not share their
+    /// data pointer), and a second clone that panicked did so after the caller had
+    /// changed the primitive's state, with the node on no list (found in review:
+    /// `Notify` left WAITING with nobody waiting, `tests/review_s26_diff.rs`).
+    ///
+    /// # Safety
+    /// As [`register`](Self::register), and `prime` stored this poll's waker.
+    pub(crate) unsafe fn register_primed(&mut self, list: &mut WaitList<()>) {
+        debug_assert!(!self.registered);
+        // SAFETY: the contract.
+        unsafe { list.push_back(&self.node) };
+        self.registered = true;
     }
 
     /// Puts the node on `list` (the commit point of the wait).
