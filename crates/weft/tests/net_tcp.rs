@@ -18,6 +18,7 @@
 //! place of one of its clients.
 
 mod common;
+use common::net::linger_zero;
 
 use common::{loopback, queue_burst};
 
@@ -370,25 +371,6 @@ fn half_close_between_fibers() {
 }
 
 // --------------------------------------------------------------- reset ----
-
-/// Sets `SO_LINGER` to (on, 0 s): closing the socket then sends a reset.
-fn linger_zero(fd: std::os::fd::RawFd) {
-    let l = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: `l` is a valid `linger` for the size passed; `fd` is an open socket.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&l as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0, "setsockopt(SO_LINGER)");
-}
 
 fn is_reset(e: &std::io::Error) -> bool {
     use std::io::ErrorKind::*;

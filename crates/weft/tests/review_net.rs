@@ -23,12 +23,13 @@
 #![allow(clippy::async_yields_async)]
 
 mod common;
+use common::{fiber_on, join_within, thread_within};
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
@@ -91,41 +92,6 @@ fn std_pair() -> (std::net::TcpStream, std::net::TcpStream) {
     let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
     let (s, _) = l.accept().unwrap();
     (s, c)
-}
-
-/// Spawns a fiber on `rt` (entered first, so it does not go to another test's runtime).
-fn fiber_on<T: Send + 'static>(
-    rt: &Runtime,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> JoinHandle<T> {
-    rt.block_on(async move { Some(weft::fiber::spawn(f)) })
-        .unwrap()
-}
-
-/// Joins `h` from a helper thread, panicking with "hang" after `secs`.
-fn join_within<T: Send + 'static>(h: JoinHandle<T>, secs: u64) -> Result<T, weft::JoinError> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(h.join());
-    });
-    rx.recv_timeout(Duration::from_secs(secs))
-        .expect("hang: a weft task or fiber did not finish in time")
-}
-
-/// Waits for a plain thread, panicking with "hang" after `secs`.
-fn thread_within<T: Send + 'static>(h: std::thread::JoinHandle<T>, secs: u64) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !h.is_finished() {
-        assert!(
-            Instant::now() < deadline,
-            "hang: a plain thread did not finish"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    match h.join() {
-        Ok(v) => v,
-        Err(p) => std::panic::resume_unwind(p),
-    }
 }
 
 /// A waker that counts its wakes; its live clones are `Arc::strong_count - 1`.

@@ -8,10 +8,10 @@
 #![allow(clippy::async_yields_async)]
 
 mod common;
+use common::net::send_with_fd;
 
 use std::future::Future;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -675,38 +675,6 @@ fn listed_waker_owning_a_listed_wait_woken_by_an_event() {
 
 // ------------------------------------------------ Unix streams with SCM_RIGHTS
 
-/// Sends `data` on `s` with `s`'s own descriptor attached (`SCM_RIGHTS`); returns the
-/// bytes sent.
-fn send_with_fd(s: &std::os::unix::net::UnixStream, data: &[u8]) -> usize {
-    let fd: libc::c_int = s.as_raw_fd();
-    let mut iov = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
-    };
-    // SAFETY: CMSG_SPACE only computes a size.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
-    let mut control = vec![0u64; space.div_ceil(8)];
-    // SAFETY: an all-zero `msghdr` is valid (null pointers, zero lengths).
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    // SAFETY: `msg` points at `control`, 8-byte aligned with room for one header and
-    // one descriptor (CMSG_SPACE); the header is written in bounds.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), fd);
-    }
-    // SAFETY: `msg` and everything it points at live across the call.
-    let r = unsafe { libc::sendmsg(s.as_raw_fd(), &msg, 0) };
-    assert!(r >= 0, "sendmsg: {}", io::Error::last_os_error());
-    r as usize
-}
-
 fn pattern_byte(i: usize) -> u8 {
     (i % 251) as u8
 }
@@ -746,6 +714,21 @@ fn check(at: &mut usize, got: &[u8]) {
     *at += got.len();
 }
 
+/// Reads `rx` to its end with blocking reads (each within 5 s, else panics with
+/// `stalled`), checking every byte; returns how many came.
+fn read_checking(mut rx: UnixStream, stalled: &str) -> usize {
+    rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = vec![0u8; 65536];
+    let mut at = 0;
+    loop {
+        let n = io::Read::read(&mut rx, &mut buf).expect(stalled);
+        if n == 0 {
+            break at;
+        }
+        check(&mut at, &buf[..n]);
+    }
+}
+
 /// 2 MiB with descriptors attached to a third of its chunks, read by a task, a fiber
 /// and a plain thread (one stream each): every byte in order, none stalls.
 #[test]
@@ -781,36 +764,14 @@ fn unix_stream_fds_large_transfer_task_fiber_thread() {
                 1 => {
                     let h = rt.block_on(async move {
                         weft::fiber::spawn(move || {
-                            let mut rx = rx;
-                            rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                            let mut buf = vec![0u8; 65536];
-                            let mut at = 0;
-                            loop {
-                                let n = io::Read::read(&mut rx, &mut buf)
-                                    .expect("a fiber's read stalled with data queued");
-                                if n == 0 {
-                                    break at;
-                                }
-                                check(&mut at, &buf[..n]);
-                            }
+                            read_checking(rx, "a fiber's read stalled with data queued")
                         })
                     });
                     readers.push(Box::new(move || h.join().unwrap()));
                 }
                 _ => {
                     let h = std::thread::spawn(move || {
-                        let mut rx = rx;
-                        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                        let mut buf = vec![0u8; 65536];
-                        let mut at = 0;
-                        loop {
-                            let n = io::Read::read(&mut rx, &mut buf)
-                                .expect("a thread's read stalled with data queued");
-                            if n == 0 {
-                                break at;
-                            }
-                            check(&mut at, &buf[..n]);
-                        }
+                        read_checking(rx, "a thread's read stalled with data queued")
                     });
                     readers.push(Box::new(move || h.join().unwrap()));
                 }

@@ -6,6 +6,8 @@
 #![allow(clippy::async_yields_async)]
 
 mod common;
+use common::net::{linger_zero, send_with_fd};
+use common::{fiber_on, join_within, thread_within};
 
 use std::future::Future;
 use std::io;
@@ -13,7 +15,7 @@ use std::net::Shutdown;
 use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
@@ -46,41 +48,6 @@ fn pair(rt: &Runtime) -> (TcpStream, TcpStream) {
     })
 }
 
-/// Spawns a fiber on `rt` (entered first, so it does not go to another test's runtime).
-fn fiber_on<T: Send + 'static>(
-    rt: &Runtime,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> JoinHandle<T> {
-    rt.block_on(async move { Some(weft::fiber::spawn(f)) })
-        .unwrap()
-}
-
-/// Joins `h` from a helper thread, panicking with "hang" after `secs`.
-fn join_within<T: Send + 'static>(h: JoinHandle<T>, secs: u64) -> Result<T, weft::JoinError> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(h.join());
-    });
-    rx.recv_timeout(Duration::from_secs(secs))
-        .expect("hang: a weft task or fiber did not finish in time")
-}
-
-/// Waits for a plain thread, panicking with "hang" after `secs`.
-fn thread_within<T: Send + 'static>(h: std::thread::JoinHandle<T>, secs: u64) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !h.is_finished() {
-        assert!(
-            Instant::now() < deadline,
-            "hang: a plain thread did not finish"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    match h.join() {
-        Ok(v) => v,
-        Err(p) => std::panic::resume_unwind(p),
-    }
-}
-
 /// Polls `f` once with `w`.
 fn poll_once<F: Future + ?Sized>(f: Pin<&mut F>, w: &Waker) -> Poll<F::Output> {
     f.poll(&mut Context::from_waker(w))
@@ -95,25 +62,6 @@ fn check_pattern(at: usize, got: &[u8]) {
     for (k, &b) in got.iter().enumerate() {
         assert_eq!(b, ((at + k) % 251) as u8, "byte {} of the stream", at + k);
     }
-}
-
-/// Sets `SO_LINGER` to (on, 0 s): closing the socket then sends a reset.
-fn linger_zero(fd: std::os::fd::RawFd) {
-    let l = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: `l` is a valid `linger` for the size passed; `fd` is an open socket.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&l as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0, "setsockopt(SO_LINGER)");
 }
 
 /// Shrinks a socket's send or receive buffer (`opt`: `SO_SNDBUF` / `SO_RCVBUF`).
@@ -246,6 +194,28 @@ fn send_oob(s: &std::net::TcpStream, data: &[u8]) {
     assert_eq!(r, data.len() as isize, "send(MSG_OOB)");
 }
 
+/// Reads `s` into a 64-byte buffer until `want` bytes came (at most 10 reads), each
+/// read within 2 s (else panics with `hang`).
+async fn read_at_least<S: weft::io::AsyncRead + Unpin>(
+    mut s: S,
+    want: usize,
+    hang: &str,
+) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    for _ in 0..10 {
+        let n = weft::time::timeout(Duration::from_secs(2), s.read(&mut buf))
+            .await
+            .expect(hang)
+            .unwrap();
+        got.extend_from_slice(&buf[..n]);
+        if got.len() >= want {
+            break;
+        }
+    }
+    got
+}
+
 /// The peer sends "abc", then "X" as urgent data, then "def", all before the reader
 /// reads. Linux ends a read at the urgent mark (`tcp_recvmsg`: "Stop if we have read
 /// anything"): the first read returns "abc" alone (3 bytes into a 64-byte buffer).
@@ -267,62 +237,20 @@ fn urgent_data_does_not_strand_the_rest_of_the_stream() {
             let a = l.local_addr().unwrap();
             (l, a)
         };
-        let mut c = rt.block_on(async { TcpStream::connect(addr).await.unwrap() });
+        let c = rt.block_on(async { TcpStream::connect(addr).await.unwrap() });
         let (mut s, _) = l.accept().unwrap();
         io::Write::write_all(&mut s, b"abc").unwrap();
         send_oob(&s, b"X");
         io::Write::write_all(&mut s, b"def").unwrap();
         std::thread::sleep(Duration::from_millis(100));
-        let got = rt.block_on(async move {
-            let mut got = Vec::new();
-            let mut buf = [0u8; 64];
-            for _ in 0..10 {
-                let n = weft::time::timeout(Duration::from_secs(2), c.read(&mut buf))
-                    .await
-                    .expect("hang: the bytes after the urgent mark never came")
-                    .unwrap();
-                got.extend_from_slice(&buf[..n]);
-                if got.len() >= 6 {
-                    break;
-                }
-            }
-            got
-        });
+        let got = rt.block_on(read_at_least(
+            c,
+            6,
+            "hang: the bytes after the urgent mark never came",
+        ));
         assert_eq!(got, b"abcdef");
         drop(s);
     });
-}
-
-/// Sends `data` on `s` with a descriptor (`s`'s own) attached (`SCM_RIGHTS`).
-fn send_with_fd(s: &std::os::unix::net::UnixStream, data: &[u8]) -> usize {
-    let fd: libc::c_int = s.as_raw_fd();
-    let mut iov = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
-    };
-    // SAFETY: CMSG_SPACE only computes a size.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
-    let mut control = vec![0u64; space.div_ceil(8)];
-    // SAFETY: an all-zero `msghdr` is valid (null pointers, zero lengths).
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    // SAFETY: `msg` points at `control`, which has room for one header and one
-    // descriptor (CMSG_SPACE), 8-byte aligned; the header is written in bounds.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), fd);
-    }
-    // SAFETY: `msg` and everything it points at (`iov`, `data`, `control`) live across
-    // the call.
-    let r = unsafe { libc::sendmsg(s.as_raw_fd(), &msg, 0) };
-    assert!(r >= 0, "sendmsg: {}", io::Error::last_os_error());
-    r as usize
 }
 
 /// The same on a Unix stream for a message that carries file descriptors
@@ -339,7 +267,7 @@ fn passed_fds_do_not_strand_the_rest_of_a_unix_stream() {
     watchdog(10, || {
         let rt = rt(2);
         let (tx, rx) = std::os::unix::net::UnixStream::pair().unwrap();
-        let mut rx = rt.block_on(async move { UnixStream::from_std(rx).unwrap() });
+        let rx = rt.block_on(async move { UnixStream::from_std(rx).unwrap() });
         let mut tx = tx;
         io::Write::write_all(&mut tx, b"abc").unwrap();
         let n = send_with_fd(&tx, b"def");
@@ -347,21 +275,11 @@ fn passed_fds_do_not_strand_the_rest_of_a_unix_stream() {
         io::Write::write_all(&mut tx, b"ghi").unwrap();
         // Every event dispatched before the first read.
         std::thread::sleep(Duration::from_millis(100));
-        let got = rt.block_on(async move {
-            let mut got = Vec::new();
-            let mut buf = [0u8; 64];
-            for _ in 0..10 {
-                let n = weft::time::timeout(Duration::from_secs(2), rx.read(&mut buf))
-                    .await
-                    .expect("hang: the bytes after the descriptors never came")
-                    .unwrap();
-                got.extend_from_slice(&buf[..n]);
-                if got.len() >= 9 {
-                    break;
-                }
-            }
-            got
-        });
+        let got = rt.block_on(read_at_least(
+            rx,
+            9,
+            "hang: the bytes after the descriptors never came",
+        ));
         assert_eq!(got, b"abcdefghi");
         drop(tx);
     });

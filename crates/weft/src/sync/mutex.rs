@@ -172,8 +172,8 @@ impl<T: ?Sized> Mutex<T> {
     }
 
     /// [`lock_blocking`](Self::lock_blocking) of a lock that was not free: apart, so
-    /// that the free lock's path stays small enough to be inlined into its caller
-    /// (with the spin and the wait in it, `lock_blocking` was no longer inlined).
+    /// that the free lock's path (one CAS) is what gets inlined into the caller, however
+    /// the spin and the wait grow (a version with them inline was not inlined at all).
     #[inline(never)]
     fn lock_blocking_slow(&self) -> MutexGuard<'_, T> {
         // Retried even while others are queued, although a release hands the lock to

@@ -2,13 +2,14 @@
 #![allow(dead_code)]
 
 pub mod child;
+pub mod net;
 pub mod placement;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use weft::{Builder, Runtime};
+use weft::{Builder, JoinHandle, Runtime};
 
 /// How long any single test may take before it counts as a hang.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
@@ -307,4 +308,39 @@ pub async fn queue_burst(
         l.accept().await.unwrap();
     }
     clients
+}
+
+/// Spawns a fiber on `rt` (entered first, so it does not go to another test's runtime).
+pub fn fiber_on<T: Send + 'static>(
+    rt: &Runtime,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
+    rt.block_on(async move { Some(weft::fiber::spawn(f)) })
+        .unwrap()
+}
+
+/// Joins `h` from a helper thread, panicking with "hang" after `secs`.
+pub fn join_within<T: Send + 'static>(h: JoinHandle<T>, secs: u64) -> Result<T, weft::JoinError> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(h.join());
+    });
+    rx.recv_timeout(Duration::from_secs(secs))
+        .expect("hang: a weft task or fiber did not finish in time")
+}
+
+/// Waits for a plain thread, panicking with "hang" after `secs`.
+pub fn thread_within<T: Send + 'static>(h: std::thread::JoinHandle<T>, secs: u64) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !h.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "hang: a plain thread did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    match h.join() {
+        Ok(v) => v,
+        Err(p) => std::panic::resume_unwind(p),
+    }
 }

@@ -1,0 +1,56 @@
+//! Helpers of the network tests: raw socket options and messages that play a remote
+//! peer.
+
+use std::io;
+use std::os::fd::AsRawFd;
+
+/// Sets `SO_LINGER` to (on, 0 s): closing the socket then sends a reset.
+pub fn linger_zero(fd: std::os::fd::RawFd) {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: `l` is a valid `linger` for the size passed; `fd` is an open socket.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "setsockopt(SO_LINGER)");
+}
+
+/// Sends `data` on `s` with a descriptor (`s`'s own) attached (`SCM_RIGHTS`).
+pub fn send_with_fd(s: &std::os::unix::net::UnixStream, data: &[u8]) -> usize {
+    let fd: libc::c_int = s.as_raw_fd();
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)];
+    // SAFETY: an all-zero `msghdr` is valid (null pointers, zero lengths).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: `msg` points at `control`, which has room for one header and one
+    // descriptor (CMSG_SPACE), 8-byte aligned; the header is written in bounds.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), fd);
+    }
+    // SAFETY: `msg` and everything it points at (`iov`, `data`, `control`) live across
+    // the call.
+    let r = unsafe { libc::sendmsg(s.as_raw_fd(), &msg, 0) };
+    assert!(r >= 0, "sendmsg: {}", io::Error::last_os_error());
+    r as usize
+}
