@@ -8,7 +8,8 @@
 #![allow(clippy::async_yields_async)]
 
 mod common;
-use common::net::send_with_fd;
+use common::net::{pair, send_with_fd};
+use common::{owning_waker, poll_once, waker_owning_pending};
 
 use std::future::Future;
 use std::io;
@@ -16,22 +17,18 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
-use std::task::{Context, Poll, RawWaker, RawWakerVTable, Wake, Waker};
+use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
 use std::time::{Duration, Instant};
 
 use common::{with_limit, Rng};
 use weft::io::{AsyncRead, AsyncReadExt, AsyncWrite};
-use weft::net::{TcpListener, TcpStream, UnixStream};
+use weft::net::{TcpStream, UnixStream};
 use weft::sync::{Barrier, Notify};
 use weft::Runtime;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
 // ---------------------------------------------------------------- helpers
-
-fn poll_with<F: Future + ?Sized>(f: Pin<&mut F>, w: &Waker) -> Poll<F::Output> {
-    f.poll(&mut Context::from_waker(w))
-}
 
 fn rt(n: usize) -> Runtime {
     weft::Builder::new().worker_threads(n).build().unwrap()
@@ -110,7 +107,7 @@ fn block_on_thread<F: Future>(f: F, secs: u64) -> F::Output {
     let mut f = pin!(f);
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
-        if let Poll::Ready(v) = poll_with(f.as_mut(), &w) {
+        if let Poll::Ready(v) = poll_once(f.as_mut(), &w) {
             return v;
         }
         let now = Instant::now();
@@ -139,7 +136,7 @@ fn notify_second_clone_panic_at_registration_loses_no_permit() {
             let mut f = pin!(n.notified());
             // Whether the poll panics or not (it need not clone twice), nothing may be
             // left behind once the future is gone.
-            let _ = catch_unwind(AssertUnwindSafe(|| poll_with(f.as_mut(), &w)));
+            let _ = catch_unwind(AssertUnwindSafe(|| poll_once(f.as_mut(), &w)));
         }
         let r = catch_unwind(AssertUnwindSafe(|| n.notify_one()));
         assert!(
@@ -148,7 +145,7 @@ fn notify_second_clone_panic_at_registration_loses_no_permit() {
         );
         let mut g = pin!(n.notified());
         assert!(
-            poll_with(g.as_mut(), Waker::noop()).is_ready(),
+            poll_once(g.as_mut(), Waker::noop()).is_ready(),
             "the permit of the notify_one is lost"
         );
         drop(sh);
@@ -165,20 +162,20 @@ fn notify_distinct_clone_waker_is_woken_or_leaves_the_permit() {
             let n = Notify::new();
             let (sh, w) = boxed_waker(panic_at);
             let mut f = pin!(n.notified());
-            let r = catch_unwind(AssertUnwindSafe(|| poll_with(f.as_mut(), &w)));
+            let r = catch_unwind(AssertUnwindSafe(|| poll_once(f.as_mut(), &w)));
             let r2 = catch_unwind(AssertUnwindSafe(|| n.notify_one()));
             assert!(r2.is_ok(), "panic_at {panic_at}: notify_one panicked");
             match r {
                 Ok(Poll::Pending) => {
                     assert_eq!(sh.wakes.load(SeqCst), 1, "panic_at {panic_at}: not woken");
-                    assert!(poll_with(f.as_mut(), Waker::noop()).is_ready());
+                    assert!(poll_once(f.as_mut(), Waker::noop()).is_ready());
                 }
                 Ok(Poll::Ready(())) => panic!("ready with nothing stored"),
                 Err(_) => {
                     // The poll changed nothing: the future may be polled again and
                     // finds the permit.
                     assert!(
-                        poll_with(f.as_mut(), Waker::noop()).is_ready(),
+                        poll_once(f.as_mut(), Waker::noop()).is_ready(),
                         "panic_at {panic_at}: the permit is lost"
                     );
                 }
@@ -199,12 +196,12 @@ fn notify_second_poll_with_panicking_waker_keeps_the_wait() {
                 let (a, wa) = boxed_waker(0);
                 let (_b, wb) = boxed_waker(1);
                 let mut f = Box::pin(n.notified());
-                assert!(poll_with(f.as_mut(), &wa).is_pending());
+                assert!(poll_once(f.as_mut(), &wa).is_pending());
                 if notify_first {
                     n.notify_one();
                     assert_eq!(a.wakes.load(SeqCst), 1);
                 }
-                let r = catch_unwind(AssertUnwindSafe(|| poll_with(f.as_mut(), &wb)));
+                let r = catch_unwind(AssertUnwindSafe(|| poll_once(f.as_mut(), &wb)));
                 if !notify_first {
                     assert!(r.is_err(), "the second waker's clone panics");
                     n.notify_one();
@@ -218,11 +215,11 @@ fn notify_second_poll_with_panicking_waker_keeps_the_wait() {
                     drop(f);
                     // Chosen and dropped: passed on as the permit.
                     let mut g = pin!(n.notified());
-                    assert!(poll_with(g.as_mut(), Waker::noop()).is_ready());
+                    assert!(poll_once(g.as_mut(), Waker::noop()).is_ready());
                 } else {
-                    assert!(poll_with(f.as_mut(), Waker::noop()).is_ready());
+                    assert!(poll_once(f.as_mut(), Waker::noop()).is_ready());
                     let mut g = pin!(n.notified());
-                    assert!(poll_with(g.as_mut(), Waker::noop()).is_pending());
+                    assert!(poll_once(g.as_mut(), Waker::noop()).is_pending());
                 }
             }
         }
@@ -245,7 +242,7 @@ fn notify_ping_pong_with_random_clone_panics() {
             for _ in 0..ROUNDS {
                 let mut f = pin!(n2.notified());
                 let (_sh, bad) = boxed_waker(1 + (rng.next() % 3) as usize);
-                let first = catch_unwind(AssertUnwindSafe(|| poll_with(f.as_mut(), &bad)));
+                let first = catch_unwind(AssertUnwindSafe(|| poll_once(f.as_mut(), &bad)));
                 if !matches!(first, Ok(Poll::Ready(()))) {
                     block_on_thread(f, 5);
                 }
@@ -285,7 +282,7 @@ fn notify_waiters_races_first_polls_with_panicking_clones() {
                         let mut f = pin!(n.notified());
                         made.wait();
                         let (_sh, bad) = boxed_waker(1 + (round + t) % 3);
-                        let first = catch_unwind(AssertUnwindSafe(|| poll_with(f.as_mut(), &bad)));
+                        let first = catch_unwind(AssertUnwindSafe(|| poll_once(f.as_mut(), &bad)));
                         if !matches!(first, Ok(Poll::Ready(()))) {
                             block_on_thread(f, 5);
                         }
@@ -303,7 +300,7 @@ fn notify_waiters_races_first_polls_with_panicking_clones() {
         }
         // Nobody left waiting, no permit stored.
         let mut g = pin!(n.notified());
-        assert!(poll_with(g.as_mut(), Waker::noop()).is_pending());
+        assert!(poll_once(g.as_mut(), Waker::noop()).is_pending());
     });
 }
 
@@ -387,7 +384,7 @@ fn barrier_panicking_clone_at_every_member() {
                     if pos == bad_at {
                         let (_sh, bad) = boxed_waker(panic_at);
                         let mut f = Box::pin(b.wait());
-                        let r = catch_unwind(AssertUnwindSafe(|| poll_with(f.as_mut(), &bad)));
+                        let r = catch_unwind(AssertUnwindSafe(|| poll_once(f.as_mut(), &bad)));
                         match r {
                             Err(_) => drop(f), // nothing counted
                             Ok(Poll::Pending) => futs.push(f),
@@ -402,7 +399,7 @@ fn barrier_panicking_clone_at_every_member() {
                         }
                     }
                     let mut f = Box::pin(b.wait());
-                    match poll_with(f.as_mut(), Waker::noop()) {
+                    match poll_once(f.as_mut(), Waker::noop()) {
                         Poll::Pending => futs.push(f),
                         Poll::Ready(res) => {
                             ready += 1;
@@ -411,7 +408,7 @@ fn barrier_panicking_clone_at_every_member() {
                     }
                 }
                 for mut f in futs {
-                    match poll_with(f.as_mut(), Waker::noop()) {
+                    match poll_once(f.as_mut(), Waker::noop()) {
                         Poll::Ready(res) => {
                             ready += 1;
                             leaders += res.is_leader() as usize;
@@ -424,13 +421,13 @@ fn barrier_panicking_clone_at_every_member() {
                 assert_eq!((ready, leaders), (N, 1), "bad_at {bad_at}");
                 // The next generation starts from zero arrivals.
                 let mut a = Box::pin(b.wait());
-                assert!(poll_with(a.as_mut(), Waker::noop()).is_pending());
+                assert!(poll_once(a.as_mut(), Waker::noop()).is_pending());
                 let mut c = Box::pin(b.wait());
-                assert!(poll_with(c.as_mut(), Waker::noop()).is_pending());
+                assert!(poll_once(c.as_mut(), Waker::noop()).is_pending());
                 let mut d = Box::pin(b.wait());
-                assert!(poll_with(d.as_mut(), Waker::noop()).is_ready());
-                assert!(poll_with(a.as_mut(), Waker::noop()).is_ready());
-                assert!(poll_with(c.as_mut(), Waker::noop()).is_ready());
+                assert!(poll_once(d.as_mut(), Waker::noop()).is_ready());
+                assert!(poll_once(a.as_mut(), Waker::noop()).is_ready());
+                assert!(poll_once(c.as_mut(), Waker::noop()).is_ready());
             }
         }
     });
@@ -447,16 +444,16 @@ fn barrier_second_poll_with_panicking_waker_withdraws() {
         let (a, wa) = boxed_waker(0);
         let (_bad, wbad) = boxed_waker(1);
         let mut f = Box::pin(b.wait());
-        assert!(poll_with(f.as_mut(), &wa).is_pending());
-        let r = catch_unwind(AssertUnwindSafe(|| poll_with(f.as_mut(), &wbad)));
+        assert!(poll_once(f.as_mut(), &wa).is_pending());
+        let r = catch_unwind(AssertUnwindSafe(|| poll_once(f.as_mut(), &wbad)));
         assert!(r.is_err());
         drop(f);
         let mut g = Box::pin(b.wait());
-        assert!(poll_with(g.as_mut(), Waker::noop()).is_pending());
+        assert!(poll_once(g.as_mut(), Waker::noop()).is_pending());
         let mut h = Box::pin(b.wait());
-        let got = poll_with(h.as_mut(), Waker::noop()).map(|r| r.is_leader());
+        let got = poll_once(h.as_mut(), Waker::noop()).map(|r| r.is_leader());
         assert_eq!(got, Poll::Ready(true));
-        let got = poll_with(g.as_mut(), Waker::noop()).map(|r| r.is_leader());
+        let got = poll_once(g.as_mut(), Waker::noop()).map(|r| r.is_leader());
         assert_eq!(got, Poll::Ready(false));
         assert_eq!(a.wakes.load(SeqCst), 0);
     });
@@ -480,7 +477,7 @@ fn barrier_threads_with_random_clone_panics() {
                     for _ in 0..GENS {
                         let (_sh, bad) = boxed_waker(1 + (rng.next() % 3) as usize);
                         let mut f = Box::pin(b.wait());
-                        let r = match catch_unwind(AssertUnwindSafe(|| poll_with(f.as_mut(), &bad)))
+                        let r = match catch_unwind(AssertUnwindSafe(|| poll_once(f.as_mut(), &bad)))
                         {
                             Ok(Poll::Ready(r)) => r,
                             Ok(Poll::Pending) => block_on_thread(f, 5),
@@ -502,27 +499,6 @@ fn barrier_threads_with_random_clone_panics() {
 }
 
 // ------------------------------------------------ readiness: wakers dropped after the lock
-
-/// A waker that owns something and drops it with its last clone.
-struct Owning(#[allow(dead_code)] Mutex<Option<Pin<Box<dyn Future<Output = ()> + Send>>>>);
-
-impl Wake for Owning {
-    fn wake(self: Arc<Self>) {}
-}
-
-fn owning_waker(f: impl Future<Output = ()> + Send + 'static) -> Waker {
-    Waker::from(Arc::new(Owning(Mutex::new(Some(Box::pin(f))))))
-}
-
-/// A connected TCP pair registered with `rt`.
-fn pair(rt: &Runtime) -> (TcpStream, TcpStream) {
-    rt.block_on(async {
-        let l = TcpListener::bind(common::loopback()).await.unwrap();
-        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
-        let (s, _) = l.accept().await.unwrap();
-        (s, c)
-    })
-}
 
 /// Writes to `w` until its send buffer is full (the peer does not read), and keeps it
 /// so until the writable readiness is seen clear.
@@ -552,11 +528,10 @@ fn slot_waker_owning_the_other_directions_listed_wait_is_replaced() {
         fill(&w);
         let w = Arc::new(w);
         let w2 = w.clone();
-        let mut other = Box::pin(async move {
+        let other = Box::pin(async move {
             let _ = w2.writable().await;
         });
-        assert!(poll_with(other.as_mut(), Waker::noop()).is_pending());
-        let ow = owning_waker(other);
+        let ow = waker_owning_pending(other);
         let mut buf = [0u8; 16];
         assert!(Pin::new(&mut r)
             .poll_read(&mut Context::from_waker(&ow), &mut buf)
@@ -570,11 +545,10 @@ fn slot_waker_owning_the_other_directions_listed_wait_is_replaced() {
         // The write slot, owning a listed readable() of the read half.
         let r = Arc::new(r);
         let r2 = r.clone();
-        let mut other = Box::pin(async move {
+        let other = Box::pin(async move {
             let _ = r2.readable().await;
         });
-        assert!(poll_with(other.as_mut(), Waker::noop()).is_pending());
-        let ow = owning_waker(other);
+        let ow = waker_owning_pending(other);
         let mut w = Arc::try_unwrap(w).unwrap_or_else(|_| panic!("the other writable() is gone"));
         let data = [1u8; 4096];
         assert!(Pin::new(&mut w)
@@ -630,13 +604,13 @@ fn listed_waker_owning_a_listed_wait_woken_by_an_event() {
             let mut inner = Box::pin(async move {
                 let _ = s2.readable().await;
             });
-            assert!(poll_with(inner.as_mut(), Waker::noop()).is_pending());
+            assert!(poll_once(inner.as_mut(), Waker::noop()).is_pending());
             let s3 = s.clone();
             let mut inner_w = Box::pin(async move {
                 let _ = s3.writable().await;
             });
             // Writable at once on a fresh stream: fine either way.
-            let _ = poll_with(inner_w.as_mut(), Waker::noop());
+            let _ = poll_once(inner_w.as_mut(), Waker::noop());
             let gone = common::counter();
             let flag = common::DropCounter(gone.clone());
             let ow = owning_waker(async move {
@@ -645,7 +619,7 @@ fn listed_waker_owning_a_listed_wait_woken_by_an_event() {
                 drop(flag);
             });
             let mut mine = Box::pin(s.readable());
-            if poll_with(mine.as_mut(), &ow).is_ready() {
+            if poll_once(mine.as_mut(), &ow).is_ready() {
                 panic!("round {round}: readable with nothing sent");
             }
             drop(ow);
@@ -659,7 +633,7 @@ fn listed_waker_owning_a_listed_wait_woken_by_an_event() {
                 assert!(Instant::now() < deadline, "hang: round {round}");
                 std::thread::sleep(Duration::from_millis(1));
             }
-            assert!(poll_with(mine.as_mut(), Waker::noop()).is_ready());
+            assert!(poll_once(mine.as_mut(), Waker::noop()).is_ready());
             let mut b = [0u8; 8];
             assert_eq!(s.try_read(&mut b).unwrap(), 1);
             // Drained: the readiness is cleared by the `WouldBlock`.

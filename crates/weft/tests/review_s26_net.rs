@@ -6,8 +6,8 @@
 #![allow(clippy::async_yields_async)]
 
 mod common;
-use common::net::{linger_zero, send_with_fd};
-use common::{fiber_on, join_within, thread_within};
+use common::net::{linger_zero, pair, send_with_fd};
+use common::{fiber_on, join_within, poll_once, thread_within, waker_owning_pending};
 
 use std::future::Future;
 use std::io;
@@ -15,8 +15,8 @@ use std::net::Shutdown;
 use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use weft::io::{AsyncReadExt, AsyncWriteExt};
@@ -35,22 +35,6 @@ fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static
 
 fn rt(n: usize) -> Runtime {
     weft::Builder::new().worker_threads(n).build().unwrap()
-}
-
-/// A connected TCP pair (server side, client side) registered with `rt`, on a loopback
-/// address of its own.
-fn pair(rt: &Runtime) -> (TcpStream, TcpStream) {
-    rt.block_on(async {
-        let l = TcpListener::bind(common::loopback()).await.unwrap();
-        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
-        let (s, _) = l.accept().await.unwrap();
-        (s, c)
-    })
-}
-
-/// Polls `f` once with `w`.
-fn poll_once<F: Future + ?Sized>(f: Pin<&mut F>, w: &Waker) -> Poll<F::Output> {
-    f.poll(&mut Context::from_waker(w))
 }
 
 /// Byte i of the test stream.
@@ -79,18 +63,6 @@ fn set_buf(fd: std::os::fd::RawFd, opt: libc::c_int, bytes: libc::c_int) {
     assert_eq!(r, 0, "setsockopt");
 }
 
-/// A waker that owns something and drops it with its last clone: the shape of every
-/// executor whose waker is an `Arc` of its task (the task owns its future).
-struct Owning(#[allow(dead_code)] Mutex<Option<Pin<Box<dyn Future<Output = ()> + Send>>>>);
-
-impl Wake for Owning {
-    fn wake(self: Arc<Self>) {}
-}
-
-fn owning_waker(f: impl Future<Output = ()> + Send + 'static) -> Waker {
-    Waker::from(Arc::new(Owning(Mutex::new(Some(Box::pin(f))))))
-}
-
 // ---------------------------------------------------------------------------------
 // 1. Wakers dropped under the readiness lock
 // ---------------------------------------------------------------------------------
@@ -109,12 +81,11 @@ fn waker_dropped_when_a_slot_is_replaced_does_not_deadlock() {
         let l =
             Arc::new(rt.block_on(async { TcpListener::bind(common::loopback()).await.unwrap() }));
         let l2 = l.clone();
-        let mut accept = Box::pin(async move {
+        let accept = Box::pin(async move {
             let _ = l2.accept().await;
         });
         // Listed entry (with a no-op waker).
-        assert!(poll_once(accept.as_mut(), Waker::noop()).is_pending());
-        let w = owning_waker(accept);
+        let w = waker_owning_pending(accept);
         // The slot now holds the only clone that keeps `accept` alive.
         assert!(l.poll_accept(&mut Context::from_waker(&w)).is_pending());
         drop(w);
@@ -140,11 +111,10 @@ fn waker_dropped_when_a_listed_entry_is_replaced_does_not_deadlock() {
         let (s, _c) = pair(&rt);
         let s = Arc::new(s);
         let s2 = s.clone();
-        let mut other = Box::pin(async move {
+        let other = Box::pin(async move {
             let _ = s2.readable().await;
         });
-        assert!(poll_once(other.as_mut(), Waker::noop()).is_pending());
-        let w = owning_waker(other);
+        let w = waker_owning_pending(other);
         let mut mine = Box::pin(s.readable());
         assert!(poll_once(mine.as_mut(), &w).is_pending());
         drop(w);
@@ -163,11 +133,10 @@ fn waker_dropped_with_a_forgotten_entry_does_not_deadlock() {
         let (s, _c) = pair(&rt);
         let s = Arc::new(s);
         let s2 = s.clone();
-        let mut other = Box::pin(async move {
+        let other = Box::pin(async move {
             let _ = s2.readable().await;
         });
-        assert!(poll_once(other.as_mut(), Waker::noop()).is_pending());
-        let w = owning_waker(other);
+        let w = waker_owning_pending(other);
         let mut mine = Box::pin(s.readable());
         assert!(poll_once(mine.as_mut(), &w).is_pending());
         drop(w);

@@ -344,3 +344,35 @@ pub fn thread_within<T: Send + 'static>(h: std::thread::JoinHandle<T>, secs: u64
         Err(p) => std::panic::resume_unwind(p),
     }
 }
+
+/// Polls `f` once with `w`.
+pub fn poll_once<F: std::future::Future + ?Sized>(
+    f: std::pin::Pin<&mut F>,
+    w: &std::task::Waker,
+) -> std::task::Poll<F::Output> {
+    f.poll(&mut std::task::Context::from_waker(w))
+}
+
+/// A waker that owns something and drops it with its last clone: the shape of every
+/// executor whose waker is an `Arc` of its task (the task owns its future).
+struct Owning(
+    #[allow(dead_code)]
+    std::sync::Mutex<Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>>,
+);
+
+impl std::task::Wake for Owning {
+    fn wake(self: Arc<Self>) {}
+}
+
+pub fn owning_waker(f: impl std::future::Future<Output = ()> + Send + 'static) -> std::task::Waker {
+    std::task::Waker::from(Arc::new(Owning(std::sync::Mutex::new(Some(Box::pin(f))))))
+}
+
+/// Polls `f` once with a no-op waker (it must be pending), then hands it to an
+/// [`owning_waker`]: a waker whose last clone drops a future that is waiting.
+pub fn waker_owning_pending(
+    mut f: std::pin::Pin<Box<impl std::future::Future<Output = ()> + Send + 'static>>,
+) -> std::task::Waker {
+    assert!(poll_once(f.as_mut(), std::task::Waker::noop()).is_pending());
+    owning_waker(f)
+}

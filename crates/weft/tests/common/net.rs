@@ -54,3 +54,18 @@ pub fn send_with_fd(s: &std::os::unix::net::UnixStream, data: &[u8]) -> usize {
     assert!(r >= 0, "sendmsg: {}", io::Error::last_os_error());
     r as usize
 }
+
+/// A connected TCP pair (server side, client side) registered with `rt`, on a loopback
+/// address of its own.
+pub fn pair(rt: &weft::Runtime) -> (weft::net::TcpStream, weft::net::TcpStream) {
+    rt.block_on(async {
+        let l = weft::net::TcpListener::bind(super::loopback())
+            .await
+            .unwrap();
+        let c = weft::net::TcpStream::connect(l.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (s, c)
+    })
+}
