@@ -1146,20 +1146,12 @@ fn child_broadcast_clone_reenters() {
     let _v = a.try_recv().ok().unwrap();
 }
 
-/// Deviation from tokio, documented (`sync::broadcast`'s module docs), not fixed: the fix
-/// is not small. `broadcast::Receiver::recv` and
-/// `try_recv` run `T::clone` under the channel's wait-list lock (a spin lock,
-/// `broadcast.rs`, `try_recv_locked`: `slot.value.clone()`), although weft keeps every
-/// other piece of user code (values' `Drop`, wakers) out of its locks. A `Clone` that
-/// touches the same channel (`receiver_count`, `subscribe`, `send`, dropping a
-/// `Receiver` of it) spins for ever on that lock; one that blocks or suspends a fiber
-/// holds the lock meanwhile, and every other user of the channel, worker threads
-/// included, spins behind it. tokio clones under the slot's read lock only, so there
-/// `receiver_count` (and `send` to another slot) from a `Clone` works. Fixing it means
-/// pinning the slot while the clone runs outside the lock (tokio's per-slot lock).
+/// Found in review (session 26): `broadcast::Receiver::recv` and `try_recv` ran `T::clone`
+/// under the channel's wait-list lock (a spin lock), so a `Clone` that touched the same
+/// channel (`receiver_count` here) spun for ever on the lock its own receive held. tokio
+/// clones under the slot's read lock only. Since session 27 a value sent to several
+/// receivers sits behind an `Arc` and each receiver clones it after the lock.
 #[test]
-#[ignore = "documented limit: broadcast runs T::clone under its wait-list spin lock; a Clone that \
-            touches the same channel hangs for ever"]
 fn broadcast_clone_that_touches_its_channel_does_not_hang() {
     let out = common::child::run(
         "child_process_entry",

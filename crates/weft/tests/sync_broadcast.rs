@@ -166,3 +166,188 @@ fn cancelled_recv_loses_no_value() {
         assert_eq!(join_within(h, 15).unwrap(), 2000);
     });
 }
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+
+/// A value that counts its clones and drops (in its [`Probe`]) and runs a hook in its
+/// `Clone`.
+struct Counted {
+    probe: Probe,
+    on_clone: Arc<dyn Fn() + Send + Sync>,
+}
+
+/// The counters of a [`Counted`] and of its clones.
+#[derive(Clone, Default)]
+struct Probe {
+    clones: Arc<AtomicUsize>,
+    drops: Arc<AtomicUsize>,
+}
+
+impl Probe {
+    fn clones(&self) -> usize {
+        self.clones.load(SeqCst)
+    }
+    fn drops(&self) -> usize {
+        self.drops.load(SeqCst)
+    }
+}
+
+impl Counted {
+    fn new(on_clone: impl Fn() + Send + Sync + 'static) -> (Counted, Probe) {
+        let probe = Probe::default();
+        let v = Counted {
+            probe: probe.clone(),
+            on_clone: Arc::new(on_clone),
+        };
+        (v, probe)
+    }
+}
+
+impl Clone for Counted {
+    fn clone(&self) -> Counted {
+        (self.on_clone)();
+        self.probe.clones.fetch_add(1, SeqCst);
+        Counted {
+            probe: self.probe.clone(),
+            on_clone: self.on_clone.clone(),
+        }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.probe.drops.fetch_add(1, SeqCst);
+    }
+}
+
+impl std::fmt::Debug for Counted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad("Counted")
+    }
+}
+
+/// One receiver: the value is moved to it, never cloned; two read one after the other:
+/// one clone (the first reader's), the last reader moves the value.
+#[test]
+fn a_value_is_cloned_only_for_readers_before_the_last() {
+    let (tx, mut rx) = broadcast::channel(4);
+    let (v, probe) = Counted::new(|| panic!("a value of one receiver was cloned"));
+    tx.send(v).unwrap();
+    let got = rx.try_recv().unwrap();
+    assert_eq!((probe.clones(), probe.drops()), (0, 0));
+    drop(got);
+    assert_eq!(probe.drops(), 1);
+
+    let mut rx2 = tx.subscribe();
+    let (v, probe) = Counted::new(|| {});
+    tx.send(v).unwrap();
+    let a = rx.try_recv().unwrap();
+    let b = rx2.try_recv().unwrap();
+    assert_eq!(probe.clones(), 1, "the last reader moves the value out");
+    drop((a, b));
+    assert_eq!(probe.drops(), 2);
+}
+
+/// `T::clone` runs outside the channel's lock: a `Clone` that uses the same channel
+/// (`receiver_count`, `subscribe`, `send`) completes, from `try_recv`, `recv().await` and
+/// `recv_blocking` alike (before session 27 it spun for ever on the lock its receive held).
+#[test]
+fn a_clone_may_use_its_own_channel() {
+    watchdog(20, || {
+        let cell: Arc<std::sync::OnceLock<broadcast::Sender<Counted>>> = Default::default();
+        let hook = cell.clone();
+        let (tx, mut rx1) = broadcast::channel::<Counted>(64);
+        let mut rx2 = tx.subscribe();
+        let mut rx3 = tx.subscribe();
+        cell.set(tx.clone()).ok().unwrap();
+        let (v, probe) = Counted::new(move || {
+            let tx = hook.get().unwrap();
+            assert!(tx.receiver_count() >= 3);
+            drop(tx.subscribe());
+        });
+        for _ in 0..3 {
+            tx.send(v.clone()).unwrap();
+        }
+        drop(v);
+        let base = probe.clones();
+        drop(rx1.try_recv().unwrap());
+        let rt = rt2();
+        let got = rt.block_on(async { rx1.recv().await.unwrap() });
+        drop(got);
+        drop(rx1.recv_blocking().unwrap());
+        let fiber = fiber_on(&rt, move || {
+            for _ in 0..3 {
+                drop(rx2.recv_blocking().unwrap());
+            }
+            rx2
+        });
+        let _rx2 = join_within(fiber, 10).unwrap();
+        for _ in 0..3 {
+            drop(rx3.try_recv().unwrap());
+        }
+        // rx1 and rx2 cloned every value; rx3 read each last and moved it.
+        assert_eq!(probe.clones() - base, 6);
+    });
+}
+
+/// A receiver whose `clone` waits holds up nobody else: another receiver of the same
+/// value and a sender go on meanwhile.
+#[test]
+fn a_slow_clone_holds_up_only_its_receiver() {
+    watchdog(20, || {
+        let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let gate = std::sync::Mutex::new(Some((entered_tx, go_rx)));
+        let (tx, mut slow) = broadcast::channel::<Counted>(8);
+        let mut quick = tx.subscribe();
+        // The first clone (the slow receiver's) says it has started and waits.
+        let (v, probe) = Counted::new(move || {
+            let first = gate.lock().unwrap().take();
+            if let Some((entered, go)) = first {
+                entered.send(()).unwrap();
+                go.recv().unwrap();
+            }
+        });
+        tx.send(v).unwrap();
+        let slow = std::thread::spawn(move || slow.recv_blocking().map(drop));
+        entered.recv().unwrap();
+        // All of these take the channel's lock while the slow clone runs.
+        assert_eq!(tx.receiver_count(), 2);
+        tx.send(Counted::new(|| {}).0).unwrap();
+        // The last reader, but the slow one still holds the value: a clone.
+        let first = quick.try_recv().unwrap();
+        drop(quick.try_recv().unwrap());
+        go_tx.send(()).unwrap();
+        slow.join().unwrap().unwrap();
+        assert_eq!(probe.clones(), 2);
+        drop(first);
+        assert_eq!(probe.drops(), 3, "two clones and the value");
+    });
+}
+
+/// A `clone` that panics costs its receiver that value (its position has moved, as
+/// when the panic came from under the lock) and nothing else: the other receiver
+/// gets it, the channel goes on, and every value is dropped once.
+#[test]
+fn a_panicking_clone_loses_only_its_copy() {
+    let armed = Arc::new(AtomicBool::new(true));
+    let trigger = armed.clone();
+    let (tx, mut rx1) = broadcast::channel::<Counted>(4);
+    let mut rx2 = tx.subscribe();
+    let (v, probe) = Counted::new(move || {
+        if trigger.swap(false, SeqCst) {
+            panic!("clone failed");
+        }
+    });
+    tx.send(v).unwrap();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rx1.try_recv()));
+    assert!(caught.is_err());
+    assert!(!armed.load(SeqCst));
+    drop(rx2.try_recv().unwrap());
+    assert_eq!(probe.drops(), 1, "the value, dropped once");
+    tx.send(Counted::new(|| {}).0).unwrap();
+    drop(rx1.try_recv().unwrap());
+    drop(rx2.try_recv().unwrap());
+    assert_eq!(rx1.try_recv().unwrap_err(), TryRecvError::Empty);
+}

@@ -6,15 +6,19 @@
 //! oldest value kept. Waiting receivers are wait-list nodes completed with `Signal` by
 //! every send and `Close` when the last sender goes.
 //!
-//! A receive clones the value under that lock (unlike tokio's, which holds only the
-//! slot's read lock meanwhile). So a `T::clone` must not use the same channel (`send`,
-//! `subscribe`, `receiver_count`, dropping one of its ends) nor wait: it would spin on
-//! the lock it holds, or keep the lock while it waits and every other user of the
-//! channel spins. A slow `clone` holds up the channel's other users.
+//! `T::clone` runs outside that lock, as every other piece of user code weft calls (a
+//! value's `Drop`, a waker): a value sent while more than one receiver is subscribed is
+//! kept behind an `Arc`, a receiver takes a reference to it under the lock and clones
+//! the value after releasing it (the last one moves it out unless a clone is still
+//! running). So a `Clone` may use the channel (`receiver_count`, `subscribe`, `send`)
+//! or wait, and a slow one holds up nobody but its receiver. A value sent to a single
+//! receiver is stored as it is (it is never cloned): no allocation.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context, Poll};
 
 use super::waiter::{wake_all, Waiter};
@@ -115,9 +119,30 @@ use error::{RecvError, SendError, TryRecvError};
 
 struct Slot<T> {
     /// Taken by the last receiver to read it.
-    value: Option<T>,
+    value: Option<Held<T>>,
     /// Receivers that have still to read it.
     left: usize,
+}
+
+/// A sent value as a slot keeps it.
+enum Held<T> {
+    /// Sent while one receiver was subscribed: it alone reads it (a receiver subscribed
+    /// later starts after it), moving it out. Never cloned.
+    Alone(T),
+    /// Sent to several: each reader takes a reference under the lock and clones the
+    /// value after it (see [`Held::into_value`]).
+    Shared(std::sync::Arc<T>),
+}
+
+impl<T: Clone> Held<T> {
+    /// The value itself, cloned if anyone else still holds it. Called after the channel's
+    /// lock is released: `T::clone` is user code.
+    fn into_value(self) -> T {
+        match self {
+            Held::Alone(v) => v,
+            Held::Shared(v) => std::sync::Arc::unwrap_or_clone(v),
+        }
+    }
 }
 
 struct State<T> {
@@ -146,6 +171,10 @@ impl<T> State<T> {
 
 struct Shared<T> {
     state: Lock<State<T>>,
+    /// `State::receivers`, stored under the lock, read without it by `send`: whether to
+    /// put the value behind an `Arc` before taking the lock (a stale reading is mended
+    /// under it).
+    receivers_hint: AtomicUsize,
 }
 
 /// Sends values to every receiver. Cloneable. See [`channel`].
@@ -162,9 +191,8 @@ pub struct Receiver<T> {
 /// Makes a broadcast channel keeping the last `capacity` values (rounded up to a power
 /// of two) for receivers that have not read them.
 ///
-/// Panics if `capacity` is 0 (or above `usize::MAX / 2`). Receives clone values under
-/// the channel's lock: `T::clone` must not use the channel nor wait (see the
-/// [module docs](self)).
+/// Panics if `capacity` is 0 (or above `usize::MAX / 2`). Receivers clone values outside
+/// the channel's lock, so a `T::clone` may use the channel (see the [module docs](self)).
 ///
 /// ```
 /// use weft::sync::broadcast;
@@ -196,6 +224,7 @@ pub fn channel<T: Clone>(capacity: usize) -> (Sender<T>, Receiver<T>) {
             receivers: 1,
             waiters: WaitList::default(),
         }),
+        receivers_hint: AtomicUsize::new(1),
     });
     (
         Sender {
@@ -216,16 +245,32 @@ impl<T> Sender<T> {
     /// assert_eq!(tx.send("x").unwrap(), 2);
     /// ```
     pub fn send(&self, value: T) -> Result<usize, SendError<T>> {
+        // The `Arc` is made before the lock where the hint says it will be needed.
+        let mut held = if self.shared.receivers_hint.load(Relaxed) > 1 {
+            Held::Shared(std::sync::Arc::new(value))
+        } else {
+            Held::Alone(value)
+        };
         let mut wakes = WakeBatch::new();
         let mut st = self.shared.state.lock();
         let receivers = st.receivers;
         if receivers == 0 {
             drop(st);
-            return Err(SendError(value));
+            return Err(SendError(match held {
+                Held::Alone(v) => v,
+                // Ours alone: nobody else saw the `Arc`.
+                Held::Shared(v) => std::sync::Arc::into_inner(v).expect("an unshared Arc"),
+            }));
+        }
+        if receivers > 1 {
+            if let Held::Alone(v) = held {
+                // A receiver subscribed since the hint was read.
+                held = Held::Shared(std::sync::Arc::new(v));
+            }
         }
         let pos = st.tail;
         let old = st.slot(pos).replace(Slot {
-            value: Some(value),
+            value: Some(held),
             left: receivers,
         });
         st.tail += 1;
@@ -250,6 +295,7 @@ impl<T> Sender<T> {
     pub fn subscribe(&self) -> Receiver<T> {
         let mut st = self.shared.state.lock();
         st.receivers += 1;
+        self.shared.receivers_hint.store(st.receivers, Relaxed);
         let next = st.tail;
         drop(st);
         Receiver {
@@ -292,8 +338,10 @@ impl<T> Drop for Sender<T> {
 }
 
 impl<T: Clone> Receiver<T> {
-    /// One receive under the lock. An emptied slot's value is moved out, not cloned.
-    fn try_recv_locked(&mut self, st: &mut State<T>) -> Result<T, TryRecvError> {
+    /// One receive under the lock: the value (or a reference to it) to turn into a `T`
+    /// with [`Held::into_value`] once the lock is released. An emptied slot's value is
+    /// moved out.
+    fn try_recv_locked(&mut self, st: &mut State<T>) -> Result<Held<T>, TryRecvError> {
         if self.next < st.tail {
             let oldest = st.oldest();
             if self.next < oldest {
@@ -308,7 +356,12 @@ impl<T: Clone> Receiver<T> {
             let v = if slot.left == 0 {
                 slot.value.take()
             } else {
-                slot.value.clone()
+                match &slot.value {
+                    Some(Held::Shared(v)) => Some(Held::Shared(v.clone())),
+                    // A value sent to one receiver has nobody else left to read it.
+                    Some(Held::Alone(_)) => unreachable!("a value of one receiver read twice"),
+                    None => None,
+                }
             };
             return Ok(v.expect("a value not yet read by every receiver"));
         }
@@ -329,7 +382,9 @@ impl<T: Clone> Receiver<T> {
     pub fn try_recv(&mut self) -> Result<T, TryRecvError> {
         let shared = self.shared.clone();
         let mut st = shared.state.lock();
-        self.try_recv_locked(&mut st)
+        let held = self.try_recv_locked(&mut st);
+        drop(st);
+        held.map(Held::into_value)
     }
 
     /// Waits for the next value.
@@ -368,6 +423,7 @@ impl<T> Drop for Receiver<T> {
     fn drop(&mut self) {
         let mut st = self.shared.state.lock();
         st.receivers -= 1;
+        self.shared.receivers_hint.store(st.receivers, Relaxed);
         // The values it had still to read: it no longer counts in them.
         let mut freed = Vec::new();
         let from = self.next.max(st.oldest());
@@ -407,7 +463,10 @@ impl<T: Clone> Future for Recv<'_, T> {
         let shared = this.rx.shared.clone();
         let mut st = shared.state.lock();
         match this.rx.try_recv_locked(&mut st) {
-            Ok(v) => Poll::Ready(Ok(v)),
+            Ok(v) => {
+                drop(st);
+                Poll::Ready(Ok(v.into_value()))
+            }
             Err(TryRecvError::Closed) => Poll::Ready(Err(RecvError::Closed)),
             Err(TryRecvError::Lagged(n)) => Poll::Ready(Err(RecvError::Lagged(n))),
             Err(TryRecvError::Empty) => {
