@@ -352,7 +352,7 @@ impl Runtime {
 /// values a second under load, timing out; and `bounded(1)` thread cases ran 1.5-3x
 /// slower than parking at once). A worker with nothing else ready spins 3,199 pauses (a started
 /// fiber is woken on its own worker, through a futex when that worker sleeps), and
-/// stops as soon as work becomes ready there (it looks every 32 pauses); one with
+/// stops as soon as work becomes ready there (it looks every 8 pauses); one with
 /// other work ready suspends at once.
 pub(crate) struct Backoff {
     step: u32,
@@ -369,8 +369,9 @@ impl Backoff {
     const IDLE_SPINS: u32 = 24;
     /// Extra rounds of the longest spin for a plain thread.
     const THREAD_SPINS: u32 = 8;
-    /// Pauses between two looks for ready work on a worker (about 0.8 us).
-    const CHUNK: u32 = 32;
+    /// Pauses between two looks for ready work on a worker (about 0.2 us; a look is a
+    /// few loads of this worker's own queues).
+    const CHUNK: u32 = 8;
 
     pub(crate) fn new() -> Backoff {
         let (on_worker, limit) = crate::scheduler::worker::with_current(|core| match core {
@@ -403,8 +404,10 @@ impl Backoff {
         // another spins cannot run until the spinner gives up, and with a whole round
         // of the longest spin (3.3 us) between two looks each hand-off of a fair lock
         // between fibers on two workers waited for it (`fibers_mutex_16`'s slow runs
-        // spent three quarters of their time in this loop; looking every `CHUNK` pauses
-        // took their median from 522 to 442 ns an increment).
+        // spent three quarters of their time in this loop; looking every 32 pauses took
+        // their median from 522 to 442 ns an increment; every 8 took it to 320-405 ns
+        // against 430-910 for 32 in two alternated sets of session 27; every 2 was no
+        // better than 8).
         let pauses = 1u32 << self.step.min(Self::SPINS);
         let chunk = if self.on_worker { Self::CHUNK } else { pauses };
         let mut done = 0;
