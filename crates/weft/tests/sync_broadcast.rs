@@ -291,10 +291,12 @@ fn a_clone_may_use_its_own_channel() {
     });
 }
 
-/// A receiver whose `clone` waits holds up nobody else: another receiver of the same
-/// value and a sender go on meanwhile.
+/// A receiver whose `clone` waits holds up only the receivers of that same value (whose
+/// clones it serializes, as tokio's slot mutex does): the channel's lock is free
+/// meanwhile, so senders, `receiver_count`, `subscribe` and receives of other values go
+/// on.
 #[test]
-fn a_slow_clone_holds_up_only_its_receiver() {
+fn a_slow_clone_holds_up_only_its_value() {
     watchdog(20, || {
         let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
@@ -314,15 +316,21 @@ fn a_slow_clone_holds_up_only_its_receiver() {
         entered.recv().unwrap();
         // All of these take the channel's lock while the slow clone runs.
         assert_eq!(tx.receiver_count(), 2);
-        tx.send(Counted::new(|| {}).0).unwrap();
-        // The last reader, but the slow one still holds the value: a clone.
-        let first = quick.try_recv().unwrap();
-        drop(quick.try_recv().unwrap());
+        let mut late = tx.subscribe();
+        let (v2, probe2) = Counted::new(|| {});
+        tx.send(v2).unwrap();
+        drop(late.try_recv().unwrap());
+        assert_eq!(late.try_recv().unwrap_err(), TryRecvError::Empty);
         go_tx.send(()).unwrap();
         slow.join().unwrap().unwrap();
-        assert_eq!(probe.clones(), 2);
-        drop(first);
-        assert_eq!(probe.drops(), 3, "two clones and the value");
+        // The last reader of the first value; its clone is done: moved out.
+        drop(quick.try_recv().unwrap());
+        assert_eq!(probe.clones(), 1);
+        assert_eq!(probe.drops(), 2, "a clone and the value");
+        drop(quick.try_recv().unwrap());
+        drop(late);
+        drop(tx);
+        assert_eq!(probe2.drops(), probe2.clones() + 1);
     });
 }
 

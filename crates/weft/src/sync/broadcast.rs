@@ -8,17 +8,23 @@
 //!
 //! `T::clone` runs outside that lock, as every other piece of user code weft calls (a
 //! value's `Drop`, a waker): a value sent while more than one receiver is subscribed is
-//! kept behind an `Arc`, a receiver takes a reference to it under the lock and clones
-//! the value after releasing it (the last one moves it out unless a clone is still
-//! running). So a `Clone` may use the channel (`receiver_count`, `subscribe`, `send`)
-//! or wait, and a slow one holds up nobody but its receiver. A value sent to a single
-//! receiver is stored as it is (it is never cloned): no allocation.
+//! kept behind an `Arc` with a mutex of its own; a receiver takes a reference to it
+//! under the channel's lock and clones the value after releasing it, under the value's
+//! mutex (the last one moves it out unless a clone is still running). So a `Clone` may
+//! use the channel (`receiver_count`, `subscribe`, `send`), and one that is slow or
+//! waits holds up only the receivers of that same value (as tokio's, which clones under
+//! the slot's mutex): their receives block their thread meanwhile, in any context, so a
+//! `Clone` that suspends a fiber must not wait for another reader of the same value. The value's mutex is why `T: Send` is enough for both ends to be
+//! `Send + Sync`: two receivers never clone one value at the same time, which a `T`
+//! that is not `Sync` could not allow. A value sent to a single receiver is stored as
+//! it is (it is never cloned): no allocation.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::PoisonError;
 use std::task::{Context, Poll};
 
 use super::waiter::{wake_all, Waiter};
@@ -131,7 +137,14 @@ enum Held<T> {
     Alone(T),
     /// Sent to several: each reader takes a reference under the lock and clones the
     /// value after it (see [`Held::into_value`]).
-    Shared(std::sync::Arc<T>),
+    Shared(std::sync::Arc<std::sync::Mutex<T>>),
+}
+
+impl<T> Held<T> {
+    /// `value` behind its `Arc` and mutex, to be read by several receivers.
+    fn shared(value: T) -> Held<T> {
+        Held::Shared(std::sync::Arc::new(std::sync::Mutex::new(value)))
+    }
 }
 
 impl<T: Clone> Held<T> {
@@ -140,7 +153,11 @@ impl<T: Clone> Held<T> {
     fn into_value(self) -> T {
         match self {
             Held::Alone(v) => v,
-            Held::Shared(v) => std::sync::Arc::unwrap_or_clone(v),
+            Held::Shared(v) => match std::sync::Arc::try_unwrap(v) {
+                Ok(v) => v.into_inner().unwrap_or_else(PoisonError::into_inner),
+                // A clone that panicked left the value as it was (`clone` takes `&T`).
+                Err(v) => v.lock().unwrap_or_else(PoisonError::into_inner).clone(),
+            },
         }
     }
 }
@@ -247,7 +264,7 @@ impl<T> Sender<T> {
     pub fn send(&self, value: T) -> Result<usize, SendError<T>> {
         // The `Arc` is made before the lock where the hint says it will be needed.
         let mut held = if self.shared.receivers_hint.load(Relaxed) > 1 {
-            Held::Shared(std::sync::Arc::new(value))
+            Held::shared(value)
         } else {
             Held::Alone(value)
         };
@@ -259,13 +276,16 @@ impl<T> Sender<T> {
             return Err(SendError(match held {
                 Held::Alone(v) => v,
                 // Ours alone: nobody else saw the `Arc`.
-                Held::Shared(v) => std::sync::Arc::into_inner(v).expect("an unshared Arc"),
+                Held::Shared(v) => std::sync::Arc::into_inner(v)
+                    .expect("an unshared Arc")
+                    .into_inner()
+                    .unwrap_or_else(PoisonError::into_inner),
             }));
         }
         if receivers > 1 {
             if let Held::Alone(v) = held {
                 // A receiver subscribed since the hint was read.
-                held = Held::Shared(std::sync::Arc::new(v));
+                held = Held::shared(v);
             }
         }
         let pos = st.tail;
@@ -459,6 +479,7 @@ impl<T: Clone> Future for Recv<'_, T> {
         {
             return Poll::Pending;
         }
+        let mut waker = crate::waitlist::Prepared::new(cx.waker());
         let mut wakes = WakeBatch::new();
         let shared = this.rx.shared.clone();
         let mut st = shared.state.lock();
@@ -471,7 +492,10 @@ impl<T: Clone> Future for Recv<'_, T> {
             Err(TryRecvError::Lagged(n)) => Poll::Ready(Err(RecvError::Lagged(n))),
             Err(TryRecvError::Empty) => {
                 // SAFETY: under the lock; the future is pinned and its `Drop` cancels.
-                unsafe { this.waiter.register(&mut st.waiters, cx, &mut wakes) };
+                unsafe {
+                    this.waiter
+                        .register(&mut st.waiters, &mut waker, &mut wakes)
+                };
                 drop(st);
                 Poll::Pending
             }
