@@ -11,10 +11,10 @@ use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
-use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use chan_common::{watchdog, Drops, Tracked};
+use chan_common::{hook_waker, watchdog, Drops, Hooks, Tracked};
 use weft::chan::{self, Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
 
 const CHILD: &str = "WEFT_CHAN_REVIEW_CHILD";
@@ -22,76 +22,6 @@ const CHILD: &str = "WEFT_CHAN_REVIEW_CHILD";
 // ---------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------
-
-/// A waker with hooks: counts its wakes, and runs `on_clone` / `on_drop` (while
-/// `armed`) when a handle of it is cloned or dropped.
-struct Hooks {
-    wakes: AtomicUsize,
-    armed: AtomicBool,
-    on_clone: Box<dyn Fn() + Send + Sync>,
-    on_drop: Box<dyn Fn() + Send + Sync>,
-}
-
-impl Hooks {
-    fn new(
-        on_clone: impl Fn() + Send + Sync + 'static,
-        on_drop: impl Fn() + Send + Sync + 'static,
-    ) -> Arc<Hooks> {
-        Arc::new(Hooks {
-            wakes: AtomicUsize::new(0),
-            armed: AtomicBool::new(false),
-            on_clone: Box::new(on_clone),
-            on_drop: Box::new(on_drop),
-        })
-    }
-    fn counting() -> Arc<Hooks> {
-        Hooks::new(|| {}, || {})
-    }
-    fn wakes(&self) -> usize {
-        self.wakes.load(SeqCst)
-    }
-    fn arm(&self, on: bool) {
-        self.armed.store(on, SeqCst);
-    }
-}
-
-fn hook_waker(h: &Arc<Hooks>) -> Waker {
-    unsafe fn clone(p: *const ()) -> RawWaker {
-        // SAFETY: `p` came from `Arc::into_raw` of an `Arc<Hooks>`.
-        let h = unsafe { &*(p as *const Hooks) };
-        if h.armed.load(SeqCst) {
-            (h.on_clone)();
-        }
-        // SAFETY: as above.
-        unsafe { Arc::increment_strong_count(p as *const Hooks) };
-        RawWaker::new(p, &VTABLE)
-    }
-    unsafe fn wake(p: *const ()) {
-        // SAFETY: as above.
-        unsafe {
-            wake_by_ref(p);
-            drop(p);
-        }
-    }
-    unsafe fn wake_by_ref(p: *const ()) {
-        // SAFETY: as above.
-        let h = unsafe { &*(p as *const Hooks) };
-        h.wakes.fetch_add(1, SeqCst);
-    }
-    unsafe fn drop(p: *const ()) {
-        // SAFETY: as above.
-        let h = unsafe { &*(p as *const Hooks) };
-        if h.armed.load(SeqCst) {
-            (h.on_drop)();
-        }
-        // SAFETY: as above; this handle's count.
-        unsafe { Arc::decrement_strong_count(p as *const Hooks) };
-    }
-    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop);
-    let p = Arc::into_raw(h.clone()) as *const ();
-    // SAFETY: the vtable's functions follow the `RawWaker` contract for this pointer.
-    unsafe { Waker::from_raw(RawWaker::new(p, &VTABLE)) }
-}
 
 fn poll_with<F: Future + ?Sized>(fut: Pin<&mut F>, w: &Waker) -> Poll<F::Output> {
     let mut cx = Context::from_waker(w);
@@ -304,8 +234,10 @@ fn child_waker_drop_reenters_channel() {
     drop(tx);
 }
 
+/// Until session 27 `Node::set_waker` cloned the waker under the wait-list lock, and a
+/// waker whose clone used the same channel deadlocked; a waker that is not a weft
+/// task's is now cloned before the lock (`task::waker::Prepared`).
 #[test]
-#[ignore = "known limitation (Node::set_waker): a waker is cloned under the wait-list lock, so a waker whose clone uses the same channel deadlocks"]
 fn waker_clone_reenters_channel() {
     let out = run_child("waker_clone_reenters_channel", 10);
     out.assert_finished();

@@ -1,17 +1,14 @@
 //! Lock-depth diagnostics (issue 16, spec 003): `PARK-UNDER-LOCK` fires when a fiber
 //! parks holding a `watch::Ref` (the channel's value lock), with the lock stack and the
-//! fiber's name; `WAKE-FLUSH-UNDER-LOCK` fires when wakes are flushed under a wait-list
-//! lock (a waker whose `clone`, run under a `Notify`'s lock, notifies another). Both
+//! fiber's name; `WAKE-FLUSH-UNDER-LOCK` fires when wakes are flushed under a weft lock
+//! (a thread that notifies a `Notify` while it holds a `watch::Ref`). Both
 //! run deliberately wrong programs in a child process; a workload of every primitive
 //! in every context reports neither. Debug builds report always; release builds with
 //! `WEFT_DEBUG_LOCKS=1` (set for every child here, so the test holds in both).
 
 mod common;
 
-use std::future::Future;
-use std::pin::pin;
 use std::sync::Arc;
-use std::task::{Context, RawWaker, RawWakerVTable, Waker};
 use std::time::Duration;
 
 use weft::sync::{self, watch, Notify};
@@ -72,31 +69,21 @@ fn park_under_lock_is_reported_with_the_lock_stack() {
     );
 }
 
-/// A waker whose `clone` notifies another `Notify`: the clone runs under the first
-/// `Notify`'s wait-list lock, so its wakes are flushed under it.
+/// A thread that notifies while it holds a `watch::Ref` (the watch's value lock, which
+/// counts in the lock depth): the notification's wake is flushed under that lock. (Until
+/// session 27 a waker whose `clone` notified did it too: a waker was cloned under a
+/// wait-list lock. Wakers are cloned before weft's locks now.)
 fn child_wake_flush_under_lock() {
-    static OTHER: std::sync::OnceLock<(Arc<Notify>, Waker)> = std::sync::OnceLock::new();
-    fn clone(_: *const ()) -> RawWaker {
-        let (n, _) = OTHER.get().unwrap();
-        n.notify_one(); // wrong: wakes from inside a waker's clone
-        RawWaker::new(std::ptr::null(), &VTABLE)
-    }
-    fn noop(_: *const ()) {}
-    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, noop, noop, noop);
-
     let rt = weft::Runtime::new().unwrap();
     let other = Arc::new(Notify::new());
     // Something waits on the other Notify, so its notify_one has a wake to flush.
     let o = other.clone();
     let waiting = rt.spawn(async move { o.notified().await });
     std::thread::sleep(Duration::from_millis(50));
-    OTHER.set((other, Waker::noop().clone())).ok().unwrap();
-    // SAFETY: the vtable's functions are valid for a null data pointer.
-    let waker = unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) };
-    let first = Notify::new();
+    let (_tx, rx) = weft::sync::watch::channel(0u8);
     {
-        let mut fut = pin!(first.notified());
-        let _ = fut.as_mut().poll(&mut Context::from_waker(&waker));
+        let _value = rx.borrow();
+        other.notify_one(); // wrong: wakes while holding the watch's lock
     }
     waiting.join().unwrap();
 }
@@ -109,7 +96,11 @@ fn wake_flush_under_lock_is_reported() {
         "{}",
         out.context()
     );
-    assert!(out.stderr.contains("wait-list lock"), "{}", out.context());
+    assert!(
+        out.stderr.contains("weft::sync::watch (value)"),
+        "{}",
+        out.context()
+    );
 }
 
 /// Every primitive, in every context, used correctly (guards held across waits too).

@@ -51,7 +51,7 @@ use super::flavors::ring::{self, PushError, Ring};
 use super::flavors::Backoff;
 use crate::base::{fence, AtomicBool, AtomicUsize};
 use crate::task::TaskRef;
-use crate::waitlist::{Kind, Lock, LockGuard, Node, Reason, WaitList, WaitOn, WakeBatch};
+use crate::waitlist::{Kind, Lock, LockGuard, Node, Prepared, Reason, WaitList, WaitOn, WakeBatch};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Release, SeqCst};
 
 /// Capacities up to this get a ring allocated whole at creation (so a bounded channel
@@ -1162,13 +1162,14 @@ impl<T> Chan<T> {
     /// pairing (a value arriving meanwhile is then given back).
     pub(crate) fn await_pairing(&self, node: &Node<T>) -> Reason {
         let mut fut = std::pin::pin!(std::future::poll_fn(|cx| {
+            let mut waker = Prepared::new(cx.waker());
             let mut wakes = WakeBatch::new();
             let _st = self.lock();
             match node.reason() {
                 Reason::Waiting => {
                     // SAFETY: under the lock; the node is held by its caller, on no
                     // list.
-                    unsafe { node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes) };
+                    unsafe { node.set_waker(&mut waker, WaitOn::Chan, &mut wakes) };
                     Poll::Pending
                 }
                 r => Poll::Ready(r),
@@ -1189,11 +1190,12 @@ impl<T> Chan<T> {
     ) -> Poll<Option<T>> {
         if *registered {
             if node.reason() == Reason::Waiting {
+                let mut waker = Prepared::new(cx.waker());
                 let mut wakes = WakeBatch::new();
                 let st = self.lock();
                 if node.reason() == Reason::Waiting {
                     // SAFETY: under the lock; the node is on the receivers' list.
-                    unsafe { node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes) };
+                    unsafe { node.set_waker(&mut waker, WaitOn::Chan, &mut wakes) };
                     drop(st);
                     return Poll::Pending;
                 }
@@ -1208,6 +1210,7 @@ impl<T> Chan<T> {
                 // SAFETY: `recv_fast_into` said it moved a value into `out`.
                 return Poll::Ready(Some(unsafe { out.assume_init() }));
             }
+            let mut waker = Prepared::new(cx.waker());
             let mut wakes = WakeBatch::new();
             let mut st = self.lock();
             match self.try_recv_locked(&mut st, None, &mut wakes) {
@@ -1228,7 +1231,7 @@ impl<T> Chan<T> {
             // SAFETY: under the lock; the receiver keeps the boxed node until
             // `unregister_stream` takes it off.
             unsafe {
-                node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes);
+                node.set_waker(&mut waker, WaitOn::Chan, &mut wakes);
                 st.receivers.push_back(node);
             }
             st.observers += 1;
@@ -1280,6 +1283,7 @@ impl<T> Chan<T> {
                     return Poll::Ready(Ok(v));
                 }
                 Reason::Waiting => {
+                    let mut waker = Prepared::new(cx.waker());
                     let mut wakes = WakeBatch::new();
                     let task = self.rendezvous_task(cx);
                     let mut st = self.lock();
@@ -1290,7 +1294,7 @@ impl<T> Chan<T> {
                             unsafe { !node.task_is(task.as_ref()) && st.receivers.remove(node) };
                         if !moved {
                             // SAFETY: under the lock.
-                            unsafe { node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes) };
+                            unsafe { node.set_waker(&mut waker, WaitOn::Chan, &mut wakes) };
                             drop(st);
                             return Poll::Pending;
                         }
@@ -1323,6 +1327,7 @@ impl<T> Chan<T> {
             return Poll::Ready(Ok(unsafe { out.assume_init() }));
         }
         // After the fast path: a batch costs its drop even when empty.
+        let mut waker = Prepared::new(cx.waker());
         let mut wakes = WakeBatch::new();
         let mut st = self.lock();
         match self.try_recv_locked(&mut st, Some(node), &mut wakes) {
@@ -1333,7 +1338,7 @@ impl<T> Chan<T> {
                 // panic: the future's `Drop` must undo the pairing.
                 *registered = true;
                 // SAFETY: under the lock; the node is ours.
-                unsafe { node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes) };
+                unsafe { node.set_waker(&mut waker, WaitOn::Chan, &mut wakes) };
                 Poll::Pending
             }
             Err(Fail::NotReady | Fail::Unpaired) => {
@@ -1343,7 +1348,7 @@ impl<T> Chan<T> {
                 // SAFETY: under the lock; the caller keeps the node pinned until
                 // `cancel_recv` (its `Drop`) takes it off.
                 let stale = unsafe {
-                    node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes);
+                    node.set_waker(&mut waker, WaitOn::Chan, &mut wakes);
                     st.receivers.push_back(node);
                     node.set_task(task)
                 };
@@ -1448,6 +1453,7 @@ impl<T> Chan<T> {
                     return Poll::Ready(Ok(()));
                 }
                 Reason::Waiting => {
+                    let mut waker = Prepared::new(cx.waker());
                     let mut wakes = WakeBatch::new();
                     let task = self.rendezvous_task(cx);
                     let mut st = self.lock();
@@ -1455,7 +1461,7 @@ impl<T> Chan<T> {
                         // SAFETY: under the lock.
                         if unsafe { node.task_is(task.as_ref()) } {
                             // SAFETY: under the lock.
-                            unsafe { node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes) };
+                            unsafe { node.set_waker(&mut waker, WaitOn::Chan, &mut wakes) };
                             drop(st);
                             return Poll::Pending;
                         }
@@ -1497,6 +1503,7 @@ impl<T> Chan<T> {
         // SAFETY: as above.
         let v = unsafe { node.take_slot() }.expect("send polled after completion");
         // After the fast path: a batch costs its drop even when empty.
+        let mut waker = Prepared::new(cx.waker());
         let mut wakes = WakeBatch::new();
         let mut st = self.lock();
         match self.try_send_locked(&mut st, v, &mut wakes) {
@@ -1513,7 +1520,7 @@ impl<T> Chan<T> {
                 // SAFETY: under the lock; the caller keeps the node pinned until
                 // `cancel_send` takes it off.
                 let stale = unsafe {
-                    node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes);
+                    node.set_waker(&mut waker, WaitOn::Chan, &mut wakes);
                     node.put_slot(v);
                     st.senders.push_back(node);
                     node.set_task(task)
@@ -1587,6 +1594,7 @@ impl<T> Chan<T> {
     /// senders' list unless the operation could proceed now; `true` means "ready: try
     /// again instead".
     pub(crate) fn register(&self, node: &Node<T>, recv: bool, cx: &Context<'_>) -> bool {
+        let mut waker = Prepared::new(cx.waker());
         let mut wakes = WakeBatch::new();
         let mut st = self.lock();
         let ready = if recv {
@@ -1605,7 +1613,7 @@ impl<T> Chan<T> {
         };
         // SAFETY: under the lock; the select keeps the node in its block until it is off.
         unsafe {
-            node.set_waker(cx.waker(), WaitOn::Chan, &mut wakes);
+            node.set_waker(&mut waker, WaitOn::Chan, &mut wakes);
             list.push_back(node);
         }
         if node.kind() == Kind::Observe {
@@ -1718,11 +1726,12 @@ impl<T> Chan<T> {
         recv: bool,
         waker: Option<&std::task::Waker>,
     ) -> Option<Won> {
+        let mut waker = waker.map(Prepared::new);
         let mut wakes = WakeBatch::new();
         let st = self.lock();
         // SAFETY: under the lock.
         unsafe {
-            if let Some(w) = waker {
+            if let Some(w) = &mut waker {
                 node.set_waker(w, WaitOn::Chan, &mut wakes);
             }
             match node.reason() {
@@ -1748,10 +1757,11 @@ impl<T> Chan<T> {
 
     /// Replaces a registered node's waker.
     pub(crate) fn refresh_waker(&self, node: &Node<T>, waker: &std::task::Waker) {
+        let mut waker = Prepared::new(waker);
         let mut wakes = WakeBatch::new();
         let _st = self.lock();
         // SAFETY: under the lock.
-        unsafe { node.set_waker(waker, WaitOn::Chan, &mut wakes) };
+        unsafe { node.set_waker(&mut waker, WaitOn::Chan, &mut wakes) };
     }
 
     /// Completes a selected send with `v`.

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::task::{Context, Poll, Waker};
 
 use crate::base::{AtomicU64, Mutex, MutexGuard};
+use crate::task::waker::Prepared;
 
 /// Readiness bits of the word (bits 0..8).
 pub(crate) const READABLE: u64 = 1;
@@ -188,7 +189,8 @@ impl ScheduledIo {
             return Poll::Ready(Ok(ev));
         }
         // Declared before the guard, so dropped after it on every path (see
-        // `Waiters`: no waker is dropped under the lock).
+        // `Waiters`: no waker is cloned or dropped under the lock).
+        let mut waker = Prepared::new(cx.waker());
         let mut _replaced = None;
         let mut w = self.lock();
         let slot = match dir {
@@ -197,7 +199,7 @@ impl ScheduledIo {
         };
         match slot {
             Some(old) if old.will_wake(cx.waker()) => {}
-            _ => _replaced = slot.replace(cx.waker().clone()),
+            _ => _replaced = slot.replace(waker.take()),
         }
         // Under the lock: an event either set the word before we read it here, or
         // takes the waker just stored.
@@ -226,16 +228,17 @@ impl ScheduledIo {
             return Poll::Ready(Ok(ev));
         }
         // Declared before the guard, so dropped after it on every path.
+        let mut waker = Prepared::new(cx.waker());
         let mut _replaced = None;
         let mut w = self.lock();
         if let Some(entry) = w.list.iter_mut().find(|e| *id != 0 && e.0 == *id) {
             if !entry.2.will_wake(cx.waker()) {
-                _replaced = Some(std::mem::replace(&mut entry.2, cx.waker().clone()));
+                _replaced = Some(std::mem::replace(&mut entry.2, waker.take()));
             }
         } else {
             w.next_id += 1;
             *id = w.next_id;
-            let new = (*id, dir, cx.waker().clone());
+            let new = (*id, dir, waker.take());
             w.list.push(new);
         }
         let ev = self.snapshot(dir)?;

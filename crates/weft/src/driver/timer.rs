@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use super::wheel::{TimerKey, Wheel};
 use crate::base::park::Parker;
 use crate::base::Arc;
+use crate::task::waker::Prepared;
 
 const NONE: u64 = u64::MAX;
 
@@ -94,12 +95,14 @@ impl Driver {
     pub(crate) fn register(&self, deadline: Instant, waker: &Waker) -> Option<TimerKey> {
         crate::task::diag::note_wait(waker, crate::task::diag::WaitOn::Timer);
         let ms = self.to_ms(deadline);
+        // Before the guard: dropped after it (see `Prepared`).
+        let mut waker = Prepared::new(waker);
         let key = {
             let mut w = self.lock();
             if self.shut.load(Relaxed) {
                 return None;
             }
-            let key = w.insert(ms, waker.clone());
+            let key = w.insert(ms, waker.take());
             self.publish_next(&w);
             key
         };
@@ -117,12 +120,13 @@ impl Driver {
     ) -> Option<TimerKey> {
         crate::task::diag::note_wait(waker, crate::task::diag::WaitOn::Timer);
         let ms = self.to_ms(deadline);
+        let mut waker = Prepared::new(waker);
         let (key, old) = {
             let mut w = self.lock();
             if self.shut.load(Relaxed) {
                 (None, w.remove(key))
             } else {
-                let (key, old) = w.reset(key, ms, waker.clone());
+                let (key, old) = w.reset(key, ms, waker.take());
                 self.publish_next(&w);
                 (Some(key), old)
             }
@@ -156,7 +160,8 @@ impl Driver {
     /// Re-registers the waker; returns false if the timer already fired.
     pub(crate) fn poll_registered(&self, key: TimerKey, waker: &Waker) -> bool {
         crate::task::diag::note_wait(waker, crate::task::diag::WaitOn::Timer);
-        let r = self.lock().set_waker(key, waker);
+        let mut waker = Prepared::new(waker);
+        let r = self.lock().set_waker(key, &mut waker);
         r.is_ok()
     }
 

@@ -35,6 +35,8 @@
 
 use std::task::Waker;
 
+use crate::task::waker::Prepared;
+
 /// Bits of a deadline consumed by each level.
 const SLOT_BITS: u32 = 6;
 const SLOTS: usize = 1 << SLOT_BITS;
@@ -167,16 +169,20 @@ impl Wheel {
     /// is polled far more often than its task moves, so the clone is skipped when the
     /// stored waker already wakes the same task. `Err(())` if fired or stale; otherwise
     /// the replaced waker, for the caller to drop outside its lock.
-    pub(crate) fn set_waker(&mut self, key: TimerKey, waker: &Waker) -> Result<Option<Waker>, ()> {
+    pub(crate) fn set_waker(
+        &mut self,
+        key: TimerKey,
+        waker: &mut Prepared<'_>,
+    ) -> Result<Option<Waker>, ()> {
         let index = self.lookup(key).ok_or(())?;
         let stored = self.entries[index as usize]
             .waker
             .as_mut()
             .expect("a pending entry has a waker");
-        if stored.will_wake(waker) {
+        if stored.will_wake(waker.get()) {
             Ok(None)
         } else {
-            Ok(Some(std::mem::replace(stored, waker.clone())))
+            Ok(Some(std::mem::replace(stored, waker.take())))
         }
     }
 
@@ -675,7 +681,7 @@ mod tests {
             assert_ne!(stale, a);
             assert!(!wheel.is_pending(stale));
             assert!(wheel.remove(stale).is_none());
-            assert!(wheel.set_waker(stale, &waker).is_err());
+            assert!(wheel.set_waker(stale, &mut Prepared::new(&waker)).is_err());
         }
         assert!(wheel.is_pending(a));
         assert_eq!(wheel.len(), 2);
@@ -817,11 +823,17 @@ mod tests {
         let (first, first_waker) = counter();
         let (second, second_waker) = counter();
         let key = wheel.insert(10, first_waker.clone());
-        assert!(wheel.set_waker(key, &first_waker).is_ok());
-        assert!(wheel.set_waker(key, &second_waker).is_ok());
+        assert!(wheel
+            .set_waker(key, &mut Prepared::new(&first_waker))
+            .is_ok());
+        assert!(wheel
+            .set_waker(key, &mut Prepared::new(&second_waker))
+            .is_ok());
         assert_eq!(step(&mut wheel, 10), 1);
         assert_eq!((first.get(), second.get()), (0, 1));
-        assert!(wheel.set_waker(key, &first_waker).is_err());
+        assert!(wheel
+            .set_waker(key, &mut Prepared::new(&first_waker))
+            .is_err());
     }
 
     #[test]
@@ -878,7 +890,7 @@ mod tests {
                 6 => {
                     if let Some(key) = pick(&mut rng, &model) {
                         let (fresh, waker) = counter();
-                        assert!(wheel.set_waker(key, &waker).is_ok());
+                        assert!(wheel.set_waker(key, &mut Prepared::new(&waker)).is_ok());
                         let entry = model.get_mut(&(key.index, key.generation)).unwrap();
                         let before = entry.1.get();
                         let old = std::mem::replace(&mut entry.1, fresh);

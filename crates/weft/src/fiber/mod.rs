@@ -422,6 +422,30 @@ impl LockDepth {
     }
 }
 
+/// The running fiber's (or thread's) count of weft locks held (see [`LockDepth`]).
+fn held_lock_depth() -> u32 {
+    let ctx = future::current_ctx();
+    if ctx.is_null() {
+        THREAD_LOCK_DEPTH.try_with(|d| d.get()).unwrap_or(0)
+    } else {
+        // SAFETY: the live context of the running fiber.
+        unsafe { &*ctx }.lock_depth.get()
+    }
+}
+
+/// Their names, innermost last (recorded while diagnostics are on).
+fn held_lock_names() -> Vec<&'static str> {
+    let ctx = future::current_ctx();
+    if ctx.is_null() {
+        THREAD_LOCK_NAMES
+            .try_with(|v| v.borrow().clone())
+            .unwrap_or_default()
+    } else {
+        // SAFETY: the live context of the running fiber.
+        unsafe { &*ctx }.lock_names.borrow().clone()
+    }
+}
+
 impl Drop for LockDepth {
     fn drop(&mut self) {
         adjust_lock_depth(false, self.name);
@@ -438,6 +462,13 @@ fn adjust_lock_depth(up: bool, name: &'static str) {
         }
     };
     let diagnose = crate::waitlist::depth::diagnostics_on();
+    if diagnose && up {
+        // A wake flushed while this lock is held is reported too (`WAKE-FLUSH-UNDER-LOCK`).
+        crate::waitlist::depth::register_user_locks(crate::waitlist::depth::UserLocks {
+            depth: held_lock_depth,
+            names: held_lock_names,
+        });
+    }
     let ctx = future::current_ctx();
     if ctx.is_null() {
         let _ = THREAD_LOCK_DEPTH.try_with(|d| d.set(step(d.get())));

@@ -231,11 +231,13 @@ impl<E> Inner<E> {
     /// Keeps `cx`'s waker to be woken when the last child ends, a failure is
     /// recorded or the deadline passes.
     pub(crate) fn register(&self, cx: &Context<'_>) {
+        // Before the guard: dropped after it (see `Prepared`).
+        let mut waker = crate::task::waker::Prepared::new(cx.waker());
         let mut st = self.state.lock();
         match &st.owner {
             Some(w) if w.will_wake(cx.waker()) => {}
             _ => {
-                let old = st.owner.replace(cx.waker().clone());
+                let old = st.owner.replace(waker.take());
                 drop(st);
                 drop(old);
             }
@@ -247,6 +249,8 @@ impl<E> Inner<E> {
     /// a child spawned later through a `Nursery` that escaped its body (the async
     /// form's is `'static`) is cancelled at once, never run unsupervised.
     pub(crate) fn poll_done(&self, cx: &Context<'_>) -> Poll<()> {
+        // Before the guard: dropped after it (see `Prepared`).
+        let mut waker = crate::task::waker::Prepared::new(cx.waker());
         let mut st = self.state.lock();
         if st.children.is_empty() {
             st.cancelled = true;
@@ -254,7 +258,7 @@ impl<E> Inner<E> {
         }
         let old = match &st.owner {
             Some(w) if w.will_wake(cx.waker()) => None,
-            _ => st.owner.replace(cx.waker().clone()),
+            _ => st.owner.replace(waker.take()),
         };
         drop(st);
         drop(old);

@@ -128,6 +128,7 @@ impl Future for BarrierWait<'_> {
                 Some(_) => Poll::Ready(BarrierWaitResult(false)),
             };
         }
+        let mut waker = crate::waitlist::Prepared::new(cx.waker());
         let mut wakes = WakeBatch::new();
         let mut st = this.barrier.state.lock();
         if st.arrived + 1 == this.barrier.n {
@@ -140,7 +141,10 @@ impl Future for BarrierWait<'_> {
         // Registered before the arrival counts: a waker whose `clone` panics in
         // `register` leaves no arrival behind that its `Drop` would not withdraw.
         // SAFETY: under the lock; the future is pinned and its `Drop` cancels.
-        unsafe { this.waiter.register(&mut st.waiters, cx, &mut wakes) };
+        unsafe {
+            this.waiter
+                .register(&mut st.waiters, &mut waker, &mut wakes)
+        };
         st.arrived += 1;
         drop(st);
         Poll::Pending

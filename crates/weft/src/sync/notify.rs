@@ -315,10 +315,11 @@ impl Future for Notified<'_> {
             }
         }
         let mut wakes = WakeBatch::new();
-        let mut list = notify.waiters.lock();
         // The waker first: a `clone` that panics must do so before the word says
-        // WAITING (with nobody on the list, a `notify_one` would store no permit).
+        // WAITING (with nobody on the list, a `notify_one` would store no permit). And
+        // before the lock: a `clone` is its owner's code (see `Prepared`).
         this.waiter.prime(cx, &mut wakes);
+        let mut list = notify.waiters.lock();
         let mut word = state.load(SeqCst);
         loop {
             match this.try_complete(word) {

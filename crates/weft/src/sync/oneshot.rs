@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use crate::base::Arc;
-use crate::waitlist::{Lock, WakeBatch};
+use crate::waitlist::{Lock, Prepared, WakeBatch};
 
 /// The errors of [`oneshot`](self).
 pub mod error {
@@ -122,14 +122,14 @@ pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
     )
 }
 
-/// Stores `waker` in `slot` unless it wakes the same task; the replaced one is dropped
-/// with `wakes`, after the lock.
-fn store_waker(slot: &mut Option<Waker>, waker: &Waker, wakes: &mut WakeBatch) {
-    crate::task::diag::note_wait(waker, crate::waitlist::WaitOn::Chan);
+/// Stores `waker` (made before the lock: see [`Prepared`]) in `slot` unless the stored
+/// one wakes the same task; the replaced one is dropped with `wakes`, after the lock.
+fn store_waker(slot: &mut Option<Waker>, waker: &mut Prepared<'_>, wakes: &mut WakeBatch) {
+    crate::task::diag::note_wait(waker.get(), crate::waitlist::WaitOn::Chan);
     match slot {
-        Some(w) if w.will_wake(waker) => {}
+        Some(w) if w.will_wake(waker.get()) => {}
         _ => {
-            if let Some(old) = slot.replace(waker.clone()) {
+            if let Some(old) = slot.replace(waker.take()) {
                 wakes.retire(old);
             }
         }
@@ -187,12 +187,13 @@ impl<T> Sender<T> {
     pub async fn closed(&mut self) {
         let shared = self.shared.as_ref().expect("a live sender");
         std::future::poll_fn(|cx| {
+            let mut waker = Prepared::new(cx.waker());
             let mut wakes = WakeBatch::new();
             let mut st = shared.state.lock();
             if !st.rx_open {
                 return Poll::Ready(());
             }
-            store_waker(&mut st.tx_waker, cx.waker(), &mut wakes);
+            store_waker(&mut st.tx_waker, &mut waker, &mut wakes);
             drop(st);
             Poll::Pending
         })
@@ -287,6 +288,7 @@ impl<T> Future for Receiver<T> {
             .shared
             .as_ref()
             .expect("a oneshot receiver polled after it completed");
+        let mut waker = Prepared::new(cx.waker());
         let mut wakes = WakeBatch::new();
         let mut st = shared.state.lock();
         if let Some(v) = st.value.take() {
@@ -301,7 +303,7 @@ impl<T> Future for Receiver<T> {
             self.shared = None;
             return Poll::Ready(Err(RecvError(())));
         }
-        store_waker(&mut st.rx_waker, cx.waker(), &mut wakes);
+        store_waker(&mut st.rx_waker, &mut waker, &mut wakes);
         drop(st);
         Poll::Pending
     }

@@ -24,7 +24,7 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::task::{Context, Poll};
 
 use crate::base::{Arc, AtomicUsize};
-use crate::waitlist::{Lock, Node, Reason, WaitList, WakeBatch};
+use crate::waitlist::{Lock, Node, Prepared, Reason, WaitList, WakeBatch};
 
 const CLOSED: usize = 1;
 const WAITERS: usize = 2;
@@ -258,12 +258,13 @@ impl Sem {
                     return Poll::Ready(Ok(()));
                 }
                 Reason::Waiting => {
+                    let mut waker = Prepared::new(cx.waker());
                     let mut wakes = WakeBatch::new();
                     let list = self.waiters.lock();
                     if node.reason() == Reason::Waiting {
                         // SAFETY: under the lock; the node is ours.
                         unsafe {
-                            node.set_waker(cx.waker(), crate::waitlist::WaitOn::Lock, &mut wakes)
+                            node.set_waker(&mut waker, crate::waitlist::WaitOn::Lock, &mut wakes)
                         };
                         drop(list);
                         return Poll::Pending;
@@ -283,6 +284,7 @@ impl Sem {
             Err(TryFail::NoPermits) => {}
         }
         // After the fast path: a batch costs its drop even when empty.
+        let mut waker = Prepared::new(cx.waker());
         let mut wakes = WakeBatch::new();
         let mut list = self.waiters.lock();
         match self.take_or_queue_locked(n) {
@@ -295,7 +297,7 @@ impl Sem {
                     node.put_slot((n, missing));
                     list.push_back(node);
                     *registered = true;
-                    node.set_waker(cx.waker(), crate::waitlist::WaitOn::Lock, &mut wakes);
+                    node.set_waker(&mut waker, crate::waitlist::WaitOn::Lock, &mut wakes);
                 }
                 drop(list);
                 Poll::Pending

@@ -152,13 +152,17 @@ impl Future for Wait<'_> {
                 Some(_) => Poll::Ready(()),
             };
         }
+        let mut waker = crate::waitlist::Prepared::new(cx.waker());
         let mut wakes = WakeBatch::new();
         let mut st = this.group.inner.lock();
         if st.count == 0 {
             return Poll::Ready(());
         }
         // SAFETY: under the lock; the future is pinned and its `Drop` cancels.
-        unsafe { this.waiter.register(&mut st.waiters, cx, &mut wakes) };
+        unsafe {
+            this.waiter
+                .register(&mut st.waiters, &mut waker, &mut wakes)
+        };
         drop(st);
         Poll::Pending
     }

@@ -5,7 +5,7 @@
 
 use std::task::Context;
 
-use crate::waitlist::{Lock, LockGuard, Node, Reason, WaitList, WakeBatch};
+use crate::waitlist::{Lock, LockGuard, Node, Prepared, Reason, WaitList, WakeBatch};
 
 /// A waiting future's node and whether it is on a list.
 pub(crate) struct Waiter {
@@ -41,13 +41,14 @@ impl Waiter {
         loop {
             match self.node.reason() {
                 Reason::Waiting => {
+                    let mut waker = Prepared::new(cx.waker());
                     let mut wakes = WakeBatch::new();
                     let guard = lock.lock();
                     if self.node.reason() != Reason::Waiting {
                         continue;
                     }
                     // SAFETY: under the lock of the list the node is on; the node is ours.
-                    unsafe { self.node.set_waker(cx.waker(), self.on, &mut wakes) };
+                    unsafe { self.node.set_waker(&mut waker, self.on, &mut wakes) };
                     drop(guard);
                     return None;
                 }
@@ -69,7 +70,10 @@ impl Waiter {
         debug_assert!(!self.registered);
         // SAFETY: the node is ours and on no list (not registered): nobody else can
         // reach it, which is `set_waker`'s contract without the lock.
-        unsafe { self.node.set_waker(cx.waker(), self.on, wakes) };
+        unsafe {
+            self.node
+                .set_waker(&mut Prepared::new(cx.waker()), self.on, wakes)
+        };
     }
 
     /// [`register`](Self::register) of a waiter that [`prime`](Self::prime) gave its
@@ -89,7 +93,8 @@ impl Waiter {
         self.registered = true;
     }
 
-    /// Puts the node on `list` (the commit point of the wait).
+    /// Puts the node on `list` (the commit point of the wait), with `waker` (made
+    /// before the lock: see [`Prepared`]).
     ///
     /// # Safety
     /// The caller holds the lock `list` belongs to, and the waiter is pinned (it stays
@@ -98,13 +103,13 @@ impl Waiter {
     pub(crate) unsafe fn register(
         &mut self,
         list: &mut WaitList<()>,
-        cx: &mut Context<'_>,
+        waker: &mut Prepared<'_>,
         wakes: &mut WakeBatch,
     ) {
         debug_assert!(!self.registered);
         // SAFETY: the contract.
         unsafe {
-            self.node.set_waker(cx.waker(), self.on, wakes);
+            self.node.set_waker(waker, self.on, wakes);
             list.push_back(&self.node);
         }
         self.registered = true;

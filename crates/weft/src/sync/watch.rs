@@ -428,6 +428,7 @@ impl<T> Future for Changed<'_, T> {
         if let Some(r) = this.check() {
             return Poll::Ready(r);
         }
+        let mut waker = crate::waitlist::Prepared::new(cx.waker());
         let mut wakes = WakeBatch::new();
         let shared = this.rx.shared.clone();
         let mut st = shared.state.lock();
@@ -436,7 +437,10 @@ impl<T> Future for Changed<'_, T> {
             return Poll::Ready(r);
         }
         // SAFETY: under the lock; the future is pinned and its `Drop` cancels.
-        unsafe { this.waiter.register(&mut st.waiters, cx, &mut wakes) };
+        unsafe {
+            this.waiter
+                .register(&mut st.waiters, &mut waker, &mut wakes)
+        };
         drop(st);
         Poll::Pending
     }

@@ -70,3 +70,41 @@ fn drop_waker(data: *const ()) {
 pub(crate) fn ignore_panic(f: impl FnOnce()) {
     let _ = catch_unwind(AssertUnwindSafe(f));
 }
+
+/// A waker about to be stored by code that holds a weft lock. A waker's `clone` is its
+/// owner's code, which may use the very object whose lock is held (a waker that sends
+/// on the channel it waits on, that arms a timer, ...): weft runs no such code under its
+/// locks. So a waker that is not a weft task's is cloned here, before the lock, and
+/// the clone is moved in under it; a task's waker (whose clone is a reference count) is
+/// cloned under the lock only if it is stored. An early clone that is not used is
+/// dropped with the `Prepared`: declare it before the lock's guard, so that it goes
+/// after the guard.
+pub(crate) struct Prepared<'a> {
+    waker: &'a Waker,
+    early: Option<Waker>,
+}
+
+impl<'a> Prepared<'a> {
+    #[inline]
+    pub(crate) fn new(waker: &'a Waker) -> Prepared<'a> {
+        let early = header_of(waker).is_none().then(|| waker.clone());
+        Prepared { waker, early }
+    }
+
+    /// The waker itself, to compare (`will_wake` runs no user code).
+    #[inline]
+    pub(crate) fn get(&self) -> &Waker {
+        self.waker
+    }
+
+    /// An owned waker to store: the early clone, or a clone of a task's waker made now.
+    /// A second call for a waker that is not a task's clones it again (under the
+    /// caller's lock): call it once per `Prepared`.
+    #[inline]
+    pub(crate) fn take(&mut self) -> Waker {
+        match self.early.take() {
+            Some(w) => w,
+            None => self.waker.clone(),
+        }
+    }
+}

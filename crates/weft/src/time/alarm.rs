@@ -34,7 +34,14 @@ impl ThreadAlarm {
             self.armed = Some(deadline);
             arm(deadline, self.slot.clone());
         } else {
-            *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+            // Cloned before the lock, the old one dropped after it: a waker's `clone` and
+            // `drop` are its owner's code.
+            let new = Some(cx.waker().clone());
+            let old = std::mem::replace(
+                &mut *self.slot.lock().unwrap_or_else(|e| e.into_inner()),
+                new,
+            );
+            drop(old);
         }
         Poll::Pending
     }

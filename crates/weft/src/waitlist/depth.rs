@@ -173,7 +173,26 @@ impl<T> DerefMut for LockGuard<'_, T> {
     }
 }
 
-/// Reports a flush made while this thread holds a wait-list lock (diagnostics on),
+/// How to read the weft locks that the running code holds while user code runs (a
+/// `watch::Ref`, a `send_modify` closure): the fiber layer counts them per fiber (or
+/// per thread off fibers), and being above this layer it registers its readers here
+/// the first time it counts one.
+pub(crate) struct UserLocks {
+    /// How many the running fiber (or thread) holds.
+    pub(crate) depth: fn() -> u32,
+    /// Their names, innermost last.
+    pub(crate) names: fn() -> Vec<&'static str>,
+}
+
+static USER_LOCKS: std::sync::OnceLock<UserLocks> = std::sync::OnceLock::new();
+
+/// Registers the fiber layer's readers (the first call stands).
+pub(crate) fn register_user_locks(readers: UserLocks) {
+    let _ = USER_LOCKS.set(readers);
+}
+
+/// Reports a flush made while this thread holds a wait-list lock, or while the running
+/// fiber (or thread) holds one of weft's locks that user code can hold (diagnostics on),
 /// with the lock stack: wait-list locks have no names of their own.
 #[inline]
 pub(super) fn check_flush() {
@@ -181,14 +200,18 @@ pub(super) fn check_flush() {
         return;
     }
     let depth = DEPTH.try_with(|d| d.get()).unwrap_or(0);
-    if depth > 0 {
+    let user = USER_LOCKS.get().map_or(0, |u| (u.depth)());
+    if depth + user > 0 {
         UNDER_LOCK_FLUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let thread = std::thread::current();
+        let mut stack = USER_LOCKS.get().map_or_else(Vec::new, |u| (u.names)());
+        stack.extend(std::iter::repeat_n("wait-list lock", depth as usize));
         eprintln!(
-            "weft: WAKE-FLUSH-UNDER-LOCK: wakes flushed on thread '{}' while {depth} \
-             wait-list lock(s) are held; lock stack (innermost last): [{}]",
+            "weft: WAKE-FLUSH-UNDER-LOCK: wakes flushed on thread '{}' while {} weft \
+             lock(s) are held; lock stack (innermost last): [{}]",
             thread.name().unwrap_or("<unnamed>"),
-            vec!["wait-list lock"; depth as usize].join(", ")
+            depth + user,
+            stack.join(", ")
         );
     }
 }

@@ -32,6 +32,7 @@ use std::ptr;
 use std::task::Waker;
 
 pub(crate) use crate::task::diag::WaitOn;
+pub(crate) use crate::task::waker::Prepared;
 
 use crate::base::{AtomicUsize, UnsafeCell};
 use crate::task::TaskRef;
@@ -281,9 +282,10 @@ impl<T> Node<T> {
         !group.is_null() && ptr::eq(self.group, group)
     }
 
-    /// Stores a clone of `waker` unless the stored one wakes the same task. The waker
-    /// it replaces is handed to `wakes`, to be dropped once the lock is released: a
-    /// waker's `Drop` may run user code (drop the last `Sender` of this very channel).
+    /// Stores `waker` unless the stored one wakes the same task. The waker it replaces
+    /// is handed to `wakes`, to be dropped once the lock is released: a waker's `Drop`
+    /// may run user code (drop the last `Sender` of this very channel). Its `clone` is
+    /// user code too, which [`Prepared`] made before the lock (a task's waker aside).
     ///
     /// # Safety
     /// The caller holds the lock of the object this node waits on (or owns the node
@@ -291,14 +293,19 @@ impl<T> Node<T> {
     ///
     /// `on` is what the waiting task is recorded as waiting on (diagnostics: see
     /// `task::diag`).
-    pub(crate) unsafe fn set_waker(&self, waker: &Waker, on: WaitOn, wakes: &mut WakeBatch) {
-        crate::task::diag::note_wait(waker, on);
+    pub(crate) unsafe fn set_waker(
+        &self,
+        waker: &mut Prepared<'_>,
+        on: WaitOn,
+        wakes: &mut WakeBatch,
+    ) {
+        crate::task::diag::note_wait(waker.get(), on);
         let old = self.links.with_mut(|l| {
             // SAFETY: exclusive under the lock (the contract).
             let l = unsafe { &mut *l };
             match &l.waker {
-                Some(w) if w.will_wake(waker) => None,
-                _ => l.waker.replace(waker.clone()),
+                Some(w) if w.will_wake(waker.get()) => None,
+                _ => l.waker.replace(waker.take()),
             }
         });
         if let Some(old) = old {

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, RawWaker, RawWakerVTable, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use weft::chan::{self, Receiver, Sender};
@@ -321,4 +321,74 @@ macro_rules! counted_zst {
             }
         }
     };
+}
+
+/// A waker with hooks: counts its wakes, and runs `on_clone` / `on_drop` (while
+/// `armed`) when a handle of it is cloned or dropped.
+pub struct Hooks {
+    wakes: AtomicUsize,
+    armed: AtomicBool,
+    on_clone: Box<dyn Fn() + Send + Sync>,
+    on_drop: Box<dyn Fn() + Send + Sync>,
+}
+
+impl Hooks {
+    pub fn new(
+        on_clone: impl Fn() + Send + Sync + 'static,
+        on_drop: impl Fn() + Send + Sync + 'static,
+    ) -> Arc<Hooks> {
+        Arc::new(Hooks {
+            wakes: AtomicUsize::new(0),
+            armed: AtomicBool::new(false),
+            on_clone: Box::new(on_clone),
+            on_drop: Box::new(on_drop),
+        })
+    }
+    pub fn counting() -> Arc<Hooks> {
+        Hooks::new(|| {}, || {})
+    }
+    pub fn wakes(&self) -> usize {
+        self.wakes.load(SeqCst)
+    }
+    pub fn arm(&self, on: bool) {
+        self.armed.store(on, SeqCst);
+    }
+}
+
+pub fn hook_waker(h: &Arc<Hooks>) -> Waker {
+    unsafe fn clone(p: *const ()) -> RawWaker {
+        // SAFETY: `p` came from `Arc::into_raw` of an `Arc<Hooks>`.
+        let h = unsafe { &*(p as *const Hooks) };
+        if h.armed.load(SeqCst) {
+            (h.on_clone)();
+        }
+        // SAFETY: as above.
+        unsafe { Arc::increment_strong_count(p as *const Hooks) };
+        RawWaker::new(p, &VTABLE)
+    }
+    unsafe fn wake(p: *const ()) {
+        // SAFETY: as above.
+        unsafe {
+            wake_by_ref(p);
+            drop(p);
+        }
+    }
+    unsafe fn wake_by_ref(p: *const ()) {
+        // SAFETY: as above.
+        let h = unsafe { &*(p as *const Hooks) };
+        h.wakes.fetch_add(1, SeqCst);
+    }
+    unsafe fn drop(p: *const ()) {
+        // SAFETY: as above.
+        let h = unsafe { &*(p as *const Hooks) };
+        if h.armed.load(SeqCst) {
+            (h.on_drop)();
+        }
+        // SAFETY: as above; this handle's count.
+        unsafe { Arc::decrement_strong_count(p as *const Hooks) };
+    }
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop);
+    let p = Arc::into_raw(h.clone()) as *const ();
+    // SAFETY: the vtable's functions follow the `RawWaker` contract for this pointer.
+    unsafe { Waker::from_raw(RawWaker::new(p, &VTABLE)) }
 }
