@@ -669,8 +669,8 @@ mod sync_api {
         is_error_send_sync::<broadcast::error::TryRecvError>();
     }
 
-    /// `Receiver::recv().await` (a `Send` future where tokio's is: `T: Send`; here
-    /// stated for `T: Send + Sync`, see the MISSING block below for `T: Send`).
+    /// `Receiver::recv().await` (a `Send` future where tokio's is: `T: Send`; see
+    /// `sync_broadcast_send` below).
     pub fn broadcast_recv<T: Clone + Send + Sync>(
         r: &mut broadcast::Receiver<T>,
     ) -> impl Future<Output = Result<T, broadcast::error::RecvError>> + Send + '_ {
@@ -876,23 +876,17 @@ mod sync_api {
     }
 }
 
-// MISSING: issue 16 says "Every type is `Send`/`Sync` where tokio's is." tokio has
-// `unsafe impl<T> Send for RwLockReadGuard<'_, T> where T: ?Sized + Sync`; weft's
-// `RwLockReadGuard` (an auto impl over `&RwLock<T>`) is `Send` only when `T: Send + Sync`.
-#[cfg(any())]
+// Issue 16: "Every type is `Send`/`Sync` where tokio's is." tokio has `unsafe impl<T>
+// Send for RwLockReadGuard<'_, T> where T: ?Sized + Sync` (found missing in session 27).
 mod sync_read_guard_send {
     pub fn read_guard_send_for_t_sync<T: ?Sized + Sync + 'static>() {
         super::is_send::<weft::sync::RwLockReadGuard<'static, T>>();
     }
 }
 
-// MISSING: issue 16 says "Every type is `Send`/`Sync` where tokio's is." tokio's
-// `broadcast::Sender<T>` and `Receiver<T>` (and the `recv()` future) are `Send + Sync`
-// for `T: Send`; weft's keep a value sent to several receivers behind an
-// `std::sync::Arc<T>` and so are `Send`/`Sync` only when `T: Send + Sync`. (Since commit
-// 0c6d73b; `sync_review.rs`'s `bounds_match_tokio`, which states
-// `send::<broadcast::Sender<Cell<u8>>>()`, no longer compiles because of it.)
-#[cfg(any())]
+// Issue 16: "Every type is `Send`/`Sync` where tokio's is." tokio's `broadcast::Sender<T>`
+// and `Receiver<T>` (and the `recv()` future) are `Send + Sync` for `T: Send` (an
+// `Arc<T>` for a value of several receivers broke it in session 27, before review).
 mod sync_broadcast_send {
     use std::future::Future;
     use weft::sync::broadcast;

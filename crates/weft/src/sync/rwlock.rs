@@ -59,6 +59,12 @@ pub struct RwLockReadGuard<'a, T: ?Sized> {
     lock: &'a RwLock<T>,
 }
 
+// SAFETY: a read guard gives the thread it is sent to `&T` (needs `T: Sync`) and
+// releases a read permit there (the semaphore is `Sync`); it never moves or mutates the
+// `T`, so unlike the auto impl (over `&RwLock<T>`) it does not need `T: Send` (tokio's
+// bound).
+unsafe impl<T: ?Sized + Sync> Send for RwLockReadGuard<'_, T> {}
+
 /// Exclusive access to a [`RwLock`]'s data; released when dropped.
 ///
 /// ```
