@@ -90,9 +90,13 @@ fn run(a: &'static Alarms) {
     loop {
         let now = Instant::now();
         let mut due = Vec::new();
-        // Entries whose waiter is gone (only this list holds the slot) go too.
+        // Entries whose waiter is gone (only this list holds the slot) go too, dropped
+        // after the lock: a waker left in such a slot is dropped with it, and a waker's
+        // `drop` is its owner's code (it may arm a timer here).
+        let mut gone = Vec::new();
         entries.retain(|(d, slot)| {
             if Arc::strong_count(slot) == 1 {
+                gone.push(slot.clone());
                 false
             } else if *d <= now {
                 due.push(slot.clone());
@@ -103,6 +107,7 @@ fn run(a: &'static Alarms) {
         });
         let next = entries.iter().map(|(d, _)| *d).min();
         drop(entries);
+        drop(gone);
         for slot in due {
             let w = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
             if let Some(w) = w {

@@ -1191,8 +1191,14 @@ impl<'a> Machine<'a> {
                     }
                 }
                 let timer_due = self.next_timer().is_some_and(|d| Instant::now() >= d);
-                if !give_up && !timer_due {
+                // No waker kept while registered: a registration or a refresh was cut
+                // short by a waker's `clone` that panicked, and some nodes may be off
+                // their lists or hold an older waker. The round starts again.
+                let cut_short = self.waker.is_none();
+                if !give_up && !timer_due && !cut_short {
                     if !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                        // Forgotten first: see `cut_short`.
+                        self.waker = None;
                         for (_, n) in self.each() {
                             n.refresh_waker(cx.waker());
                         }
@@ -1230,7 +1236,8 @@ impl<'a> Machine<'a> {
                 return Poll::Ready(None);
             }
             self.registered = true;
-            self.waker = Some(cx.waker().clone());
+            // Kept once every node is registered (see `cut_short`).
+            self.waker = None;
             let mut ready = false;
             for k in 0..self.order().len() {
                 if self.node(self.order()[k]).register(cx) {
@@ -1238,6 +1245,7 @@ impl<'a> Machine<'a> {
                     break;
                 }
             }
+            self.waker = Some(cx.waker().clone());
             if ready {
                 if self.group().abort().is_ok() {
                     self.unregister_all();
