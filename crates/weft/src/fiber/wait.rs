@@ -405,9 +405,9 @@ impl Backoff {
         // of the longest spin (3.3 us) between two looks each hand-off of a fair lock
         // between fibers on two workers waited for it (`fibers_mutex_16`'s slow runs
         // spent three quarters of their time in this loop; looking every 32 pauses took
-        // their median from 522 to 442 ns an increment; every 8 took it to 320-405 ns
-        // against 430-910 for 32 in two alternated sets of session 27; every 2 was no
-        // better than 8).
+        // their median from 522 to 442 ns an increment; every 8 took it to 335 and 405
+        // ns against 483 and 1,076 for 32 in two alternated sets of session 27; every 2
+        // was no better than 8).
         let pauses = 1u32 << self.step.min(Self::SPINS);
         let chunk = if self.on_worker { Self::CHUNK } else { pauses };
         let mut done = 0;
