@@ -605,6 +605,7 @@ mod tests {
     /// may in-process (the suite runs them in child processes).
     #[test]
     fn every_contender_runs_every_case() {
+        let _may = crate::child::may_in_process();
         for c in ChanCase::all() {
             let (shape, flavour) = (c.shape, c.flavour);
             match c.mode {

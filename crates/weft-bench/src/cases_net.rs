@@ -607,6 +607,7 @@ mod tests {
     /// configuration).
     #[test]
     fn every_contender_runs_every_case() {
+        let _may = crate::child::may_in_process();
         for c in NetCase::all() {
             match c.way {
                 Way::Tasks => {

@@ -1172,6 +1172,7 @@ mod tests {
     /// and on both fiber runtimes in-process.
     #[test]
     fn every_contender_runs_every_case() {
+        let _may = crate::child::may_in_process();
         for c in SyncCase::all() {
             match c {
                 // In a debug build a 32 KiB message overflows the test thread's 2 MiB

@@ -40,3 +40,14 @@ pub fn die_with_parent() {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
     }
 }
+
+/// The unit tests that run may in this process take turns: may keeps one scheduler per
+/// process, and with two of them driving it at once may's event loop once panicked in
+/// its own code ("RefCell already borrowed" in `EventData::fast_schedule`, under a
+/// connect, while another test's coroutines ran).
+#[cfg(test)]
+pub fn may_in_process() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
