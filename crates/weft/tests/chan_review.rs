@@ -14,7 +14,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use chan_common::{hook_waker, watchdog, Drops, Hooks, Tracked};
+use chan_common::{hook_waker, poll_with, watchdog, Drops, Hooks, Tracked};
 use weft::chan::{self, Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
 
 const CHILD: &str = "WEFT_CHAN_REVIEW_CHILD";
@@ -22,11 +22,6 @@ const CHILD: &str = "WEFT_CHAN_REVIEW_CHILD";
 // ---------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------
-
-fn poll_with<F: Future + ?Sized>(fut: Pin<&mut F>, w: &Waker) -> Poll<F::Output> {
-    let mut cx = Context::from_waker(w);
-    fut.poll(&mut cx)
-}
 
 fn noop_poll<F: Future + ?Sized>(fut: Pin<&mut F>) -> Poll<F::Output> {
     poll_with(fut, Waker::noop())

@@ -13,7 +13,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Poll, Wake, Waker};
 use std::time::Duration;
 
 use chan_common::*;
@@ -29,10 +29,6 @@ impl Wake for Count {
 fn counting() -> (Arc<Count>, Waker) {
     let c = Arc::new(Count(AtomicUsize::new(0)));
     (c.clone(), Waker::from(c))
-}
-
-fn poll_with<F: Future + ?Sized>(f: Pin<&mut F>, w: &Waker) -> Poll<F::Output> {
-    f.poll(&mut Context::from_waker(w))
 }
 
 fn poll_noop<F: Future + ?Sized>(f: Pin<&mut F>) -> Poll<F::Output> {

@@ -26,11 +26,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use chan_common::{
-    count_waker, drop_after, fiber_on, join_within, make, rt2, seed, watchdog, Drops, Rng, Tracked,
+    count_waker, drop_after, fiber_on, join_within, make, poll_with, rt2, seed, watchdog, Drops,
+    Rng, Tracked,
 };
 use weft::chan::{
     after, bounded, never, tick, unbounded, Receiver, RecvTimeoutError, Select, SendTimeoutError,
@@ -74,10 +75,6 @@ fn panic_waker() -> (Arc<PanicWake>, Waker) {
         wakes: AtomicUsize::new(0),
     });
     (p.clone(), Waker::from(p))
-}
-
-fn poll_with<F: Future + ?Sized>(f: Pin<&mut F>, w: &Waker) -> Poll<F::Output> {
-    f.poll(&mut Context::from_waker(w))
 }
 
 fn noop() -> &'static Waker {

@@ -15,16 +15,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use chan_common::{count_waker, fiber_on, join_within, rt2, watchdog, CountWake, Drops, Rng};
+use chan_common::{
+    count_waker, fiber_on, join_within, poll_with, rt2, watchdog, CountWake, Drops, Rng,
+};
 use weft::chan::{bounded, never, unbounded, Receiver, Select, Sender, TryRecvError};
-
-/// Polls `fut` once with `w`.
-fn poll_with<F: Future + ?Sized>(fut: Pin<&mut F>, w: &Waker) -> Poll<F::Output> {
-    fut.poll(&mut Context::from_waker(w))
-}
 
 /// `f` boxed and polled once with a no-op waker; it must wait (a parked operation).
 fn parked<F: Future>(f: F) -> Pin<Box<F>> {

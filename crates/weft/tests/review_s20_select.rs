@@ -7,20 +7,14 @@
 
 mod chan_common;
 
-use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Weak};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use chan_common::{assert_fair, watchdog, Drops, Rng};
+use chan_common::{assert_fair, poll_with, watchdog, Drops, Rng};
 use weft::chan::{after, bounded, never, unbounded, Receiver, Select, Sender};
-
-/// Polls `fut` once with `w`.
-fn poll_with<F: Future + ?Sized>(fut: std::pin::Pin<&mut F>, w: &Waker) -> Poll<F::Output> {
-    fut.poll(&mut Context::from_waker(w))
-}
 
 /// A waker (safe: `std::task::Wake`) that counts its wakes.
 struct Plain(AtomicUsize);

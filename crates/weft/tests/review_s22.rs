@@ -33,8 +33,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use chan_common::{
-    check_exactly_once, count_waker, drop_after, fiber_on, join_within, make, poll_once, rt2,
-    wait_for, Drops, Msg, Rng,
+    check_exactly_once, count_waker, drop_after, fiber_on, join_within, make, poll_once, poll_with,
+    rt2, wait_for, Drops, Msg, Rng,
 };
 use weft::chan::{
     bounded, unbounded, Receiver, RecvError, Select, Sender, TryRecvError, TrySendError,
@@ -60,11 +60,6 @@ fn big_scoped<'scope, T: Send + 'scope>(
 /// Polls `fut` once with a no-op waker.
 fn poll_noop<F: Future + ?Sized>(fut: Pin<&mut F>) -> Poll<F::Output> {
     fut.poll(&mut Context::from_waker(Waker::noop()))
-}
-
-/// Polls `fut` once with `waker`.
-fn poll_with<F: Future + ?Sized>(fut: Pin<&mut F>, waker: &Waker) -> Poll<F::Output> {
-    fut.poll(&mut Context::from_waker(waker))
 }
 
 /// Byte `i` of value `id`'s payload.

@@ -11,11 +11,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
+use std::task::{Poll, RawWaker, RawWakerVTable, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use chan_common::{fiber_on, join_within, make, rt2, wait_for, watchdog, Drops};
+use chan_common::{fiber_on, join_within, make, poll_with, rt2, wait_for, watchdog, Drops};
 use weft::chan::{bounded, Select};
 use weft::sync::{self, oneshot, watch, Notify, Semaphore};
 
@@ -171,10 +171,6 @@ impl<T: Send + 'static> Bg<T> {
         let h = self.0.lock().unwrap().take().expect("a started thread");
         h.join().unwrap()
     }
-}
-
-fn poll_with<F: Future + ?Sized>(f: Pin<&mut F>, w: &Waker) -> Poll<F::Output> {
-    f.poll(&mut Context::from_waker(w))
 }
 
 fn panics(f: impl FnOnce()) -> bool {

@@ -9,16 +9,12 @@ mod chan_common;
 mod common;
 
 use std::future::Future;
-use std::pin::{pin, Pin};
+use std::pin::pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::Waker;
 use std::time::Duration;
 
-use chan_common::{hook_waker, watchdog, Hooks};
-
-fn poll_with<F: Future + ?Sized>(fut: Pin<&mut F>, w: &Waker) -> Poll<F::Output> {
-    fut.poll(&mut Context::from_waker(w))
-}
+use chan_common::{hook_waker, poll_with, watchdog, Hooks};
 
 /// Polls `f` once with a no-op waker and drops it: a registration with the object's
 /// wait list and a withdrawal, each under its lock.

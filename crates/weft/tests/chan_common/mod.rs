@@ -392,3 +392,8 @@ pub fn hook_waker(h: &Arc<Hooks>) -> Waker {
     // SAFETY: the vtable's functions follow the `RawWaker` contract for this pointer.
     unsafe { Waker::from_raw(RawWaker::new(p, &VTABLE)) }
 }
+
+/// Polls `fut` once with the waker `w`.
+pub fn poll_with<F: Future + ?Sized>(fut: Pin<&mut F>, w: &Waker) -> Poll<F::Output> {
+    fut.poll(&mut Context::from_waker(w))
+}
