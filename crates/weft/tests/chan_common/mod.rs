@@ -3,6 +3,13 @@
 //! values, and ways to start work in each context (thread, fiber, async task).
 #![allow(dead_code)]
 
+// One file for both helper modules; a test that uses both loads it twice.
+#[allow(clippy::duplicate_mod)]
+#[path = "../common/spawn.rs"]
+mod spawn;
+#[allow(unused_imports)] // not every test uses them
+pub use spawn::{fiber_on, join_within};
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
@@ -11,7 +18,7 @@ use std::task::{Context, Poll, RawWaker, RawWakerVTable, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use weft::chan::{self, Receiver, Sender};
-use weft::{JoinHandle, Runtime};
+use weft::Runtime;
 
 /// Runs `f` on a helper thread; panics with "hang" if it has not finished within
 /// `secs` seconds (the helper is left behind), and re-raises its panic.
@@ -100,27 +107,6 @@ pub fn make<T>(cap: Option<usize>) -> (Sender<T>, Receiver<T>) {
 /// A runtime with two workers.
 pub fn rt2() -> Runtime {
     weft::Builder::new().worker_threads(2).build().unwrap()
-}
-
-/// Spawns a fiber on `rt` (entering it first, so the fiber does not go to another
-/// test's runtime).
-pub fn fiber_on<T: Send + 'static>(
-    rt: &Runtime,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> JoinHandle<T> {
-    // (In an `Option`: the block's output is not itself awaited.)
-    rt.block_on(async move { Some(weft::fiber::spawn(f)) })
-        .unwrap()
-}
-
-/// Joins `h` from a plain thread, failing with "hang" after `secs`.
-pub fn join_within<T: Send + 'static>(h: JoinHandle<T>, secs: u64) -> Result<T, weft::JoinError> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(h.join());
-    });
-    rx.recv_timeout(Duration::from_secs(secs))
-        .expect("hang: a weft task or fiber did not finish in time")
 }
 
 /// Per-id drop counts for [`Tracked`] values.

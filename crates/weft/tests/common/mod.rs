@@ -4,12 +4,16 @@
 pub mod child;
 pub mod net;
 pub mod placement;
+pub mod spawn;
+
+#[allow(unused_imports)] // not every test uses them
+pub use spawn::{fiber_on, join_within};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use weft::{Builder, JoinHandle, Runtime};
+use weft::{Builder, Runtime};
 
 /// How long any single test may take before it counts as a hang.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
@@ -308,25 +312,6 @@ pub async fn queue_burst(
         l.accept().await.unwrap();
     }
     clients
-}
-
-/// Spawns a fiber on `rt` (entered first, so it does not go to another test's runtime).
-pub fn fiber_on<T: Send + 'static>(
-    rt: &Runtime,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> JoinHandle<T> {
-    rt.block_on(async move { Some(weft::fiber::spawn(f)) })
-        .unwrap()
-}
-
-/// Joins `h` from a helper thread, panicking with "hang" after `secs`.
-pub fn join_within<T: Send + 'static>(h: JoinHandle<T>, secs: u64) -> Result<T, weft::JoinError> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(h.join());
-    });
-    rx.recv_timeout(Duration::from_secs(secs))
-        .expect("hang: a weft task or fiber did not finish in time")
 }
 
 /// Waits for a plain thread, panicking with "hang" after `secs`.
