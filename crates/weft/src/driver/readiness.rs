@@ -197,10 +197,7 @@ impl ScheduledIo {
             Direction::Read => &mut w.reader,
             Direction::Write => &mut w.writer,
         };
-        match slot {
-            Some(old) if old.will_wake(cx.waker()) => {}
-            _ => _replaced = slot.replace(waker.take()),
-        }
+        _replaced = waker.store(slot);
         // Under the lock: an event either set the word before we read it here, or
         // takes the waker just stored.
         let ev = self.snapshot(dir)?;

@@ -165,25 +165,18 @@ impl Wheel {
         }
     }
 
-    /// Replaces the waker of a pending entry (no-op and false if fired/stale). A future
-    /// is polled far more often than its task moves, so the clone is skipped when the
-    /// stored waker already wakes the same task. `Err(())` if fired or stale; otherwise
-    /// the replaced waker, for the caller to drop outside its lock.
+    /// Replaces the waker of a pending entry ([`Prepared::store`]: kept when it wakes the
+    /// same task). `Err(())` if fired or stale; otherwise the replaced waker, for the
+    /// caller to drop outside its lock.
     pub(crate) fn set_waker(
         &mut self,
         key: TimerKey,
         waker: &mut Prepared<'_>,
     ) -> Result<Option<Waker>, ()> {
         let index = self.lookup(key).ok_or(())?;
-        let stored = self.entries[index as usize]
-            .waker
-            .as_mut()
-            .expect("a pending entry has a waker");
-        if stored.will_wake(waker.get()) {
-            Ok(None)
-        } else {
-            Ok(Some(std::mem::replace(stored, waker.take())))
-        }
+        let stored = &mut self.entries[index as usize].waker;
+        assert!(stored.is_some(), "a pending entry has a waker");
+        Ok(waker.store(stored))
     }
 
     /// True if the entry is still pending (registered and not yet fired).

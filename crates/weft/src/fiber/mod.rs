@@ -422,28 +422,32 @@ impl LockDepth {
     }
 }
 
-/// The running fiber's (or thread's) count of weft locks held (see [`LockDepth`]).
-fn held_lock_depth() -> u32 {
+/// Runs `f` on the running fiber's count of weft locks held and their names (or the
+/// thread's, off fibers); `None` once the thread's are gone.
+fn with_held<R>(
+    f: impl FnOnce(&std::cell::Cell<u32>, &std::cell::RefCell<Vec<&'static str>>) -> R,
+) -> Option<R> {
     let ctx = future::current_ctx();
     if ctx.is_null() {
-        THREAD_LOCK_DEPTH.try_with(|d| d.get()).unwrap_or(0)
+        THREAD_LOCK_DEPTH
+            .try_with(|d| THREAD_LOCK_NAMES.try_with(|n| f(d, n)))
+            .ok()?
+            .ok()
     } else {
         // SAFETY: the live context of the running fiber.
-        unsafe { &*ctx }.lock_depth.get()
+        let ctx = unsafe { &*ctx };
+        Some(f(&ctx.lock_depth, &ctx.lock_names))
     }
+}
+
+/// The running fiber's (or thread's) count of weft locks held (see [`LockDepth`]).
+fn held_lock_depth() -> u32 {
+    with_held(|d, _| d.get()).unwrap_or(0)
 }
 
 /// Their names, innermost last (recorded while diagnostics are on).
 fn held_lock_names() -> Vec<&'static str> {
-    let ctx = future::current_ctx();
-    if ctx.is_null() {
-        THREAD_LOCK_NAMES
-            .try_with(|v| v.borrow().clone())
-            .unwrap_or_default()
-    } else {
-        // SAFETY: the live context of the running fiber.
-        unsafe { &*ctx }.lock_names.borrow().clone()
-    }
+    with_held(|_, n| n.borrow().clone()).unwrap_or_default()
 }
 
 impl Drop for LockDepth {
@@ -469,20 +473,12 @@ fn adjust_lock_depth(up: bool, name: &'static str) {
             names: held_lock_names,
         });
     }
-    let ctx = future::current_ctx();
-    if ctx.is_null() {
-        let _ = THREAD_LOCK_DEPTH.try_with(|d| d.set(step(d.get())));
+    with_held(|depth, held| {
+        depth.set(step(depth.get()));
         if diagnose {
-            let _ = THREAD_LOCK_NAMES.try_with(|v| names(&mut v.borrow_mut()));
+            names(&mut held.borrow_mut());
         }
-    } else {
-        // SAFETY: the live context of the running fiber.
-        let ctx = unsafe { &*ctx };
-        ctx.lock_depth.set(step(ctx.lock_depth.get()));
-        if diagnose {
-            names(&mut ctx.lock_names.borrow_mut());
-        }
-    }
+    });
 }
 
 /// `PARK-UNDER-LOCK` reports made so far.

@@ -234,14 +234,9 @@ impl<E> Inner<E> {
         // Before the guard: dropped after it (see `Prepared`).
         let mut waker = crate::task::waker::Prepared::new(cx.waker());
         let mut st = self.state.lock();
-        match &st.owner {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            _ => {
-                let old = st.owner.replace(waker.take());
-                drop(st);
-                drop(old);
-            }
-        }
+        let old = waker.store(&mut st.owner);
+        drop(st);
+        drop(old);
     }
 
     /// Ready once no child is alive (the waker is kept otherwise). Ready is final (the
@@ -256,10 +251,7 @@ impl<E> Inner<E> {
             st.cancelled = true;
             return Poll::Ready(());
         }
-        let old = match &st.owner {
-            Some(w) if w.will_wake(cx.waker()) => None,
-            _ => st.owner.replace(waker.take()),
-        };
+        let old = waker.store(&mut st.owner);
         drop(st);
         drop(old);
         Poll::Pending

@@ -126,13 +126,8 @@ pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
 /// one wakes the same task; the replaced one is dropped with `wakes`, after the lock.
 fn store_waker(slot: &mut Option<Waker>, waker: &mut Prepared<'_>, wakes: &mut WakeBatch) {
     crate::task::diag::note_wait(waker.get(), crate::waitlist::WaitOn::Chan);
-    match slot {
-        Some(w) if w.will_wake(waker.get()) => {}
-        _ => {
-            if let Some(old) = slot.replace(waker.take()) {
-                wakes.retire(old);
-            }
-        }
+    if let Some(old) = waker.store(slot) {
+        wakes.retire(old);
     }
 }
 

@@ -107,4 +107,15 @@ impl<'a> Prepared<'a> {
             None => self.waker.clone(),
         }
     }
+
+    /// Stores the waker in `slot` unless the one there already wakes the same task (a
+    /// future is polled far more often than its task moves); returns the waker it
+    /// replaced, for the caller to drop after its lock.
+    #[inline]
+    pub(crate) fn store(&mut self, slot: &mut Option<Waker>) -> Option<Waker> {
+        match slot {
+            Some(w) if w.will_wake(self.waker) => None,
+            _ => slot.replace(self.take()),
+        }
+    }
 }

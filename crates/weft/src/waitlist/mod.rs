@@ -302,11 +302,7 @@ impl<T> Node<T> {
         crate::task::diag::note_wait(waker.get(), on);
         let old = self.links.with_mut(|l| {
             // SAFETY: exclusive under the lock (the contract).
-            let l = unsafe { &mut *l };
-            match &l.waker {
-                Some(w) if w.will_wake(waker.get()) => None,
-                _ => l.waker.replace(waker.take()),
-            }
+            waker.store(unsafe { &mut (*l).waker })
         });
         if let Some(old) = old {
             wakes.retire(old);
