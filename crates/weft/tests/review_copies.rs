@@ -1155,10 +1155,14 @@ fn select_receives_large_values_whole() {
             }
         });
         let mut got = Vec::new();
+        // Once the sender is done, a closed channel is selectable (with its error, as
+        // crossbeam's) while the other may still hold values: an error only says that
+        // channel is drained; every value is counted below (a CI run picked the closed
+        // rendezvous with values left in the ring, and the unwrap failed there).
         while got.len() < 40 {
             weft::select! {
-                recv(rx) -> v => { got.push(v.unwrap().check()) }
-                recv(rz) -> v => { got.push(v.unwrap().check()) }
+                recv(rx) -> v => { got.extend(v.ok().map(|v| v.check())) }
+                recv(rz) -> v => { got.extend(v.ok().map(|v| v.check())) }
             }
         }
         sender.join().unwrap();
