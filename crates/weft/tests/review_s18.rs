@@ -913,11 +913,11 @@ fn nested_block_on_of_two_runtimes() {
 }
 
 /// `b.block_on` inside a task or a fiber of runtime `a`: its doc says it runs "with
-/// this runtime as the current one (so `spawn` works inside)", but on a worker
-/// `Handle::try_current` prefers the worker's own runtime, so a `spawn` inside goes to
-/// `a`. Pre-existing (not from the changes reviewed here); ignored, reported.
+/// this runtime as the current one (so `spawn` works inside)". On a worker
+/// `Handle::try_current` preferred the worker's own runtime, so a `spawn` inside went to
+/// `a` (found in this review; fixed in session 28: an entry made on a worker counts for
+/// the task or fiber that made it).
 #[test]
-#[ignore = "pre-existing: on a worker of runtime a, b.block_on's spawns go to a"]
 fn block_on_of_another_runtime_on_a_worker_makes_it_current() {
     watchdog(60, || {
         let a = rt_named("s18-rt-a");
@@ -997,9 +997,9 @@ fn enter_guards_dropped_out_of_order() {
 
 /// A stale guard (its outer guard already dropped) dropped while newer guards are
 /// live must leave them alone: the runtime of the innermost live guard stays current.
-/// Pre-existing behaviour, unchanged by the pop (same as `split_off`): see the report.
+/// (Found in this review: the drop truncated the thread's stack to its depth; fixed in
+/// session 28, a guard removes its own entry by id.)
 #[test]
-#[ignore = "pre-existing: a stale EnterGuard's drop truncates newer guards' entries"]
 fn stale_enter_guard_drop_leaves_newer_guards_alone() {
     let a = rt_named("s18-st-a");
     let b = rt_named("s18-st-b");
@@ -1209,10 +1209,10 @@ fn child_entry() {
 /// or hang.
 #[test]
 fn block_on_from_a_thread_local_destructor() {
-    tls_dtor_cases(false);
+    tls_dtor_cases();
 }
 
-fn tls_dtor_cases(strict: bool) {
+fn tls_dtor_cases() {
     for case in ["tls_dtor_after", "tls_dtor_before"] {
         let exe = std::env::current_exe().unwrap();
         let mut child = std::process::Command::new(exe)
@@ -1244,30 +1244,14 @@ fn tls_dtor_cases(strict: bool) {
             .lines()
             .find(|l| l.contains("CHILD result="))
             .unwrap_or("");
-        if case == "tls_dtor_before" && !strict {
-            // Pre-existing (`enter` uses `ENTERED.with`, as before 0e2b744): after the
-            // runtime's thread-locals are gone, `block_on` panics cleanly with std's
-            // "cannot access a Thread Local Storage value" (caught in the destructor).
-            // Accepted here; the strict variant below is ignored and reported.
-            assert!(
-                line.contains("Ok(7)") || line.contains("Thread Local Storage"),
-                "{case}: block_on in a TLS destructor: {line}\n{stderr}"
-            );
-        } else {
-            assert!(
-                line.contains("Ok(7)"),
-                "{case}: block_on in a TLS destructor: {line}\n{stderr}"
-            );
-        }
+        // (After the runtime's thread-locals were gone, `block_on` panicked with std's
+        // "cannot access a Thread Local Storage value", found in this review; since
+        // session 28 it runs its future there, with no runtime entered.)
+        assert!(
+            line.contains("Ok(7)"),
+            "{case}: block_on in a TLS destructor: {line}\n{stderr}"
+        );
     }
-}
-
-/// The strict form: `block_on` works from any thread-local destructor. Fails today
-/// (pre-existing, see above): ignored, reported to the lead.
-#[test]
-#[ignore = "pre-existing: block_on after the runtime's thread-locals are destroyed panics"]
-fn block_on_from_a_late_thread_local_destructor_strict() {
-    tls_dtor_cases(true);
 }
 
 /// Many threads hammer `block_on`, nested `weft::wait`s and enter guards at once (the

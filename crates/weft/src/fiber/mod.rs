@@ -201,6 +201,12 @@ impl Builder {
     /// handle) and that it keeps no pointer into thread-local storage across a wait.
     /// The compiler cannot check what lives on a stack, so this is on the caller.
     ///
+    /// An [`EnterGuard`](crate::EnterGuard) is such a thread-bound value, and so is a
+    /// [`block_on`](crate::Handle::block_on) of another runtime while it waits (it holds
+    /// one): the entered runtime is current on the thread that entered it, so after a
+    /// move the fiber's spawns go to its worker's runtime, and the entry stays on the
+    /// first thread (matching nothing else) until that thread ends.
+    ///
     /// ```
     /// // SAFETY: the fiber keeps nothing thread-bound across its waits.
     /// let _b = unsafe { weft::fiber::Builder::new().fiber_migration(true) };

@@ -1,6 +1,6 @@
 //! `Handle`: a cloneable reference to a running runtime, and the thread's current one.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::future::Future;
 
@@ -8,6 +8,7 @@ use super::{Inner, Pool};
 use crate::base::Arc;
 use crate::scheduler::stats::Stats;
 use crate::scheduler::{worker, Shared};
+use crate::task::current::{self, Owner};
 use crate::task::JoinHandle;
 
 /// A cloneable reference to a runtime, for spawning onto it from anywhere.
@@ -43,21 +44,47 @@ impl std::error::Error for TryCurrentError {}
 pub(crate) const NO_RUNTIME: &str = "no weft runtime is running on this thread: call this from a \
      task, from inside Runtime::block_on, or spawn through a Handle";
 
+// The runtimes entered on this thread (by `block_on` and enter guards), innermost
+// last. Off a worker the last one is current. On a worker, whose own runtime is
+// current otherwise, an entry counts only for the code that made it: the task, fiber
+// and loop stack running then (`current::Owner`). While a `block_on` of another
+// runtime waits there, the worker runs other tasks on the same thread, and their
+// spawns must still go to the worker's runtime; the waiting task's own polls, resumed
+// later with the same owner, see the runtime it entered.
+//
+// Every entry has an id, and a guard removes its own entry by id: a guard dropped out
+// of order (after an outer guard ended it) finds nothing and leaves the newer entries
+// alone, and guards of other owners, interleaved on a worker, never end each other's.
 thread_local! {
-    /// Set by `block_on` on threads that are not workers.
-    static ENTERED: RefCell<Vec<Handle>> = const { RefCell::new(Vec::new()) };
+    static ENTERED: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+    /// How many entries `ENTERED` holds: read by `spawn` on every call, so it is a
+    /// plain cell, without the lazy registration of a thread-local with a destructor.
+    static ENTERED_LEN: Cell<usize> = const { Cell::new(0) };
+    /// The id of the next entry (0 is no entry).
+    static NEXT_ID: Cell<u64> = const { Cell::new(1) };
+}
+
+struct Entry {
+    id: u64,
+    owner: Owner,
+    handle: Handle,
 }
 
 /// Makes a runtime the current one of this thread until dropped (from
 /// [`Handle::enter`] or [`Runtime::enter`](crate::Runtime::enter)).
 ///
 /// Guards nest; drop them in the reverse order of their making (dropping an outer
-/// guard ends the inner ones too). A guard stays on the thread that made it: it is
-/// neither `Send` nor `Sync`.
+/// guard ends the inner ones too, and an inner guard dropped after that does
+/// nothing). A guard stays on the thread that made it: it is neither `Send` nor
+/// `Sync`.
+///
+/// On a worker thread of a runtime, a guard (or a `block_on` of another runtime) makes
+/// its runtime current for the task or fiber that made it; other tasks that the worker
+/// runs meanwhile keep the worker's own runtime.
 #[must_use = "the runtime is current only while the guard lives"]
 pub struct EnterGuard<'a> {
-    /// How many entries the thread's stack held with this one pushed.
-    depth: usize,
+    /// The guard's entry (0: none, on a thread whose thread-locals are already gone).
+    id: u64,
     _handle: std::marker::PhantomData<&'a Handle>,
     _not_send: std::marker::PhantomData<*const ()>,
 }
@@ -68,14 +95,29 @@ impl fmt::Debug for EnterGuard<'_> {
     }
 }
 
-pub(crate) fn enter(handle: &Handle) -> EnterGuard<'_> {
-    let depth = ENTERED.with(|e| {
+/// Pushes an entry for `handle`; its id, or 0 when this thread's thread-locals are
+/// already destroyed (a `block_on` in a late thread-local destructor still runs its
+/// future; only `spawn` and the like find no current runtime there).
+fn push(handle: Handle) -> u64 {
+    let id = NEXT_ID.with(|n| n.replace(n.get() + 1));
+    let owner = current::owner();
+    let pushed = ENTERED.try_with(move |e| {
         let mut e = e.borrow_mut();
-        e.push(handle.clone());
+        e.push(Entry { id, owner, handle });
         e.len()
     });
+    match pushed {
+        Ok(len) => {
+            ENTERED_LEN.with(|l| l.set(len));
+            id
+        }
+        Err(_) => 0,
+    }
+}
+
+pub(crate) fn enter(handle: &Handle) -> EnterGuard<'_> {
     EnterGuard {
-        depth,
+        id: push(handle.clone()),
         _handle: std::marker::PhantomData,
         _not_send: std::marker::PhantomData,
     }
@@ -84,27 +126,65 @@ pub(crate) fn enter(handle: &Handle) -> EnterGuard<'_> {
 /// Makes `handle` the current runtime of this thread for the rest of its life (blocking
 /// pool threads).
 pub(crate) fn enter_for_thread(handle: Handle) {
-    ENTERED.with(|e| e.borrow_mut().push(handle));
+    push(handle);
+}
+
+/// The runtime entered on this thread that is current for what runs now, if any (see
+/// `ENTERED`).
+fn entered(on_worker: bool) -> Option<Handle> {
+    if ENTERED_LEN.with(Cell::get) == 0 {
+        return None;
+    }
+    ENTERED
+        .try_with(|e| {
+            let e = e.borrow();
+            let found = if on_worker {
+                let me = current::owner();
+                e.iter().rev().find(|x| x.owner == me)
+            } else {
+                e.last()
+            };
+            found.map(|x| x.handle.clone())
+        })
+        .ok()
+        .flatten()
 }
 
 impl Drop for EnterGuard<'_> {
     fn drop(&mut self) {
+        if self.id == 0 {
+            return;
+        }
         // Nearly always the guard is the innermost: one handle comes off, with no
-        // allocation (`split_off` makes a new vector even for one element, a malloc
-        // and a free on every `block_on`).
-        let (last, left) = ENTERED.with(|e| {
+        // allocation (`block_on` does this every call).
+        let taken = ENTERED.try_with(|e| {
             let mut e = e.borrow_mut();
-            let n = e.len().min(self.depth - 1);
-            if e.len() == n + 1 {
-                (e.pop(), Vec::new())
+            let taken = if e.last().is_some_and(|x| x.id == self.id) {
+                (e.pop().map(|x| x.handle), Vec::new())
+            } else if let Some(at) = e.iter().position(|x| x.id == self.id) {
+                // An outer guard: it ends its owner's inner ones too; entries of other
+                // owners (interleaved on a worker) stay.
+                let owner = e[at].owner;
+                let mut inner = Vec::new();
+                let mut i = at;
+                while i < e.len() {
+                    if e[i].owner == owner {
+                        inner.push(e.remove(i).handle);
+                    } else {
+                        i += 1;
+                    }
+                }
+                (None, inner)
             } else {
-                (None, e.split_off(n))
-            }
+                // Ended already by an outer guard's drop.
+                (None, Vec::new())
+            };
+            ENTERED_LEN.with(|l| l.set(e.len()));
+            taken
         });
         // Handles are dropped outside the borrow: a last handle's drop may run code
         // that enters a runtime.
-        drop(last);
-        drop(left);
+        drop(taken);
     }
 }
 
@@ -151,13 +231,17 @@ impl Handle {
     /// assert!(weft::Handle::try_current().is_err());
     /// ```
     pub fn try_current() -> Result<Handle, TryCurrentError> {
-        let on_worker = worker::with_current(|c| c.and_then(|c| c.shared().rt.upgrade()));
-        if let Some(inner) = on_worker.and_then(|rt| rt.downcast::<Inner>().ok()) {
-            return Ok(Handle { inner });
+        let worker_rt = worker::with_current(|c| c.map(|c| c.shared().rt.upgrade()));
+        if let Some(h) = entered(worker_rt.is_some()) {
+            return Ok(h);
         }
-        ENTERED
-            .with(|e| e.borrow().last().cloned())
-            .ok_or(TryCurrentError(()))
+        match worker_rt
+            .flatten()
+            .and_then(|rt| rt.downcast::<Inner>().ok())
+        {
+            Some(inner) => Ok(Handle { inner }),
+            None => Err(TryCurrentError(())),
+        }
     }
 
     /// The pool a plain `spawn` from this thread goes to: the caller's own pool on one of
@@ -256,10 +340,11 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    // On a worker: its own pool (no handle needed, nor a count on the pool's `Arc`).
+    // On a worker: its own pool (no handle needed, nor a count on the pool's `Arc`),
+    // unless the task or fiber running there entered another runtime.
     let spawned = worker::with_current(|core| match core {
-        Some(core) => Ok(core.shared().spawn(future)),
-        None => Err(future),
+        Some(core) if ENTERED_LEN.with(Cell::get) == 0 => Ok(core.shared().spawn(future)),
+        _ => Err(future),
     });
     match spawned {
         Ok(handle) => handle,

@@ -178,6 +178,30 @@ pub(crate) fn set_loop_stack(stack: *const (), stack_frame: *const ()) {
     });
 }
 
+/// Who runs on this thread now, as far as a runtime entered on a worker thread cares:
+/// the task being polled (by id, which is never reused, unlike its address), the
+/// running fiber and the loop stack under them. It stays the same across the waits of
+/// one poll or one fiber (a stack set aside is resumed with its record restored), and
+/// differs for whatever the worker runs meanwhile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Owner {
+    task: u64,
+    fiber: usize,
+    loop_stack: usize,
+}
+
+/// This thread's [`Owner`] now.
+pub(crate) fn owner() -> Owner {
+    let cur = CURRENT.with(Cell::get);
+    Owner {
+        // SAFETY: the pointer is set only for the duration of a poll, which holds the
+        // task's running reference.
+        task: cur.task.map_or(0, |t| unsafe { t.as_ref() }.id.0),
+        fiber: cur.fiber as usize,
+        loop_stack: cur.loop_stack as usize,
+    }
+}
+
 /// The context of the fiber running on this thread (a `fiber::FiberCtx`), or null.
 #[inline]
 pub(crate) fn fiber() -> *const () {
