@@ -269,8 +269,14 @@ impl Builder {
 /// pool on a worker), else the default pool of the most recently started runtime that
 /// is still alive.
 fn target_pool() -> Option<Arc<Shared>> {
-    // On a worker: its own pool, without upgrading the runtime's `Weak`.
-    if let Some(pool) = crate::scheduler::worker::with_current(|c| c.map(|c| c.shared().clone())) {
+    // On a worker: its own pool, without upgrading the runtime's `Weak`, unless what
+    // runs there entered another runtime.
+    if let Some(pool) = crate::scheduler::worker::with_current(|c| {
+        c.map(|c| match crate::runtime::entered_on_worker() {
+            Some(entered) => entered.caller_pool().clone(),
+            None => c.shared().clone(),
+        })
+    }) {
         return Some(pool);
     }
     let handle = crate::Handle::try_current()

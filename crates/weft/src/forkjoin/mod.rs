@@ -128,7 +128,27 @@ where
     match unsafe { worker::current_ptr().as_ref() } {
         Some(core) => {
             core.absorb_plain();
-            join_on(core, a, b, share)
+            match crate::runtime::entered_on_worker() {
+                None => join_on(core, a, b, share),
+                // Inside a `block_on` of another runtime (or an enter guard): each half
+                // enters it again wherever it runs, so that what it spawns, stolen or
+                // not, goes where the caller's own spawns go.
+                Some(entered) => {
+                    let again = entered.clone();
+                    join_on(
+                        core,
+                        move |c| {
+                            let _in = entered.enter();
+                            a(c)
+                        },
+                        move |c| {
+                            let _in = again.enter();
+                            b(c)
+                        },
+                        share,
+                    )
+                }
+            }
         }
         None => in_worker(|core| match core {
             Some(core) => {

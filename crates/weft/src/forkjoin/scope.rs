@@ -129,7 +129,11 @@ impl<'scope> Scope<'scope> {
     {
         self.pending.fetch_add(1, Ordering::SeqCst);
         let scope_ptr = ScopePtr(self as *const Scope<'scope>);
+        // Inside a `block_on` of another runtime on a worker: the job enters it again
+        // wherever it runs (as `join`'s halves do).
+        let entered = crate::runtime::entered_on_worker();
         let job = HeapJob::into_job_ref(move || {
+            let _in = entered.as_ref().map(crate::Handle::enter);
             let scope_ptr = scope_ptr;
             // SAFETY: the scope waits for `pending` to reach zero before it returns, and
             // this job holds one count until `job_done` below.

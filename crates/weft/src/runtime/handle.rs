@@ -60,8 +60,6 @@ thread_local! {
     /// How many entries `ENTERED` holds: read by `spawn` on every call, so it is a
     /// plain cell, without the lazy registration of a thread-local with a destructor.
     static ENTERED_LEN: Cell<usize> = const { Cell::new(0) };
-    /// The id of the next entry (0 is no entry).
-    static NEXT_ID: Cell<u64> = const { Cell::new(1) };
 }
 
 struct Entry {
@@ -79,8 +77,11 @@ struct Entry {
 /// `Sync`.
 ///
 /// On a worker thread of a runtime, a guard (or a `block_on` of another runtime) makes
-/// its runtime current for the task or fiber that made it; other tasks that the worker
-/// runs meanwhile keep the worker's own runtime.
+/// its runtime current for the task, fiber or fork-join job that made it (and for the
+/// `join` halves and `scope` jobs it forks, wherever they run); other tasks that the
+/// worker runs meanwhile keep the worker's own runtime. A guard that is never dropped
+/// (`mem::forget`) keeps its runtime current for the rest of the thread's life, on a
+/// worker for the rest of the task, fiber or job run that made it.
 #[must_use = "the runtime is current only while the guard lives"]
 pub struct EnterGuard<'a> {
     /// The guard's entry (0: none, on a thread whose thread-locals are already gone).
@@ -99,7 +100,9 @@ impl fmt::Debug for EnterGuard<'_> {
 /// already destroyed (a `block_on` in a late thread-local destructor still runs its
 /// future; only `spawn` and the like find no current runtime there).
 fn push(handle: Handle) -> u64 {
-    let id = NEXT_ID.with(|n| n.replace(n.get() + 1));
+    // Unique across threads (task ids are): a guard kept by a fiber that moved to
+    // another thread (`fiber_migration`) must find no entry there, not another's.
+    let id = crate::task::Id::next().0;
     let owner = current::owner();
     let pushed = ENTERED.try_with(move |e| {
         let mut e = e.borrow_mut();
@@ -148,6 +151,17 @@ fn entered(on_worker: bool) -> Option<Handle> {
         })
         .ok()
         .flatten()
+}
+
+/// On a worker thread, the runtime that the task, fiber or job running there entered
+/// (which then stands before the worker's own), if any: for the lookups that take the
+/// worker's runtime without `Handle::try_current` (spawns, fibers, timers, fork-join).
+#[inline]
+pub(crate) fn entered_on_worker() -> Option<Handle> {
+    if ENTERED_LEN.with(Cell::get) == 0 {
+        return None;
+    }
+    entered(true)
 }
 
 impl Drop for EnterGuard<'_> {
@@ -343,8 +357,11 @@ where
     // On a worker: its own pool (no handle needed, nor a count on the pool's `Arc`),
     // unless the task or fiber running there entered another runtime.
     let spawned = worker::with_current(|core| match core {
-        Some(core) if ENTERED_LEN.with(Cell::get) == 0 => Ok(core.shared().spawn(future)),
-        _ => Err(future),
+        Some(core) => Ok(match entered_on_worker() {
+            None => core.shared().spawn(future),
+            Some(entered) => entered.spawn(future),
+        }),
+        None => Err(future),
     });
     match spawned {
         Ok(handle) => handle,

@@ -14,6 +14,9 @@ use super::header::Header;
 #[derive(Clone, Copy)]
 struct Current {
     task: Option<NonNull<Header>>,
+    /// Which run of a fork-join job this is (0: none), so that jobs that run one after
+    /// another on one stack are told apart (see [`Owner`]).
+    job: u64,
     /// The running fiber's context (a `fiber::FiberCtx`), or null.
     fiber: *const (),
     /// The overflow report (a `stack::overflow::Frame`) of the stack this thread runs
@@ -29,6 +32,7 @@ struct Current {
 
 const NONE: Current = Current {
     task: None,
+    job: 0,
     fiber: std::ptr::null(),
     stack_frame: std::ptr::null(),
     loop_stack: std::ptr::null(),
@@ -61,6 +65,7 @@ pub(crate) fn enter(task: NonNull<Header>) -> Enter {
             let prev = c.get();
             c.set(Current {
                 task: Some(task),
+                job: 0,
                 fiber: std::ptr::null(),
                 ..prev
             });
@@ -75,13 +80,27 @@ pub(crate) fn enter(task: NonNull<Header>) -> Enter {
 /// stack stay as they are: the job runs on that stack).
 #[inline]
 pub(crate) fn enter_no_task() -> Enter {
+    let job = JOBS.with(|n| {
+        let job = n.get().wrapping_add(1).max(1);
+        n.set(job);
+        job
+    });
     Enter {
         prev: CURRENT.with(|c| {
             let prev = c.get();
-            c.set(Current { task: None, ..prev });
+            c.set(Current {
+                task: None,
+                job,
+                ..prev
+            });
             prev
         }),
     }
+}
+
+thread_local! {
+    /// The last job run number handed out on this thread (see `Current::job`).
+    static JOBS: Cell<u64> = const { Cell::new(0) };
 }
 
 impl Drop for Enter {
@@ -179,13 +198,14 @@ pub(crate) fn set_loop_stack(stack: *const (), stack_frame: *const ()) {
 }
 
 /// Who runs on this thread now, as far as a runtime entered on a worker thread cares:
-/// the task being polled (by id, which is never reused, unlike its address), the
-/// running fiber and the loop stack under them. It stays the same across the waits of
+/// the task being polled (by id, which is never reused, unlike its address) or the run
+/// of a fork-join job, the running fiber and the loop stack under them. It stays the same across the waits of
 /// one poll or one fiber (a stack set aside is resumed with its record restored), and
 /// differs for whatever the worker runs meanwhile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Owner {
     task: u64,
+    job: u64,
     fiber: usize,
     loop_stack: usize,
 }
@@ -197,6 +217,7 @@ pub(crate) fn owner() -> Owner {
         // SAFETY: the pointer is set only for the duration of a poll, which holds the
         // task's running reference.
         task: cur.task.map_or(0, |t| unsafe { t.as_ref() }.id.0),
+        job: cur.job,
         fiber: cur.fiber as usize,
         loop_stack: cur.loop_stack as usize,
     }

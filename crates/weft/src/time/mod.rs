@@ -38,10 +38,14 @@ use crate::base::Arc;
 
 fn try_current_driver() -> Option<Arc<driver::Driver>> {
     // On a worker: its pool's driver (the runtime's, shared by all its pools), without
-    // upgrading the runtime's `Weak` as `Handle::try_current` does.
-    if let Some(time) =
-        crate::scheduler::worker::with_current(|c| c.map(|c| c.shared().time.clone()))
-    {
+    // upgrading the runtime's `Weak` as `Handle::try_current` does; unless what runs
+    // there entered another runtime.
+    if let Some(time) = crate::scheduler::worker::with_current(|c| {
+        c.map(|c| match crate::runtime::entered_on_worker() {
+            Some(entered) => entered.inner.time.clone(),
+            None => c.shared().time.clone(),
+        })
+    }) {
         return Some(time);
     }
     crate::Handle::try_current()
