@@ -455,14 +455,12 @@ fn child_self_waking_wait() {
     waiter.join().unwrap();
 }
 
-/// Now: hang (a busy loop on the only worker). `wait_off_fiber` re-polls at once when
-/// the future woke itself during its poll (`if signal.is_woken() { continue }`), so a
-/// yielding future keeps the wait spinning without ever setting the stack aside or
-/// running other work; the setter task never runs. (On a fiber the same wait lets
-/// the worker run the setter; the documentation of `wait` promises that the worker
-/// keeps running other work.)
+/// Hung until session 28 (a busy loop on the only worker): `wait_off_fiber` re-polled
+/// at once when the future woke itself during its poll, so a yielding future kept the
+/// wait spinning without ever setting the stack aside or running other work, and the
+/// setter task never ran. Now a wait found woken by the end of two polls in a row lets
+/// the worker run other ready work first (`Core::yield_wait`).
 #[test]
-#[ignore = "known limitation (older than set-aside waits): a future that wakes itself on every poll is polled again at once"]
 fn a_wait_on_a_yielding_future_lets_the_worker_run_other_tasks() {
     check("self_waking_wait", Duration::from_secs(10));
 }

@@ -523,8 +523,10 @@ fn timed_retries_inside_join_on_one_worker_that_wait_let_the_partner_run() {
     });
 }
 
+/// Inside a fork-join join on a fiber, an expired timed wait fell back to
+/// `std::thread::yield_now`, so on one worker a retry loop never let a fiber homed
+/// there run; fixed in session 28 (the worker runs other ready work first).
 #[test]
-#[ignore = "BUG (limit of 2745604): inside a fork-join join/scope on a fiber, an expired timed wait falls back to std::thread::yield_now, so on one worker a retry loop never lets a fiber homed there run (recv_timeout(1 ms) does)"]
 fn expired_retries_inside_join_on_one_worker_let_the_partner_run() {
     watchdog(200, || {
         assert_eq!(join_on_one_worker(Duration::ZERO), Some(5));
@@ -1914,12 +1916,12 @@ fn timers_fire_while_a_ping_pong_keeps_both_workers_in_their_spins() {
     });
 }
 
-/// The same limit off a fiber: a task (a worker's own stack, not a fiber) retrying a
+/// The same off a fiber: a task (a worker's own stack, not a fiber) retrying a
 /// blocking `recv_timeout(ZERO)` on a one-worker runtime whose partner is a fiber
-/// homed there. The expired wait returns at its first poll without helping and without
-/// a yield (only a suspendable fiber yields), so the worker never runs the partner.
+/// homed there. The expired wait returned at its first poll without helping and
+/// without a yield (only a suspendable fiber yielded), so the worker never ran the
+/// partner; since session 28 the worker runs other ready work first.
 #[test]
-#[ignore = "BUG (limit of 2745604): a task retrying a blocking recv_timeout(ZERO) never lets its worker run anything else (only fibers yield), so on one worker a fiber partner homed there never runs"]
 fn expired_retries_in_a_task_on_one_worker_let_a_fiber_partner_run() {
     watchdog(200, || {
         let rt = rt_with(1);

@@ -285,7 +285,9 @@ fn target_pool() -> Option<Arc<Shared>> {
     Some(handle.caller_pool().clone())
 }
 
-/// Suspends the current fiber and lets the worker run other work first; on any other
+/// Suspends the current fiber and lets the worker run other work first. On a worker
+/// outside a fiber (a task's poll, or a fiber inside a fork-join `join`, which may not
+/// suspend) the worker runs other ready work on another stack first; on any other
 /// thread, yields the thread.
 ///
 /// ```
@@ -303,8 +305,15 @@ pub fn yield_now() {
     // then may not suspend.
     let suspended = future::suspendable()
         .is_some_and(|fiber| future::suspend_on(fiber, pin!(crate::task::yield_now())).is_some());
-    if !suspended {
+    if suspended {
+        return;
+    }
+    if crate::scheduler::worker::current_ptr().is_null() {
         std::thread::yield_now();
+    } else {
+        // A worker (a task, or a fiber inside a fork-join `join`): it runs other ready
+        // work first, as a fiber would have.
+        wait::worker_yield();
     }
 }
 

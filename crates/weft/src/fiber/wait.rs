@@ -52,14 +52,13 @@ impl Wake for ThreadSignal {
 ///   can take it, but on a one-worker pool, or for a fiber tied to this worker, such a
 ///   wait cannot end.
 ///
-/// Known limits: a future that wakes itself on every poll (a loop of `yield_now`) is
-/// polled again at once, so the worker runs nothing else meanwhile; a timed wait
-/// (`recv_timeout`, `select_timeout`, ...) whose deadline has already passed returns at
-/// once, yielding first on a fiber, but a task (or a fiber inside a fork-join `join`)
-/// that retries one in a loop keeps its worker as any busy loop does; a wait in progress
-/// when the runtime shuts down goes on resuming the waits set aside on its worker and
-/// firing timers, but cannot see that worker's suspended fibers unwound (that happens
-/// after the worker's loop).
+/// A future that wakes itself on every poll (a loop of `yield_now`) lets the worker run
+/// other ready work between its polls, as a fiber's yield does; so does a timed wait
+/// (`recv_timeout`, `select_timeout`, ...) whose deadline had already passed, so that a
+/// loop retrying one never keeps its worker from a partner tied there. Known limit: a
+/// wait in progress when the runtime shuts down goes on resuming the waits set aside
+/// on its worker and firing timers, but cannot see that worker's suspended fibers
+/// unwound (that happens after the worker's loop).
 /// * On any other thread, the thread sleeps until the waker fires.
 ///
 /// Inside an async task, prefer `.await`: `wait` there occupies the worker's stack for
@@ -108,7 +107,7 @@ fn wait_off_fiber<F: Future>(future: Pin<&mut F>) -> F::Output {
     if std::thread::panicking() {
         return wait_unwinding(future);
     }
-    on_worker(future, |core, signal| {
+    on_worker(future, true, |core, signal| {
         if core.shared().is_shutdown() {
             // No more tasks run, but waits set aside that are ready go on, and timers
             // fire: waits that depend on each other all end.
@@ -119,10 +118,27 @@ fn wait_off_fiber<F: Future>(future: Pin<&mut F>) -> F::Output {
     })
 }
 
+/// Lets this worker run other ready work before the caller goes on (a blocked wait
+/// that keeps finding itself woken, or a timed wait that expired without waiting);
+/// nothing off a worker, while a panic unwinds, or when nothing else is ready here.
+pub(crate) fn worker_yield() {
+    // SAFETY: as in `on_worker`.
+    let Some(core) = (unsafe { worker::current_ptr().as_ref() }) else {
+        return;
+    };
+    if std::thread::panicking() || core.shared().is_shutdown() || !core.others_ready() {
+        return;
+    }
+    core.yield_wait(&core.wait_signal());
+}
+
 /// Polls `future` with a waker of this worker's, calling `pending` each time it is
-/// pending and its waker has not fired yet; off a worker, blocks the thread.
+/// pending and its waker has not fired yet; off a worker, blocks the thread. With
+/// `may_yield`, a future found woken by the end of two polls in a row (one that wakes
+/// itself) lets the worker run other ready work before the next poll.
 fn on_worker<F: Future>(
     mut future: Pin<&mut F>,
+    may_yield: bool,
     pending: impl Fn(&worker::Core, &StdArc<WaitSignal>),
 ) -> F::Output {
     // SAFETY: the pointer is set by `Core::run` for the life of the core on this thread
@@ -133,13 +149,24 @@ fn on_worker<F: Future>(
     let signal = core.wait_signal();
     let waker = Waker::from(signal.clone());
     let mut cx = Context::from_waker(&waker);
+    // Polls in a row that ended with the future already woken: one is a partner that
+    // was quick (polled again at once, the cheapest way on), two a future that wakes
+    // itself, which would keep the worker for ever.
+    let mut woken_in_poll = 0u32;
     loop {
         signal.reset();
         if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
             return v;
         }
         if !signal.is_woken() {
+            woken_in_poll = 0;
             pending(core, &signal);
+        } else if may_yield {
+            woken_in_poll += 1;
+            if woken_in_poll >= 2 && !core.shared().is_shutdown() && core.others_ready() {
+                woken_in_poll = 0;
+                core.yield_wait(&signal);
+            }
         }
     }
 }
@@ -151,7 +178,7 @@ fn on_worker<F: Future>(
 /// inside the unwind.
 #[cold]
 fn wait_unwinding<F: Future>(future: Pin<&mut F>) -> F::Output {
-    on_worker(future, |core, signal| {
+    on_worker(future, false, |core, signal| {
         core.block_until(|| signal.is_woken())
     })
 }
@@ -268,6 +295,8 @@ pub(crate) fn wait_until<F: Future>(
 pub(crate) fn expired_without_waiting() {
     if crate::fiber::current_fiber().is_some() {
         crate::fiber::yield_now();
+    } else {
+        worker_yield();
     }
 }
 

@@ -188,6 +188,10 @@ pub(crate) struct Core {
     loop_depth: Cell<u32>,
     /// A temporary worker decided to retire (see `park`): the loops end.
     retiring: Cell<bool>,
+    /// Blocked waits that yielded (see [`Core::yield_wait`]): woken once this worker
+    /// has run something else, or before it parks. `yielding` says whether any is.
+    yielders: Cell<Vec<StdArc<WaitSignal>>>,
+    yielding: Cell<bool>,
 }
 
 thread_local! {
@@ -311,6 +315,8 @@ impl Core {
             stacks: Stacks::new(),
             loop_depth: Cell::new(0),
             retiring: Cell::new(false),
+            yielders: Cell::new(Vec::new()),
+            yielding: Cell::new(false),
         }
     }
 
@@ -534,13 +540,20 @@ impl Core {
                     Some(Work::Task(task)) => self.run_task(task),
                     Some(Work::Job(job)) => self.run_job(job),
                     None => {
+                        // Nothing else to run: a wait that yielded goes on now.
+                        if self.wake_yielders() {
+                            continue;
+                        }
                         self.park(&done);
                         if self.retiring.get() {
                             break;
                         }
+                        continue;
                     }
                 }
             }
+            // Something else ran: the waits that yielded for it go on.
+            self.wake_yielders();
         }
         self.loop_depth.set(self.loop_depth.get() - 1);
         self.leave_searching();

@@ -37,6 +37,48 @@ impl Core {
         self.dispatch(Some(signal));
     }
 
+    /// A blocked wait whose future keeps waking itself (a loop of `yield_now`, a retry
+    /// of an expired timed wait) lets this worker run something else first: it waits
+    /// on `signal` as any wait does, and the signal fires once this worker's loop has
+    /// run a task or a job, or has found nothing to run (see `run_until`). Without it
+    /// such a wait re-polled at once for ever, and a fiber tied to this worker, or
+    /// work in its LIFO slot, never ran. Best effort: the wait may also return
+    /// spuriously (as `wait_for` may), before anything ran.
+    pub(crate) fn yield_wait(&self, signal: &StdArc<WaitSignal>) {
+        // A wake that came during the last poll is covered: the future is polled
+        // again once the signal fires.
+        signal.reset();
+        let mut yielders = self.yielders.take();
+        yielders.push(signal.clone());
+        self.yielders.set(yielders);
+        self.yielding.set(true);
+        self.wait_for(signal);
+    }
+
+    /// Whether a wait that yields would let something else run here: a task or fiber
+    /// ready in this worker's queues, a set-aside wait that was woken, or another wait
+    /// that yielded (waits that yield to each other take turns).
+    pub(crate) fn others_ready(&self) -> bool {
+        self.yielding.get() || self.stacks.ready().any() || self.has_ready_work()
+    }
+
+    /// Fires the signals of the waits that yielded; false if there were none.
+    #[inline]
+    pub(super) fn wake_yielders(&self) -> bool {
+        if !self.yielding.get() {
+            return false;
+        }
+        self.yielding.set(false);
+        let mut yielders = self.yielders.take();
+        // A wake only sets the signal's flags and unparks this worker: no code runs
+        // that could reach `yielders` meanwhile.
+        for signal in yielders.drain(..) {
+            std::task::Wake::wake(signal);
+        }
+        self.yielders.set(yielders);
+        true
+    }
+
     /// The dispatcher (see [`super::stacks`]): resumes the set-aside stacks whose waits
     /// were woken; with `mine` (a wait that cannot set its stack aside) also runs a
     /// spare loop stack, until `mine` fires or the runtime shuts down.

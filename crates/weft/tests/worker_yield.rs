@@ -1,0 +1,198 @@
+//! A blocked wait on a worker whose future keeps waking itself, and a timed wait
+//! retried after it expired, let the worker run other ready work (`Core::yield_wait`):
+//! tasks, fibers tied to the worker, and LIFO-slot work all get their turn, on one
+//! worker, from every context, and through a runtime's shutdown.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::spawn::{fiber_on, join_within};
+use common::{with_timeout, workers};
+
+/// A wait on a future that yields until a flag is set, made by a task on a one-worker
+/// runtime; the flag is set by a fiber tied to that worker, or by a task spawned
+/// (into the LIFO slot) from the waiting task.
+#[test]
+fn self_waking_waits_let_fibers_and_tasks_tied_to_the_worker_run() {
+    with_timeout(|| {
+        let rt = workers(1);
+        for round in 0..50 {
+            let flag = Arc::new(AtomicBool::new(false));
+            let f = flag.clone();
+            let waiter = rt.spawn(async move {
+                let f2 = f.clone();
+                let setter = if round % 2 == 0 {
+                    weft::fiber::spawn(move || f2.store(true, SeqCst))
+                } else {
+                    weft::spawn(async move { f2.store(true, SeqCst) })
+                };
+                let mut polls = 0u64;
+                weft::wait(std::future::poll_fn(|cx| {
+                    polls += 1;
+                    if f.load(SeqCst) {
+                        std::task::Poll::Ready(())
+                    } else {
+                        cx.waker().wake_by_ref();
+                        std::task::Poll::Pending
+                    }
+                }));
+                setter.join().unwrap();
+                polls
+            });
+            let polls = join_within(waiter, 30).unwrap();
+            assert!(flag.load(SeqCst));
+            assert!(polls >= 1);
+        }
+    });
+}
+
+/// `fiber::yield_now` called by a task (not a fiber) on a one-worker runtime, in a loop
+/// waiting for a fiber tied to the worker: the worker runs the fiber between the
+/// yields (it used to yield the thread only, so the loop never ended).
+#[test]
+fn fiber_yield_now_in_a_task_lets_a_fiber_tied_to_the_worker_run() {
+    with_timeout(|| {
+        let rt = workers(1);
+        for _ in 0..50 {
+            let h = rt.spawn(async {
+                let done = Arc::new(AtomicBool::new(false));
+                let d = done.clone();
+                let f = weft::fiber::spawn(move || d.store(true, SeqCst));
+                let start = Instant::now();
+                let mut yields = 0u32;
+                while !done.load(SeqCst) {
+                    assert!(
+                        start.elapsed() < Duration::from_secs(10),
+                        "the fiber never ran ({yields} yields)"
+                    );
+                    weft::fiber::yield_now();
+                    yields += 1;
+                }
+                f.join().unwrap();
+            });
+            join_within(h, 30).unwrap();
+        }
+    });
+}
+
+/// Eight tasks on one worker pass a token around a ring, each waiting for its turn
+/// with a self-waking wait (and every other one with expired `recv_timeout(ZERO)`
+/// retries on a channel): every task must let the others run, round after round.
+#[test]
+fn a_ring_of_self_waking_waits_on_one_worker_passes_its_token() {
+    with_timeout(|| {
+        let rt = workers(1);
+        const N: usize = 8;
+        const ROUNDS: usize = 50;
+        let turn = Arc::new(AtomicUsize::new(0));
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..N).map(|_| weft::chan::unbounded::<usize>()).unzip();
+        let mut handles = Vec::new();
+        for (i, rx) in rxs.into_iter().enumerate() {
+            let turn = turn.clone();
+            let next = txs[(i + 1) % N].clone();
+            handles.push(rt.spawn(async move {
+                for r in 0..ROUNDS {
+                    let mine = r * N + i;
+                    if i % 2 == 0 {
+                        weft::wait(std::future::poll_fn(|cx| {
+                            if turn.load(SeqCst) == mine {
+                                std::task::Poll::Ready(())
+                            } else {
+                                cx.waker().wake_by_ref();
+                                std::task::Poll::Pending
+                            }
+                        }));
+                    } else {
+                        let start = Instant::now();
+                        let got = loop {
+                            if let Ok(v) = rx.recv_timeout(Duration::ZERO) {
+                                break v;
+                            }
+                            assert!(start.elapsed() < Duration::from_secs(20), "stuck");
+                        };
+                        assert_eq!(got, mine);
+                        assert_eq!(turn.load(SeqCst), mine);
+                    }
+                    turn.store(mine + 1, SeqCst);
+                    // The next one (odd ones receive, even ones watch the counter).
+                    let _ = next.send_blocking(mine + 1);
+                }
+            }));
+        }
+        for h in handles {
+            join_within(h, 60).unwrap();
+        }
+        assert_eq!(turn.load(SeqCst), N * ROUNDS);
+    });
+}
+
+/// A runtime dropped while a task on it is in a self-waking wait that only another
+/// task could end: the drop returns (the wait ends with the shutdown's cancellation or
+/// goes on polling until the flag, which is then set by nobody: the shutdown must not
+/// wait on it for ever).
+#[test]
+fn dropping_a_runtime_during_self_waking_waits_returns() {
+    with_timeout(|| {
+        for _ in 0..20 {
+            let rt = workers(1);
+            let started = Arc::new(AtomicBool::new(false));
+            let s = started.clone();
+            let stop = Arc::new(AtomicBool::new(false));
+            let st = stop.clone();
+            let _h = rt.spawn(async move {
+                s.store(true, SeqCst);
+                weft::wait(std::future::poll_fn(|cx| {
+                    if st.load(SeqCst) {
+                        std::task::Poll::Ready(())
+                    } else {
+                        cx.waker().wake_by_ref();
+                        std::task::Poll::Pending
+                    }
+                }));
+            });
+            let other = rt.spawn(async { 7 });
+            common::wait_until("the waiter to start", || started.load(SeqCst));
+            assert_eq!(join_within(other, 30).unwrap(), 7);
+            // The shutdown waits for the worker, whose task polls until `stop`.
+            let stopper = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                stop.store(true, SeqCst);
+            });
+            drop(rt);
+            stopper.join().unwrap();
+        }
+    });
+}
+
+/// A fiber inside a fork-join `join` (where it may not suspend) retrying an expired
+/// receive, with the sender a fiber tied to the same, only worker.
+#[test]
+fn expired_retries_in_a_join_on_a_fiber_let_the_sender_run() {
+    with_timeout(|| {
+        let rt = workers(1);
+        for _ in 0..20 {
+            let (tx, rx) = weft::chan::bounded::<u32>(1);
+            let h = fiber_on(&rt, move || {
+                let sender = weft::fiber::spawn(move || tx.send_blocking(9).unwrap());
+                let (got, ()) = weft::join(
+                    || {
+                        let start = Instant::now();
+                        loop {
+                            if let Ok(v) = rx.recv_timeout(Duration::ZERO) {
+                                break v;
+                            }
+                            assert!(start.elapsed() < Duration::from_secs(20), "stuck");
+                        }
+                    },
+                    || (),
+                );
+                sender.join().unwrap();
+                got
+            });
+            assert_eq!(join_within(h, 30).unwrap(), 9);
+        }
+    });
+}
