@@ -207,12 +207,26 @@ impl Core {
     /// joins, or a sleep, in progress at runtime drop hung it). Returns when `signal`
     /// fired, or after resuming one stack.
     pub(crate) fn wait_shutting_down(&self, signal: &WaitSignal) {
-        self.stacks.start_looking();
-        if let Some(stack) = self.stacks.take_ready() {
-            self.resume_stack(stack);
+        if self.resume_a_ready_wait() {
             return;
         }
         self.block_until(|| signal.is_woken() || self.stacks.ready().any());
+    }
+
+    /// Resumes one set-aside wait of this worker that is ready, if any (while the
+    /// runtime shuts down: see [`wait_shutting_down`](Self::wait_shutting_down)).
+    pub(crate) fn resume_a_ready_wait(&self) -> bool {
+        // Waits that yielded before the shutdown began are ready now: nothing else
+        // will run here before them.
+        self.wake_yielders();
+        self.stacks.start_looking();
+        match self.stacks.take_ready() {
+            Some(stack) => {
+                self.resume_stack(stack);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Saves what this thread runs (the current task and stacks, the stall reporter's
