@@ -1491,11 +1491,10 @@ fn blocked_worker_round(rt: &Runtime) -> Duration {
 
 /// (Passed while the holder's dispatch handed A to the other worker with a futex wake
 /// per I/O wake-up. The holder now runs what its dispatch woke itself, as tokio's
-/// worker does, so a task that blocks its thread keeps the other sockets' events
-/// waiting until it returns, as on tokio; the monitor's temporary workers of issue 18
-/// are where a blocked worker gets relieved without a wake per event.)
+/// worker does, so a task that blocked its thread kept the other sockets' events
+/// waiting until it returned. Since session 28 sysmon nudges a sleeping worker when
+/// the drivers have gone unheld with work for two of its looks; it takes them.)
 #[test]
-#[ignore = "finding: a task blocking the holder's thread delays other sockets' events (as on tokio); relief belongs to sysmon (issue 18)"]
 fn an_idle_worker_sees_io_while_another_is_blocked() {
     let _w = watchdog(60, "an_idle_worker_sees_io_while_another_is_blocked");
     let rt = rt(2);
@@ -1579,17 +1578,18 @@ fn interactive_round(io: bool) {
 /// sockets alone", `idle.any_parked_except`). A default worker that held the driver and
 /// then runs a long poll leaves nobody in `epoll_wait`; the idle interactive worker
 /// sleeps on its futex, and the interactive task's socket event waits for the default
-/// task's poll to end (about 900 ms late here).
+/// task's poll to end (about 900 ms late here). Fixed in session 28: sysmon nudges a
+/// sleeping worker of any pool when the drivers have gone unheld with work for two of
+/// its looks (`nudge_for_the_drivers`).
 #[test]
-#[ignore = "finding: the driver is not handed to an idle worker of another pool when its holder runs a long poll (scheduler/worker/park.rs); interactive tasks' I/O waits behind a blocked default worker"]
 fn interactive_pool_sees_io_while_the_default_worker_is_blocked() {
     interactive_round(true);
 }
 
 /// The same for a timer of an interactive task: a hand-off is made for pending timers,
 /// but only within the holder's pool (here the default pool has no other worker).
+/// (Fixed the same way in session 28.)
 #[test]
-#[ignore = "finding: the timer hand-off (scheduler/worker/park.rs) nudges only a peer of the holder's own pool; an interactive task's sleep waits behind a blocked default worker"]
 fn interactive_pool_timer_while_the_default_worker_is_blocked() {
     interactive_round(false);
 }

@@ -207,3 +207,38 @@ fn loom_io_shutdown_vs_event() {
         }
     });
 }
+
+/// Two parking workers offer to hold the timer driver at once: at most one holds it at
+/// a time, one of them always gets it, and the hold word (what sysmon compares between
+/// two looks) is odd exactly while it is held and moves at every take and release.
+#[test]
+fn loom_driver_hold_word() {
+    loom::model(|| {
+        let driver = Arc::new(super::timer::Driver::new());
+        let holding = Arc::new(loom::sync::atomic::AtomicUsize::new(0));
+        let offer = |driver: Arc<super::timer::Driver>,
+                     holding: Arc<loom::sync::atomic::AtomicUsize>| {
+            thread::spawn(move || {
+                let parker = Arc::new(crate::base::park::Parker::new());
+                if !driver.try_acquire(&parker) {
+                    return false;
+                }
+                assert_eq!(holding.fetch_add(1, SeqCst), 0, "two holders");
+                assert_eq!(driver.hold_word() & 1, 1, "held, the word is odd");
+                holding.fetch_sub(1, SeqCst);
+                driver.release();
+                true
+            })
+        };
+        let a = offer(driver.clone(), holding.clone());
+        let b = offer(driver.clone(), holding.clone());
+        let (a, b) = (a.join().unwrap(), b.join().unwrap());
+        assert!(a || b, "a free driver refused both");
+        let takes = usize::from(a) + usize::from(b);
+        assert_eq!(
+            driver.hold_word(),
+            2 * takes,
+            "a take and a release each move it"
+        );
+    });
+}

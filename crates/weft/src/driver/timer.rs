@@ -11,7 +11,7 @@
 //! timers also run when nobody parks.
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Mutex;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -31,7 +31,9 @@ pub(crate) struct Driver {
     next_deadline: AtomicU64,
     /// The parker of the worker sleeping with the driver.
     holder: Mutex<Option<Arc<Parker>>>,
-    holder_taken: AtomicUsize,
+    /// Odd while a worker holds the driver; every take and every release moves it on,
+    /// so two equal even reads say nobody held it in between (sysmon's look).
+    holder_taken: crate::base::AtomicUsize,
     /// The deadline the holder sleeps until (`NONE`: no timeout).
     holder_until: AtomicU64,
     fired: AtomicU64,
@@ -59,7 +61,7 @@ impl Driver {
             wheel: Mutex::new(Wheel::new()),
             next_deadline: AtomicU64::new(NONE),
             holder: Mutex::new(None),
-            holder_taken: AtomicUsize::new(0),
+            holder_taken: crate::base::AtomicUsize::new(0),
             holder_until: AtomicU64::new(NONE),
             fired: AtomicU64::new(0),
             shut: AtomicBool::new(false),
@@ -213,10 +215,12 @@ impl Driver {
 
     /// A parking worker offers to hold the driver. Only one holds it at a time.
     pub(crate) fn try_acquire(&self, parker: &Arc<Parker>) -> bool {
-        if self
-            .holder_taken
-            .compare_exchange(0, 1, AcqRel, Relaxed)
-            .is_err()
+        let free = self.holder_taken.load(Relaxed);
+        if free & 1 == 1
+            || self
+                .holder_taken
+                .compare_exchange(free, free.wrapping_add(1), AcqRel, Relaxed)
+                .is_err()
         {
             return false;
         }
@@ -237,7 +241,14 @@ impl Driver {
     pub(crate) fn release(&self) {
         self.holder_until.store(NONE, Release);
         *self.holder.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        self.holder_taken.store(0, Release);
+        // Only the holder writes the word while it is odd.
+        let held = self.holder_taken.load(Relaxed);
+        self.holder_taken.store(held.wrapping_add(1), Release);
+    }
+
+    /// The hold word (see `holder_taken`): odd while a worker holds the driver.
+    pub(crate) fn hold_word(&self) -> usize {
+        self.holder_taken.load(Acquire)
     }
 
     /// The I/O driver, if this runtime has one.

@@ -29,6 +29,10 @@
 //! * **Handed fibers.** Fibers handed, before they started, to a worker that has
 //!   polled nothing for [`STALE_AFTER`] go to the injection queue, where any worker
 //!   starts them (see `Core::fewer_fibers_elsewhere`).
+//! * **Unheld drivers.** The timer and I/O drivers with work (timers pending or
+//!   sockets registered) and nobody holding them at two looks in a row while a worker
+//!   of any pool sleeps on its futex: that worker is nudged, and takes them on its way
+//!   back to park (see `nudge_for_the_drivers`).
 //! * **The stall report.** After the threshold (default 5 s) the task is reported once
 //!   on stderr with its id, its name if it is a named fiber, and the worker.
 //!   `WEFT_DEBUG_STALL=0` or [`Builder::stall_report(None)`](crate::Builder::stall_report)
@@ -162,6 +166,9 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
     let mut watch: Vec<PoolWatch> = Vec::new();
     // Since when every worker has been parked (as sysmon saw it).
     let mut idle_since: Option<Instant> = None;
+    // The drivers' hold word at the last look, if nobody held them while they had
+    // work (see `nudge_for_the_drivers`).
+    let mut unheld: Option<usize> = None;
     while !mon.stopped() {
         let Some(inner) = rt.upgrade() else { return };
         let now = Instant::now();
@@ -259,6 +266,7 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
                 _ => w.cap_logged = false,
             }
         }
+        unheld = nudge_for_the_drivers(&inner, unheld);
         if !all_parked {
             idle_since = None;
         }
@@ -285,6 +293,36 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
         }
         mon.doorbell.sleep(Some(period));
     }
+}
+
+/// The drivers (timers and sockets, one per runtime) with work and nobody in them: a
+/// worker that wakes from holding them to run what they woke hands them on only for
+/// pending timers, and only to a sleeper of its own pool (a futex wake each time the
+/// holder wakes would cost every I/O wake-up a second one). Busy workers poll them at
+/// their fairness points, but while the former holder runs a long poll and the other
+/// workers sleep on their futexes, nobody reads the sockets or fires the timers: an
+/// interactive task's socket event or sleep waited for a blocked default worker (found
+/// in review, `tests/review_net.rs`). If the drivers were unheld with work at two looks
+/// in a row (the hold word unchanged: nobody took them in between) while a worker of
+/// any pool sleeps, that worker is nudged (not claimed): it finds no work, goes back to
+/// park, and takes the drivers. At most one wake per two periods, and only then.
+/// Returns the hold word to compare at the next look.
+fn nudge_for_the_drivers(inner: &Inner, last: Option<usize>) -> Option<usize> {
+    let time = &inner.time;
+    let word = time.hold_word();
+    if word & 1 == 1 || !(time.has_pending() || time.has_io_sources()) {
+        return None;
+    }
+    if last != Some(word) {
+        return Some(word);
+    }
+    for pool in inner.pools.iter() {
+        if let Some(i) = pool.idle.any_parked_except(usize::MAX) {
+            pool.remotes[i].parker.unpark();
+            return None;
+        }
+    }
+    Some(word)
 }
 
 /// A worker of pool `p` is stuck (and no worker of the pool is parked): starts a

@@ -119,7 +119,10 @@ impl Core {
                 time.process();
                 // Not for sockets alone: a futex wake each time the holder wakes would
                 // cost every I/O wake-up a second one. Busy workers poll I/O at their
-                // fairness point, and the next worker to park takes the driver.
+                // fairness point, the next worker to park takes the driver, and if it
+                // stays unheld with work while a worker sleeps (this one runs a long
+                // poll, say), sysmon nudges a sleeper of any pool after two looks
+                // (`runtime::sysmon::nudge_for_the_drivers`).
                 // A retiring worker hands it on for sockets too: nobody else would
                 // take it before a peer wakes for some other reason (found in review:
                 // a socket's readiness waited for ever behind a retired holder).
