@@ -83,6 +83,12 @@ impl Builder {
     /// and the advice is `spawn_blocking`. That advice stands here too: a temporary
     /// worker is a safety net, not a blocking pool.)
     ///
+    /// The same monitor hands the timer and socket drivers to a sleeping worker when
+    /// the worker that held them woke to run a long poll: otherwise the other tasks'
+    /// socket events and timers wait for that poll. With temporary workers off and the
+    /// [stall report](Self::stall_report) off there is no monitor, and they do wait
+    /// (as on tokio).
+    ///
     /// [`extra_worker_keep_alive`]: Self::extra_worker_keep_alive
     ///
     /// ```
@@ -150,7 +156,10 @@ impl Builder {
 
     /// Reports on stderr, once, any task or fiber that keeps a worker for longer than
     /// `threshold` without returning to the scheduler (default: 5 s; `None` turns the
-    /// report off). Without this call, `WEFT_DEBUG_STALL=0` turns it off.
+    /// report off). Without this call, `WEFT_DEBUG_STALL=0` turns it off. The report
+    /// is made by the runtime's monitor thread, which also starts temporary workers
+    /// (see [`max_extra_workers`](Self::max_extra_workers) for what it does and costs);
+    /// with both off there is none.
     ///
     /// ```
     /// use std::time::Duration;
