@@ -1,6 +1,10 @@
 //! `Runtime::enter` / `Handle::enter`: what a plain thread makes while a guard lives
 //! belongs to that runtime, not to the most recently started one.
 
+mod common;
+
+use common::named_runtime as named;
+
 #[test]
 fn an_entered_runtime_wins_over_the_latest_one() {
     let first = weft::Builder::new().worker_threads(1).build().unwrap();
@@ -33,15 +37,6 @@ fn an_entered_runtime_wins_over_the_latest_one() {
     drop(first);
 }
 
-fn named(name: &str, workers: usize) -> weft::Runtime {
-    weft::Builder::new()
-        .worker_threads(workers)
-        .interactive_threads(0)
-        .thread_name(name)
-        .build()
-        .unwrap()
-}
-
 /// The name prefix of the runtime a plain `weft::spawn` from here goes to.
 async fn spawns_go_to() -> String {
     weft::spawn(async { std::thread::current().name().unwrap_or("").to_string() })
@@ -50,13 +45,7 @@ async fn spawns_go_to() -> String {
 }
 
 fn join_within<T: Send + 'static>(h: weft::JoinHandle<T>, secs: u64) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(h.join());
-    });
-    rx.recv_timeout(std::time::Duration::from_secs(secs))
-        .expect("join timed out")
-        .unwrap()
+    common::spawn::join_within(h, secs).unwrap()
 }
 
 /// Two tasks on one worker of `a` each `block_on` another runtime and wait there, their

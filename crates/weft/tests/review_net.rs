@@ -43,33 +43,9 @@ const CHILD: &str = "WEFT_REVIEW_NET_CHILD";
 // Helpers
 // ---------------------------------------------------------------------------------
 
-/// Aborts the process with a message if it is not dropped within `secs` seconds.
-struct Watchdog(Arc<AtomicBool>);
-
-fn watchdog(secs: u64, what: &'static str) -> Watchdog {
-    let done = Arc::new(AtomicBool::new(false));
-    let d = done.clone();
-    std::thread::Builder::new()
-        .name("review-net-watchdog".into())
-        .spawn(move || {
-            let deadline = Instant::now() + Duration::from_secs(secs);
-            while Instant::now() < deadline {
-                if d.load(SeqCst) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            eprintln!("HANG: {what} did not finish within {secs} s; aborting");
-            std::process::abort();
-        })
-        .unwrap();
-    Watchdog(done)
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.0.store(true, SeqCst);
-    }
+/// Aborts the process if not dropped within `secs` (see `common::abort_after`).
+fn watchdog(secs: u64, what: &'static str) -> common::AbortGuard {
+    common::abort_after(secs, what)
 }
 
 fn rt(n: usize) -> Runtime {

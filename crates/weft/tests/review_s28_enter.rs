@@ -10,38 +10,22 @@
 //! behaviour; the five it found (fork-join jobs, scope jobs, stolen join halves, fibers
 //! and timers made inside `b.block_on` on a worker of `a`) were fixed in session 28.
 
+mod common;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use weft::{Handle, JoinHandle, Runtime};
 
 /// Runs `f` on a thread and fails if it does not finish within `secs`.
 fn watchdog<F: FnOnce() + Send + 'static>(secs: u64, f: F) {
-    let (tx, rx) = mpsc::channel();
-    let t = std::thread::spawn(move || {
-        f();
-        let _ = tx.send(());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => t.join().unwrap(),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(p) = t.join() {
-                std::panic::resume_unwind(p);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("hang: not done within {secs} s"),
-    }
+    common::with_limit(Duration::from_secs(secs), f)
 }
 
 fn rt(name: &str, workers: usize) -> Runtime {
-    weft::Builder::new()
-        .worker_threads(workers)
-        .interactive_threads(0)
-        .thread_name(name)
-        .build()
-        .unwrap()
+    common::named_runtime(name, workers)
 }
 
 fn thread_name() -> String {
@@ -68,13 +52,7 @@ fn name_task() -> JoinHandle<String> {
 }
 
 fn join_within<T: Send + 'static>(h: JoinHandle<T>, secs: u64) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(h.join());
-    });
-    rx.recv_timeout(Duration::from_secs(secs))
-        .expect("join timed out")
-        .unwrap()
+    common::spawn::join_within(h, secs).unwrap()
 }
 
 #[track_caller]
@@ -848,36 +826,13 @@ fn s28_child_entry() {
 fn try_current_and_block_on_in_worker_thread_local_destructors() {
     watchdog(90, || {
         for case in ["before", "after"] {
-            let exe = std::env::current_exe().unwrap();
-            let mut child = std::process::Command::new(exe)
-                .args([
-                    "--exact",
-                    "s28_child_entry",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(CHILD, case)
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            let deadline = Instant::now() + Duration::from_secs(40);
-            let status = loop {
-                if let Some(s) = child.try_wait().unwrap() {
-                    break s;
-                }
-                if Instant::now() > deadline {
-                    let _ = child.kill();
-                    panic!("{case}: child hung");
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            };
-            let out = child.wait_with_output().unwrap();
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            let stderr = String::from_utf8_lossy(&out.stderr);
+            let out =
+                common::child::run("s28_child_entry", &[(CHILD, case)], Duration::from_secs(40));
+            let (stdout, stderr) = (&out.stdout, &out.stderr);
             assert!(
-                status.success(),
-                "{case}: child failed: {status:?}\n{stdout}\n{stderr}"
+                out.status.success(),
+                "{case}: child failed: {:?}\n{stdout}\n{stderr}",
+                out.status
             );
             let lines: Vec<_> = stdout
                 .lines()

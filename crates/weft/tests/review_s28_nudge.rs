@@ -24,8 +24,6 @@ mod common;
 use common::join_within;
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weft::io::AsyncReadExt;
@@ -36,33 +34,9 @@ use weft::{Builder, Pool, Runtime};
 // Helpers
 // ---------------------------------------------------------------------------------
 
-/// Aborts the process with a message if it is not dropped within `secs` seconds.
-struct Watchdog(Arc<AtomicBool>);
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.0.store(true, SeqCst);
-    }
-}
-
-fn watchdog(secs: u64, what: &'static str) -> Watchdog {
-    let done = Arc::new(AtomicBool::new(false));
-    let d = done.clone();
-    std::thread::Builder::new()
-        .name("review-nudge-watchdog".into())
-        .spawn(move || {
-            let deadline = Instant::now() + Duration::from_secs(secs);
-            while Instant::now() < deadline {
-                if d.load(SeqCst) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            eprintln!("HANG: {what} did not finish within {secs} s; aborting");
-            std::process::abort();
-        })
-        .unwrap();
-    Watchdog(done)
+/// Aborts the process if not dropped within `secs` (see `common::abort_after`).
+fn watchdog(secs: u64, what: &'static str) -> common::AbortGuard {
+    common::abort_after(secs, what)
 }
 
 /// A runtime configuration under test.

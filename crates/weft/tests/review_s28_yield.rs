@@ -13,6 +13,8 @@
 //! (or yielded) there. The ping-pong test prints its timings: about the same as
 //! before 9467fb5 (checked against b8bbd1b's sources, debug build).
 
+mod common;
+
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
@@ -21,28 +23,12 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use weft::{JoinHandle, Runtime};
+use common::spawn::{fiber_on, join_within};
+use weft::Runtime;
 
 /// Runs `f` on a thread and fails if it does not finish within `secs`.
 fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let t = std::thread::Builder::new()
-        .name("review-body".into())
-        .spawn(move || {
-            let _ = tx.send(f());
-        })
-        .unwrap();
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(v) => {
-            t.join().unwrap();
-            v
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => match t.join() {
-            Err(p) => std::panic::resume_unwind(p),
-            Ok(()) => unreachable!(),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("hang: not done within {secs} s"),
-    }
+    common::with_limit(Duration::from_secs(secs), f)
 }
 
 fn rt(workers: usize) -> Runtime {
@@ -50,24 +36,6 @@ fn rt(workers: usize) -> Runtime {
         .worker_threads(workers)
         .interactive_threads(0)
         .build()
-        .unwrap()
-}
-
-/// Joins `h` from a helper thread, failing with "hang" after `secs`.
-fn join_within<T: Send + 'static>(h: JoinHandle<T>, secs: u64) -> Result<T, weft::JoinError> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(h.join());
-    });
-    rx.recv_timeout(Duration::from_secs(secs))
-        .expect("hang: a weft task or fiber did not finish in time")
-}
-
-fn fiber_on<T: Send + 'static>(
-    rt: &Runtime,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> JoinHandle<T> {
-    rt.block_on(async move { Some(weft::fiber::spawn(f)) })
         .unwrap()
 }
 

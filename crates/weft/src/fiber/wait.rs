@@ -304,9 +304,9 @@ pub(crate) fn wait_until<F: Future>(
 }
 
 /// A timed wait that timed out without suspending (its deadline had passed by its
-/// first look) yields the fiber: a fiber that retries it in a loop would otherwise
-/// never let its worker run anything else, and a partner that only runs there (a fiber
-/// pinned to that worker) would never come.
+/// first look) yields its fiber, or off a fiber its worker: code that retries it in a
+/// loop would otherwise never let its worker run anything else, and a partner that
+/// only runs there (a fiber pinned to that worker) would never come.
 pub(crate) fn expired_without_waiting() {
     if crate::fiber::current_fiber().is_some() {
         crate::fiber::yield_now();

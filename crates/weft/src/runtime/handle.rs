@@ -158,6 +158,7 @@ fn entered(on_worker: bool) -> Option<Handle> {
 /// worker's runtime without `Handle::try_current` (spawns, fibers, timers, fork-join).
 #[inline]
 pub(crate) fn entered_on_worker() -> Option<Handle> {
+    // `entered` looks too; here the nearly-always case stays inline at the callers.
     if ENTERED_LEN.with(Cell::get) == 0 {
         return None;
     }

@@ -139,6 +139,18 @@ pub fn runtime(workers: usize, interactive: usize) -> Runtime {
         .expect("failed to build the runtime")
 }
 
+/// A runtime of `workers` default workers and no interactive pool whose threads are
+/// named after `name` (tests tell runtimes apart by the names of the threads their
+/// tasks run on).
+pub fn named_runtime(name: &str, workers: usize) -> Runtime {
+    Builder::new()
+        .worker_threads(workers)
+        .interactive_threads(0)
+        .thread_name(name)
+        .build()
+        .expect("failed to build the runtime")
+}
+
 /// Runs `f` with `rt` as this thread's current runtime (inside `block_on`), so that the
 /// fibers it spawns go to `rt` whatever the other tests do meanwhile (from a plain
 /// thread they would go to the most recently started runtime, maybe another test's).
@@ -360,4 +372,36 @@ pub fn waker_owning_pending(
 ) -> std::task::Waker {
     assert!(poll_once(f.as_mut(), std::task::Waker::noop()).is_pending());
     owning_waker(f)
+}
+
+/// Aborts the process with a message if it is not dropped within its time: for tests
+/// whose hang could not be unwound (a worker stuck in a poll, a runtime drop that never
+/// returns), so that a hang fails the run instead of stalling it.
+pub struct AbortGuard(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for AbortGuard {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// An [`AbortGuard`] for `secs` seconds; `what` names the test in the message.
+pub fn abort_after(secs: u64, what: &'static str) -> AbortGuard {
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d = done.clone();
+    std::thread::Builder::new()
+        .name("test-abort-watchdog".into())
+        .spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(secs);
+            while Instant::now() < deadline {
+                if d.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            eprintln!("HANG: {what} did not finish within {secs} s; aborting");
+            std::process::abort();
+        })
+        .unwrap();
+    AbortGuard(done)
 }
