@@ -12,6 +12,18 @@ use std::time::{Duration, Instant};
 use common::spawn::{fiber_on, join_within};
 use common::{with_timeout, workers};
 
+/// A future that wakes itself on every poll until `done` says so.
+fn self_waking_until(mut done: impl FnMut() -> bool) -> impl std::future::Future<Output = ()> {
+    std::future::poll_fn(move |cx| {
+        if done() {
+            std::task::Poll::Ready(())
+        } else {
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+}
+
 /// A wait on a future that yields until a flag is set, made by a task on a one-worker
 /// runtime; the flag is set by a fiber tied to that worker, or by a task spawned
 /// (into the LIFO slot) from the waiting task.
@@ -30,14 +42,9 @@ fn self_waking_waits_let_fibers_and_tasks_tied_to_the_worker_run() {
                     weft::spawn(async move { f2.store(true, SeqCst) })
                 };
                 let mut polls = 0u64;
-                weft::wait(std::future::poll_fn(|cx| {
+                weft::wait(self_waking_until(|| {
                     polls += 1;
-                    if f.load(SeqCst) {
-                        std::task::Poll::Ready(())
-                    } else {
-                        cx.waker().wake_by_ref();
-                        std::task::Poll::Pending
-                    }
+                    f.load(SeqCst)
                 }));
                 setter.join().unwrap();
                 polls
@@ -97,14 +104,7 @@ fn a_ring_of_self_waking_waits_on_one_worker_passes_its_token() {
                 for r in 0..ROUNDS {
                     let mine = r * N + i;
                     if i % 2 == 0 {
-                        weft::wait(std::future::poll_fn(|cx| {
-                            if turn.load(SeqCst) == mine {
-                                std::task::Poll::Ready(())
-                            } else {
-                                cx.waker().wake_by_ref();
-                                std::task::Poll::Pending
-                            }
-                        }));
+                        weft::wait(self_waking_until(|| turn.load(SeqCst) == mine));
                     } else {
                         let start = Instant::now();
                         let got = loop {
@@ -144,14 +144,7 @@ fn dropping_a_runtime_during_self_waking_waits_returns() {
             let st = stop.clone();
             let _h = rt.spawn(async move {
                 s.store(true, SeqCst);
-                weft::wait(std::future::poll_fn(|cx| {
-                    if st.load(SeqCst) {
-                        std::task::Poll::Ready(())
-                    } else {
-                        cx.waker().wake_by_ref();
-                        std::task::Poll::Pending
-                    }
-                }));
+                weft::wait(self_waking_until(|| st.load(SeqCst)));
             });
             let other = rt.spawn(async { 7 });
             common::wait_until("the waiter to start", || started.load(SeqCst));

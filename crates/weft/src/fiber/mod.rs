@@ -272,10 +272,7 @@ fn target_pool() -> Option<Arc<Shared>> {
     // On a worker: its own pool, without upgrading the runtime's `Weak`, unless what
     // runs there entered another runtime.
     if let Some(pool) = crate::scheduler::worker::with_current(|c| {
-        c.map(|c| match crate::runtime::entered_on_worker() {
-            Some(entered) => entered.caller_pool().clone(),
-            None => c.shared().clone(),
-        })
+        c.map(|c| crate::runtime::with_worker_pool(c, Arc::clone))
     }) {
         return Some(pool);
     }

@@ -126,16 +126,8 @@ pub(crate) fn worker_yield() {
     let Some(core) = (unsafe { worker::current_ptr().as_ref() }) else {
         return;
     };
-    if std::thread::panicking() {
-        return;
-    }
-    if core.shared().is_shutdown() {
-        // As in `on_worker`: a ready set-aside wait may be what the caller waits for.
-        core.resume_a_ready_wait();
-        return;
-    }
-    if core.others_ready() {
-        core.yield_wait(&core.wait_signal());
+    if !std::thread::panicking() {
+        core.yield_to_others(|| core.wait_signal());
     }
 }
 
@@ -170,17 +162,8 @@ fn on_worker<F: Future>(
             pending(core, &signal);
         } else if may_yield {
             woken_in_poll += 1;
-            if woken_in_poll >= 2 {
-                if core.shared().is_shutdown() {
-                    // No task runs any more, but a set-aside wait that is ready may be
-                    // the one this future waits for (found in review: a drop hung on
-                    // two such waits): `pending` resumes it, and returns at once
-                    // otherwise (the signal has fired).
-                    pending(core, &signal);
-                } else if core.others_ready() {
-                    woken_in_poll = 0;
-                    core.yield_wait(&signal);
-                }
+            if woken_in_poll >= 2 && core.yield_to_others(|| signal.clone()) {
+                woken_in_poll = 0;
             }
         }
     }

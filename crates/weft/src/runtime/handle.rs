@@ -155,7 +155,7 @@ fn entered(on_worker: bool) -> Option<Handle> {
 
 /// On a worker thread, the runtime that the task, fiber or job running there entered
 /// (which then stands before the worker's own), if any: for the lookups that take the
-/// worker's runtime without `Handle::try_current` (spawns, fibers, timers, fork-join).
+/// worker's runtime without `Handle::try_current` (see [`with_worker_pool`]; fork-join).
 #[inline]
 pub(crate) fn entered_on_worker() -> Option<Handle> {
     // `entered` looks too; here the nearly-always case stays inline at the callers.
@@ -163,6 +163,18 @@ pub(crate) fn entered_on_worker() -> Option<Handle> {
         return None;
     }
     entered(true)
+}
+
+/// Runs `f` on the pool that work made here goes to, for code running on the worker
+/// `core`: the worker's own pool (borrowed: no handle made, nor a count taken on the
+/// runtime), unless what runs there entered another runtime, whose caller pool then
+/// takes it. For `spawn`, `fiber::spawn` and timers.
+#[inline]
+pub(crate) fn with_worker_pool<R>(core: &worker::Core, f: impl FnOnce(&Arc<Shared>) -> R) -> R {
+    match entered_on_worker() {
+        None => f(core.shared()),
+        Some(entered) => f(entered.caller_pool()),
+    }
 }
 
 impl Drop for EnterGuard<'_> {
@@ -181,12 +193,11 @@ impl Drop for EnterGuard<'_> {
                 // owners (interleaved on a worker) stay.
                 let owner = e[at].owner;
                 let mut inner = Vec::new();
-                let mut i = at;
-                while i < e.len() {
-                    if e[i].owner == owner {
-                        inner.push(e.remove(i).handle);
+                for x in e.split_off(at) {
+                    if x.owner == owner {
+                        inner.push(x.handle);
                     } else {
-                        i += 1;
+                        e.push(x);
                     }
                 }
                 (None, inner)
@@ -358,10 +369,7 @@ where
     // On a worker: its own pool (no handle needed, nor a count on the pool's `Arc`),
     // unless the task or fiber running there entered another runtime.
     let spawned = worker::with_current(|core| match core {
-        Some(core) => Ok(match entered_on_worker() {
-            None => core.shared().spawn(future),
-            Some(entered) => entered.spawn(future),
-        }),
+        Some(core) => Ok(with_worker_pool(core, |pool| pool.spawn(future))),
         None => Err(future),
     });
     match spawned {

@@ -317,6 +317,7 @@ fn nudge_for_the_drivers(inner: &Inner, last: Option<usize>) -> Option<usize> {
         return Some(word);
     }
     for pool in inner.pools.iter() {
+        // (`usize::MAX`: no worker excepted.)
         if let Some(i) = pool.idle.any_parked_except(usize::MAX) {
             pool.remotes[i].parker.unpark();
             return None;

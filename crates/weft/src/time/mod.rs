@@ -41,10 +41,7 @@ fn try_current_driver() -> Option<Arc<driver::Driver>> {
     // upgrading the runtime's `Weak` as `Handle::try_current` does; unless what runs
     // there entered another runtime.
     if let Some(time) = crate::scheduler::worker::with_current(|c| {
-        c.map(|c| match crate::runtime::entered_on_worker() {
-            Some(entered) => entered.inner.time.clone(),
-            None => c.shared().time.clone(),
-        })
+        c.map(|c| crate::runtime::with_worker_pool(c, |pool| pool.time.clone()))
     }) {
         return Some(time);
     }

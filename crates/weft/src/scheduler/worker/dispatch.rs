@@ -55,6 +55,25 @@ impl Core {
         self.wait_for(signal);
     }
 
+    /// Where a wait would keep this worker (its future keeps waking itself, or a timed
+    /// wait expired without waiting): yields on the signal `signal` makes
+    /// ([`yield_wait`](Self::yield_wait)) if something else is ready here
+    /// ([`others_ready`](Self::others_ready)); while the runtime shuts down, when no
+    /// task runs any more, resumes a ready set-aside wait instead, which may be what
+    /// the caller waits for (found in review: a drop hung on two self-waking waits that
+    /// depended on each other). Returns whether it yielded.
+    pub(crate) fn yield_to_others(&self, signal: impl FnOnce() -> StdArc<WaitSignal>) -> bool {
+        if self.shared.is_shutdown() {
+            self.resume_a_ready_wait();
+            false
+        } else if self.others_ready() {
+            self.yield_wait(&signal());
+            true
+        } else {
+            false
+        }
+    }
+
     /// Whether a wait that yields would let something else run here: a task or fiber
     /// ready in this worker's queues, a set-aside wait that was woken, or another wait
     /// that yielded (waits that yield to each other take turns).
