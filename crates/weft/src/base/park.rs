@@ -163,7 +163,10 @@ impl Parker {
             word.swap(EMPTY, Acquire);
             return;
         }
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        // A timeout past what an `Instant` can hold (a temporary worker's keep-alive of
+        // `Duration::MAX`) is no timeout: `+` panicked on a worker there (CI, session 28,
+        // `review_sysmon::extreme_keep_alives`).
+        let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
             self.futex.wait(PARKED, left);
@@ -256,5 +259,20 @@ mod tests {
         p.unpark();
         assert!(p.take_token());
         assert!(!p.take_token());
+    }
+
+    /// A timeout too large for an `Instant` (`Duration::MAX`, a temporary worker's
+    /// keep-alive) parks without a deadline until an unpark; it panicked on the `+`
+    /// (CI, session 28, `review_sysmon::extreme_keep_alives`).
+    #[test]
+    fn a_timeout_past_any_instant_waits_for_the_unpark() {
+        let p = Arc::new(Parker::new());
+        let p2 = p.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            p2.unpark();
+        });
+        p.park_timeout(Some(Duration::MAX));
+        t.join().unwrap();
     }
 }
