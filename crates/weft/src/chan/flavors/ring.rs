@@ -666,6 +666,11 @@ impl<T> Ring<T> {
             } else {
                 // The stamp is past `tail`: the push of `tail` has claimed the slot
                 // already, and having acquired the stamp, the reload sees that claim.
+                // A lost race as much as a failed CAS is, so it backs off as one: four
+                // senders into one `bounded(n)` that reloaded at once kept `tail`'s line
+                // moving between the cores, 50-56 ns a message against 17-20 with the
+                // spin (crossbeam: 24), measured on the 2-core Intel VM.
+                contention.spin();
                 tail = self.tail.load(SeqCst);
             }
         }
@@ -753,6 +758,8 @@ impl<T> Ring<T> {
             } else {
                 // The stamp is past `head + 1`: the pop of `head` has claimed the slot
                 // already, and having acquired the stamp, the reload sees that claim.
+                // Backs off as after a failed CAS (see `claim_tail`).
+                contention.spin();
                 head = self.head.load(SeqCst);
             }
         }
