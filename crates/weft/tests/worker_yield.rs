@@ -189,3 +189,72 @@ fn expired_retries_in_a_join_on_a_fiber_let_the_sender_run() {
         }
     });
 }
+
+/// A fiber looping on waits that are always ready at their first poll (no suspension,
+/// no self-wake), on a one-worker runtime, until a fiber or task tied to that worker
+/// sets a flag: its ready waits count against a budget, and the wait after the budget
+/// yields first, so the setter runs. Values the waits return are all kept (the yield
+/// comes before a poll, never with a result in hand), and a fiber whose waits suspend
+/// now and then never needs the budget's yield.
+#[test]
+fn a_fiber_looping_on_ready_waits_lets_its_worker_run_others() {
+    with_timeout(|| {
+        let rt = workers(1);
+        for round in 0..20u64 {
+            let flag = Arc::new(AtomicBool::new(false));
+            let f = flag.clone();
+            let looper = fiber_on(&rt, move || {
+                let f2 = f.clone();
+                let setter = if round % 2 == 0 {
+                    weft::fiber::spawn(move || f2.store(true, SeqCst))
+                } else {
+                    weft::spawn(async move { f2.store(true, SeqCst) })
+                };
+                let mut sum = 0u64;
+                let mut waits = 0u64;
+                while !f.load(SeqCst) {
+                    waits += 1;
+                    assert!(waits < 10_000_000, "round {round}: the setter never ran");
+                    sum += weft::wait(std::future::ready(1u64));
+                }
+                setter.join().unwrap();
+                (sum, waits)
+            });
+            let (sum, waits) = join_within(looper, 60).unwrap();
+            assert_eq!(
+                sum, waits,
+                "round {round}: a ready wait's value went missing"
+            );
+            assert!(flag.load(SeqCst));
+        }
+    });
+}
+
+/// Receives through `wait` on the async `recv` (each a `suspend_on` of its own), in a
+/// fiber, most of them ready at their first poll, while the sender is a fiber tied to
+/// the same worker that fills a bounded channel and then waits: every value arrives
+/// once and in order across the budget's yields (which sit between receives, never
+/// inside one).
+#[test]
+fn ready_receives_on_a_fiber_keep_every_value_across_budget_yields() {
+    with_timeout(|| {
+        let rt = workers(1);
+        let (tx, rx) = weft::chan::bounded::<u64>(1000);
+        let n = 100_000u64;
+        let sender = fiber_on(&rt, move || {
+            for i in 0..n {
+                tx.send_blocking(i).unwrap();
+            }
+        });
+        let receiver = fiber_on(&rt, move || {
+            let mut next = 0u64;
+            while let Ok(v) = weft::wait(rx.recv()) {
+                assert_eq!(v, next);
+                next += 1;
+            }
+            next
+        });
+        join_within(sender, 60).unwrap();
+        assert_eq!(join_within(receiver, 60).unwrap(), n);
+    });
+}

@@ -52,6 +52,11 @@ impl Wake for ThreadSignal {
 ///   can take it, but on a one-worker pool, or for a fiber tied to this worker, such a
 ///   wait cannot end.
 ///
+/// A fiber's wait whose future is ready at its first poll does not suspend, but 128
+/// such waits in a row make the next one yield first (a cooperative budget, as
+/// tokio's), so a fiber looping on waits that are always ready still lets the other
+/// fibers of its worker run.
+///
 /// A future that wakes itself on every poll (a loop of `yield_now`) lets the worker run
 /// other ready work between its polls, as a fiber's yield does; so does a timed wait
 /// (`recv_timeout`, `select_timeout`, ...) whose deadline had already passed, so that a
