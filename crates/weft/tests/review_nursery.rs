@@ -1268,9 +1268,10 @@ fn child_fiber_drop_panics_on_cancel() {
 }
 
 #[test]
-#[ignore = "finding: a fiber child whose value panics in Drop while the nursery cancels it \
-            aborts the process (a panic in a destructor during the fiber's forced unwind); \
-            the same child as a task is survived"]
+#[ignore = "documented limit (weft::fiber, Cancellation): a fiber child whose value panics in \
+            Drop while the nursery cancels it aborts the process (a panic in a destructor \
+            during the fiber's unwind, Rust's rule for any unwind); the same child as a task \
+            is survived"]
 fn a_cancelled_fiber_child_whose_drop_panics() {
     run_child("fiber_child_drop_panics_on_cancel");
 }

@@ -73,6 +73,13 @@
 //! [`JoinError`](crate::JoinError). [`task::shield`](crate::task::shield) (awaited
 //! through `wait`) defers the cancellation as for tasks. A panic inside a fiber is
 //! returned through its handle and does not take the worker down.
+//!
+//! The unwind is Rust's: a destructor that panics while it runs aborts the process,
+//! as one that panics while any thread unwinds does. A task's cancellation only
+//! drops its future, so there such a panic is caught and reported; a fiber's locals
+//! can only be dropped by unwinding its stack (abort, a nursery's cancellation, the
+//! runtime's shutdown). Destructors of values a fiber may be cancelled with must not
+//! panic.
 
 pub(crate) mod future;
 mod local;

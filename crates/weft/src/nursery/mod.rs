@@ -144,8 +144,10 @@ impl<'scope, E: Send + 'static> Nursery<'scope, E> {
 
     /// Spawns a fiber into the nursery: `f` runs in blocking style on a stack of its
     /// own. Its `Err` (or panic) is a failure, as for [`spawn`](Self::spawn); when the
-    /// nursery is cancelled, the fiber unwinds from the wait it is parked in. Into a
-    /// cancelled nursery `f` is dropped at once, never run.
+    /// nursery is cancelled, the fiber unwinds from the wait it is parked in (a
+    /// destructor that panics during that unwind aborts the process, as in any unwind:
+    /// see [`fiber`](crate::fiber#cancellation)). Into a cancelled nursery `f` is
+    /// dropped at once, never run.
     ///
     /// ```
     /// let rt = weft::Runtime::new().unwrap(); // children run on it
