@@ -79,7 +79,7 @@ pub(crate) struct FiberCtx {
 /// never ran (found in review). Every such wait counted against a budget, as tokio's
 /// tasks count ready operations against theirs: a yield per 128 waits costs a
 /// loop of ready waits about one percent, and one that suspends restores the budget.
-const READY_BUDGET: u8 = 128;
+pub(crate) const READY_BUDGET: u8 = 128;
 
 impl FiberCtx {
     fn new(name: Option<String>) -> Self {
@@ -270,8 +270,9 @@ pub(crate) fn suspend_on<F: Future + ?Sized>(
 
 /// The yield of a fiber whose waits used up [`READY_BUDGET`] without suspending:
 /// before the next wait polls its future, so nothing it would return is held across
-/// the switch. Not while the fiber may not suspend (inside a fork-join `join` or
-/// `scope`, which its worker's own fairness covers).
+/// the switch. A fiber that may not suspend (inside a fork-join `join` or `scope`)
+/// lets its worker run other work instead, as its other yields do (found in review:
+/// without it, such a loop inside a `join` still kept the worker).
 #[cold]
 #[inline(never)]
 fn yield_for_budget(ctx: NonNull<FiberCtx>) {
@@ -282,6 +283,8 @@ fn yield_for_budget(ctx: NonNull<FiberCtx>) {
     if may_suspend(c) {
         // The yield's own wait starts with a full budget, so this does not recurse.
         let _ = suspend_on(ctx, pin!(crate::task::yield_now()));
+    } else {
+        super::wait::worker_yield();
     }
 }
 

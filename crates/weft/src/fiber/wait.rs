@@ -52,10 +52,10 @@ impl Wake for ThreadSignal {
 ///   can take it, but on a one-worker pool, or for a fiber tied to this worker, such a
 ///   wait cannot end.
 ///
-/// A fiber's wait whose future is ready at its first poll does not suspend, but 128
-/// such waits in a row make the next one yield first (a cooperative budget, as
-/// tokio's), so a fiber looping on waits that are always ready still lets the other
-/// fibers of its worker run.
+/// A wait whose future is ready at its first poll does not suspend, but 128 such
+/// waits in a row on a worker (a fiber's, or a task's) make the next one yield first (a
+/// cooperative budget, as tokio's), so a loop of waits that are always ready still lets
+/// the other fibers and tasks of its worker run.
 ///
 /// A future that wakes itself on every poll (a loop of `yield_now`) lets the worker run
 /// other ready work between its polls, as a fiber's yield does; so does a timed wait
@@ -150,6 +150,14 @@ fn on_worker<F: Future>(
     let Some(core) = (unsafe { worker::current_ptr().as_ref() }) else {
         return block_thread(future);
     };
+    // The fibers' budget of ready waits (`fiber::future::READY_BUDGET`) for a task
+    // or job that waits: a loop of waits ready at their first poll never let the
+    // worker run anything else (found in review). Yields before the poll, as a fiber's.
+    let in_a_row = if may_yield { READY_IN_A_ROW.get() } else { 0 };
+    if in_a_row >= crate::fiber::future::READY_BUDGET {
+        READY_IN_A_ROW.set(0);
+        core.yield_to_others(|| core.wait_signal());
+    }
     let signal = core.wait_signal();
     let waker = Waker::from(signal.clone());
     let mut cx = Context::from_waker(&waker);
@@ -157,9 +165,20 @@ fn on_worker<F: Future>(
     // was quick (polled again at once, the cheapest way on), two a future that wakes
     // itself, which would keep the worker for ever.
     let mut woken_in_poll = 0u32;
+    let mut polls = 0u32;
     loop {
         signal.reset();
+        polls += 1;
         if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+            if may_yield {
+                // Read again: a wait nested in the poll may have counted (or reset).
+                let streak = READY_IN_A_ROW.get();
+                READY_IN_A_ROW.set(if polls == 1 {
+                    streak.saturating_add(1)
+                } else {
+                    0
+                });
+            }
             return v;
         }
         if !signal.is_woken() {
@@ -187,6 +206,9 @@ fn wait_unwinding<F: Future>(future: Pin<&mut F>) -> F::Output {
 }
 
 thread_local! {
+    /// Waits in a row on this worker thread, outside fibers, that were ready at their
+    /// first poll (see `on_worker`).
+    static READY_IN_A_ROW: Cell<u8> = const { Cell::new(0) };
     /// The signal of this thread's outermost `block_thread`, kept between calls so that
     /// a wait that does not nest allocates nothing.
     static SIGNAL: StdArc<ThreadSignal> = StdArc::new(ThreadSignal(Parker::new()));
