@@ -11,8 +11,8 @@
 //! Every test runs under a watchdog and bounds its loops. One finding, fixed:
 //! `ready_waits_inside_join_or_scope_on_a_fiber_let_a_pinned_partner_run` (the budget
 //! was skipped inside a fork-join `join`/`scope`, and nothing else yielded there). A
-//! second gap it pointed at, a task (not a fiber) looping on ready waits, is covered by
-//! `ready_waits_in_a_task_let_a_pinned_fiber_and_a_task_run`.
+//! second gap it pointed at, a task (not a fiber) looping on ready waits, is covered in
+//! `worker_yield.rs` (`loops_of_ready_waits_in_a_fiber_or_a_task_let_the_worker_run_others`).
 
 mod common;
 
@@ -310,44 +310,6 @@ struct Nested {
     ready: u64,
     sum: Option<u64>,
     pended: bool,
-}
-
-/// A task (not a fiber) on a one-worker runtime looping on `weft::wait` of futures
-/// that are ready at once, until a fiber tied to the worker, or a task it spawned,
-/// sets a flag: the worker's own budget of ready waits (`fiber/wait.rs`, `on_worker`)
-/// yields to them. Before it, such a loop kept the worker for ever. Values returned by
-/// the waits are all kept.
-#[test]
-fn ready_waits_in_a_task_let_a_pinned_fiber_and_a_task_run() {
-    limit(40, || {
-        let rt = workers(1);
-        for round in 0..20u64 {
-            let f = flag();
-            let f2 = f.clone();
-            let looper = rt.spawn(async move {
-                let f3 = f2.clone();
-                let setter = if round % 2 == 0 {
-                    weft::fiber::spawn(move || f3.store(true, SeqCst))
-                } else {
-                    weft::spawn(async move { f3.store(true, SeqCst) })
-                };
-                let (mut sum, mut waits) = (0u64, 0u64);
-                while !f2.load(SeqCst) {
-                    waits += 1;
-                    assert!(waits < 10_000_000, "round {round}: the setter never ran");
-                    sum += weft::wait(std::future::ready(1u64));
-                }
-                setter.join().unwrap();
-                (sum, waits)
-            });
-            let (sum, waits) = join_within(looper, 30).unwrap();
-            assert_eq!(
-                sum, waits,
-                "round {round}: a ready wait's value went missing"
-            );
-            assert!(f.load(SeqCst));
-        }
-    });
 }
 
 fn nested(depth: u32, ready: u64) -> Nested {

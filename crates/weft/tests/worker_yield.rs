@@ -190,28 +190,28 @@ fn expired_retries_in_a_join_on_a_fiber_let_the_sender_run() {
     });
 }
 
-/// A fiber looping on waits that are always ready at their first poll (no suspension,
-/// no self-wake), on a one-worker runtime, until a fiber or task tied to that worker
-/// sets a flag: its ready waits count against a budget, and the wait after the budget
+/// A fiber, and a task, looping on waits that are always ready at their first poll (no
+/// suspension, no self-wake), on a one-worker runtime, until a fiber or task tied to
+/// that worker sets a flag: their ready waits count against a budget (the fiber's in
+/// its context, the task's in the worker thread's), and the wait after the budget
 /// yields first, so the setter runs. Values the waits return are all kept (the yield
-/// comes before a poll, never with a result in hand), and a fiber whose waits suspend
-/// now and then never needs the budget's yield.
+/// comes before a poll, never with a result in hand). Either looper kept the worker
+/// for ever before the budget.
 #[test]
-fn a_fiber_looping_on_ready_waits_lets_its_worker_run_others() {
+fn loops_of_ready_waits_in_a_fiber_or_a_task_let_the_worker_run_others() {
     with_timeout(|| {
         let rt = workers(1);
-        for round in 0..20u64 {
+        for round in 0..40u64 {
             let flag = Arc::new(AtomicBool::new(false));
             let f = flag.clone();
-            let looper = fiber_on(&rt, move || {
+            let body = move || {
                 let f2 = f.clone();
                 let setter = if round % 2 == 0 {
                     weft::fiber::spawn(move || f2.store(true, SeqCst))
                 } else {
                     weft::spawn(async move { f2.store(true, SeqCst) })
                 };
-                let mut sum = 0u64;
-                let mut waits = 0u64;
+                let (mut sum, mut waits) = (0u64, 0u64);
                 while !f.load(SeqCst) {
                     waits += 1;
                     assert!(waits < 10_000_000, "round {round}: the setter never ran");
@@ -219,7 +219,12 @@ fn a_fiber_looping_on_ready_waits_lets_its_worker_run_others() {
                 }
                 setter.join().unwrap();
                 (sum, waits)
-            });
+            };
+            let looper = if round % 4 < 2 {
+                fiber_on(&rt, body)
+            } else {
+                rt.spawn(async move { body() })
+            };
             let (sum, waits) = join_within(looper, 60).unwrap();
             assert_eq!(
                 sum, waits,
