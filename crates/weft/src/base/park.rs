@@ -212,16 +212,21 @@ mod tests {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
+    /// A thread that unparks `p` after `delay`.
+    fn unpark_after(p: &Arc<Parker>, delay: Duration) -> std::thread::JoinHandle<()> {
+        let p = p.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            p.unpark();
+        })
+    }
+
     /// An unpark that lands while the parker spins ends the park with no sleep (and so
     /// no futex wake call).
     #[test]
     fn an_unpark_during_the_spin_is_met_without_sleeping() {
         let p = Arc::new(Parker::new());
-        let p2 = p.clone();
-        let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(2));
-            p2.unpark();
-        });
+        let t = unpark_after(&p, Duration::from_millis(2));
         let start = Instant::now();
         // A spin long enough that the unpark lands inside it even on a loaded machine.
         let slept = p.park_spin_timeout(2_000_000_000, None);
@@ -267,11 +272,7 @@ mod tests {
     #[test]
     fn a_timeout_past_any_instant_waits_for_the_unpark() {
         let p = Arc::new(Parker::new());
-        let p2 = p.clone();
-        let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(20));
-            p2.unpark();
-        });
+        let t = unpark_after(&p, Duration::from_millis(20));
         p.park_timeout(Some(Duration::MAX));
         t.join().unwrap();
     }

@@ -13,7 +13,7 @@ use std::cell::{Cell, OnceCell};
 use std::future::Future;
 use std::marker::PhantomPinned;
 use std::mem::ManuallyDrop;
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context, Poll, Waker};
@@ -65,10 +65,10 @@ pub(crate) struct FiberCtx {
     /// (a blocking nursery waiting for its children). Dropped while any is held, the
     /// fiber's stack is leaked, never unwound (see `Drop`).
     pins: Cell<u32>,
-    /// Waits in a row that [`suspend_on`] finished without suspending (see
-    /// [`READY_BUDGET`]). A byte: it fits in the context's padding, where a word made
-    /// every fiber's task larger and `spawn_join_100k` 10-20% slower (measured).
-    ready_in_a_row: Cell<u8>,
+    /// Waits in a row that [`suspend_on`] finished without suspending. A byte: it fits
+    /// in the context's padding, where a word made every fiber's task larger and
+    /// `spawn_join_100k` 10-20% slower (measured).
+    ready_in_a_row: ReadyStreak,
 }
 
 /// How many waits in a row a fiber may finish without suspending before the next one
@@ -77,7 +77,42 @@ pub(crate) struct FiberCtx {
 /// never gave its worker back, and a fiber tied there that would have set the flag
 /// never ran (found in review). Every such wait counts against a budget, as tokio's
 /// tasks count ready operations against theirs, and a wait that suspends restores it.
-pub(crate) const READY_BUDGET: u8 = 128;
+const READY_BUDGET: u8 = 128;
+
+/// The waits in a row that finished without suspending, against [`READY_BUDGET`]: a
+/// fiber's (in its context) and a worker thread's outside fibers (`fiber::wait`'s
+/// `on_worker`), one rule for both.
+pub(crate) struct ReadyStreak(Cell<u8>);
+
+impl ReadyStreak {
+    pub(crate) const fn new() -> ReadyStreak {
+        ReadyStreak(Cell::new(0))
+    }
+
+    /// Whether the budget is spent, and then a new streak starts: the caller yields
+    /// before its next wait polls, so nothing that wait returns is held across the
+    /// switch (an abort there would lose a received value).
+    #[inline]
+    pub(crate) fn take_spent(&self) -> bool {
+        let spent = self.0.get() >= READY_BUDGET;
+        if spent {
+            self.0.set(0);
+        }
+        spent
+    }
+
+    /// Counts a finished wait: one more in the streak if it finished `at_once`
+    /// (without suspending), else the streak ends. Saturating: waits nested in a poll
+    /// may count past the budget before the outer wait checks it.
+    #[inline]
+    pub(crate) fn record(&self, at_once: bool) {
+        self.0.set(if at_once {
+            self.0.get().saturating_add(1)
+        } else {
+            0
+        });
+    }
+}
 
 impl FiberCtx {
     fn new(name: Option<String>) -> Self {
@@ -96,7 +131,7 @@ impl FiberCtx {
             frame: Cell::new(overflow::Frame::NONE),
             resumes: Cell::new(0),
             pins: Cell::new(0),
-            ready_in_a_row: Cell::new(0),
+            ready_in_a_row: ReadyStreak::new(),
         }
     }
 
@@ -223,10 +258,10 @@ pub(crate) fn suspend_on<F: Future + ?Sized>(
         // so its context is alive and not borrowed mutably; the borrow ends here,
         // before the yield below may suspend.
         let c = unsafe { ctx.as_ref() };
-        (c.resumes.get(), c.ready_in_a_row.get() >= READY_BUDGET)
+        (c.resumes.get(), c.ready_in_a_row.take_spent())
     };
     if spent {
-        yield_for_budget(ctx);
+        yield_for_budget();
     }
     loop {
         // A fresh shared borrow after every suspension and every poll: between two
@@ -242,15 +277,9 @@ pub(crate) fn suspend_on<F: Future + ?Sized>(
         // SAFETY: as above.
         let c = unsafe { ctx.as_ref() };
         if let Poll::Ready(v) = ready {
-            // Counted once the value is ours to return: a yield here could let an
-            // abort unwind the fiber with a received value in hand (lost), so the
-            // yield a full budget asks for comes before the next wait's first poll.
-            let streak = if c.resumes.get() == entered_at {
-                c.ready_in_a_row.get().saturating_add(1)
-            } else {
-                0
-            };
-            c.ready_in_a_row.set(streak);
+            // Only counted here: the yield a spent budget asks for comes before the
+            // next wait's first poll (`ReadyStreak::take_spent`).
+            c.ready_in_a_row.record(c.resumes.get() == entered_at);
             return Some(v);
         }
         if c.resumes.get() != resumes {
@@ -271,23 +300,14 @@ pub(crate) fn suspend_on<F: Future + ?Sized>(
 }
 
 /// The yield of a fiber whose waits used up [`READY_BUDGET`] without suspending:
-/// before the next wait polls its future, so nothing it would return is held across
-/// the switch. A fiber that may not suspend (inside a fork-join `join` or `scope`)
-/// lets its worker run other work instead, as its other yields do (found in review:
-/// without it, such a loop inside a `join` still kept the worker).
+/// [`fiber::yield_now`](super::yield_now), which a fiber that may not suspend (inside a
+/// fork-join `join` or `scope`) turns into its worker's yield (found in review: a
+/// budget that only suspended left such a loop keeping the worker). Its own wait
+/// starts a new streak, so this does not recurse.
 #[cold]
 #[inline(never)]
-fn yield_for_budget(ctx: NonNull<FiberCtx>) {
-    // SAFETY: the fiber is running and not unwinding (the caller's contract), so its
-    // context is alive and not borrowed mutably.
-    let c = unsafe { ctx.as_ref() };
-    c.ready_in_a_row.set(0);
-    if may_suspend(c) {
-        // The yield's own wait starts with a full budget, so this does not recurse.
-        let _ = suspend_on(ctx, pin!(crate::task::yield_now()));
-    } else {
-        super::wait::worker_yield();
-    }
+fn yield_for_budget() {
+    super::yield_now();
 }
 
 enum Run<F, T> {

@@ -19,6 +19,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
 use crate::base::park::Parker;
+use crate::fiber::future::ReadyStreak;
 use crate::scheduler::stacks::WaitSignal;
 use crate::scheduler::worker;
 use crate::task::{JoinError, JoinHandle};
@@ -150,12 +151,10 @@ fn on_worker<F: Future>(
     let Some(core) = (unsafe { worker::current_ptr().as_ref() }) else {
         return block_thread(future);
     };
-    // The fibers' budget of ready waits (`fiber::future::READY_BUDGET`) for a task
-    // or job that waits: a loop of waits ready at their first poll never let the
-    // worker run anything else (found in review). Yields before the poll, as a fiber's.
-    let in_a_row = if may_yield { READY_IN_A_ROW.get() } else { 0 };
-    if in_a_row >= crate::fiber::future::READY_BUDGET {
-        READY_IN_A_ROW.set(0);
+    // The fibers' budget of ready waits for a task or job that waits: a loop of waits
+    // ready at their first poll never let the worker run anything else (found in
+    // review).
+    if may_yield && READY_IN_A_ROW.with(ReadyStreak::take_spent) {
         core.yield_to_others(|| core.wait_signal());
     }
     let signal = core.wait_signal();
@@ -165,22 +164,16 @@ fn on_worker<F: Future>(
     // was quick (polled again at once, the cheapest way on), two a future that wakes
     // itself, which would keep the worker for ever.
     let mut woken_in_poll = 0u32;
-    let mut polls = 0u32;
+    let mut at_once = true;
     loop {
         signal.reset();
-        polls += 1;
         if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
             if may_yield {
-                // Read again: a wait nested in the poll may have counted (or reset).
-                let streak = READY_IN_A_ROW.get();
-                READY_IN_A_ROW.set(if polls == 1 {
-                    streak.saturating_add(1)
-                } else {
-                    0
-                });
+                READY_IN_A_ROW.with(|s| s.record(at_once));
             }
             return v;
         }
+        at_once = false;
         if !signal.is_woken() {
             woken_in_poll = 0;
             pending(core, &signal);
@@ -208,7 +201,7 @@ fn wait_unwinding<F: Future>(future: Pin<&mut F>) -> F::Output {
 thread_local! {
     /// Waits in a row on this worker thread, outside fibers, that were ready at their
     /// first poll (see `on_worker`).
-    static READY_IN_A_ROW: Cell<u8> = const { Cell::new(0) };
+    static READY_IN_A_ROW: ReadyStreak = const { ReadyStreak::new() };
     /// The signal of this thread's outermost `block_thread`, kept between calls so that
     /// a wait that does not nest allocates nothing.
     static SIGNAL: StdArc<ThreadSignal> = StdArc::new(ThreadSignal(Parker::new()));
