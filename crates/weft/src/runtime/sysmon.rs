@@ -33,6 +33,11 @@
 //!   sockets registered) and nobody holding them at two looks in a row while a worker
 //!   of any pool sleeps on its futex: that worker is nudged, and takes them on its way
 //!   back to park (see `nudge_for_the_drivers`).
+//! * **Unclaimed fork-join work.** Jobs in a running worker's deque at two looks in a
+//!   row while nobody searches: a sleeper is woken for them. A `join` whose earlier
+//!   joins were short shows its half without a wake and relies on the next heartbeat,
+//!   which never comes when the first half joins no more (found in review,
+//!   `tests/review_claim.rs`).
 //! * **The stall report.** After the threshold (default 5 s) the task is reported once
 //!   on stderr with its id, its name if it is a named fiber, and the worker.
 //!   `WEFT_DEBUG_STALL=0` or [`Builder::stall_report(None)`](crate::Builder::stall_report)
@@ -110,6 +115,8 @@ struct Seen {
     /// Since when fibers handed to it have waited at every look while its poll count
     /// stood still.
     handed_since: Option<Instant>,
+    /// Its fork-join deque held jobs at the last look while it ran.
+    jobs_seen: bool,
 }
 
 /// What sysmon remembers about one pool.
@@ -196,6 +203,7 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
                     reported: false,
                     queued_since: None,
                     handed_since: None,
+                    jobs_seen: false,
                 });
                 if parked || remote.steal.is_empty() {
                     s.queued_since = None;
@@ -210,6 +218,19 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
                     // `STALE_AFTER` per worker.
                     s.queued_since = Some(now);
                     pool.notify_parked();
+                }
+                if parked || remote.jobs.is_empty() {
+                    s.jobs_seen = false;
+                } else if s.jobs_seen && pool.idle.num_searching() == 0 {
+                    // Fork-join jobs offered at two looks in a row and nobody came for
+                    // them: a half shown quietly (`Core::outermost_join`: no wake for a
+                    // computation whose joins had been short) whose other half joins no
+                    // more, so no heartbeat of its own ever wakes a sleeper for it.
+                    // Wake one; at most one wake per two looks per worker.
+                    s.jobs_seen = false;
+                    pool.notify_parked();
+                } else {
+                    s.jobs_seen = true;
                 }
                 if parked || polls != s.polls || remote.handed.is_empty() {
                     s.handed_since = None;
@@ -228,6 +249,7 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
                         reported: false,
                         queued_since: s.queued_since,
                         handed_since: s.handed_since,
+                        jobs_seen: s.jobs_seen,
                     };
                     remote.stalled.store(false, Relaxed);
                     continue;
