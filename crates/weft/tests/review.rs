@@ -222,11 +222,11 @@ fn child_shutdown_fiber_holds_sender() {
     println!("CHILD t={:?}", t.join());
 }
 
-/// Now: hang. The task's wait sees the shutdown and blocks the worker thread
-/// (`block_thread`) before the worker unwinds its fibers (`Shared::close_set_aside`
-/// runs after the loop), so the sender is never dropped.
+/// Was a hang until session 30: the task's wait saw the shutdown and blocked the
+/// worker thread before the worker unwound its fibers (`Shared::close_set_aside` runs
+/// after the loop), so the sender was never dropped. The shutting-down wait now
+/// unwinds them itself (`Core::wait_shutting_down`).
 #[test]
-#[ignore = "known limitation: a wait in progress at shutdown cannot run the unwinding of this worker's fibers, which happens after the worker's loop, outside any poll"]
 fn shutdown_unwinds_a_fiber_that_a_blocked_wait_depends_on() {
     check("shutdown_fiber_holds_sender", Duration::from_secs(10));
 }
@@ -1065,8 +1065,10 @@ fn a_future_that_panics_when_its_set_aside_wait_resumes() {
 
 /// `shutdown_timeout` gives up on a worker stuck in a wait (on its own stack, while a
 /// fiber and a set-aside wait wait behind it); the wait then ends after the runtime
-/// is gone, and the worker finishes: the fiber was leaked (not unwound off its
-/// thread), the set-aside task finishes, and the thread exits.
+/// is gone, and the worker finishes: the set-aside task finishes, and the thread
+/// exits. The fiber is unwound on its own thread by the stuck wait (which unwinds its
+/// worker's set-aside fibers: `Core::wait_shutting_down`, session 30), never off it;
+/// before, the wait could not, and the fiber was leaked when the timeout gave up.
 fn child_shutdown_timeout_stuck_dispatcher() {
     let stopped = common::counter();
     let st = stopped.clone();
@@ -1112,8 +1114,8 @@ fn child_shutdown_timeout_stuck_dispatcher() {
     common::wait_until("the worker stopped", || common::load(&stopped) == 1);
     assert_eq!(
         common::load(&drops),
-        0,
-        "the fiber was unwound off its thread"
+        1,
+        "the stuck wait unwinds its worker's fiber, on that thread"
     );
 }
 

@@ -641,18 +641,14 @@ fn runtime_dropped_while_a_fiber_holds_what_plain_threads_wait_for() {
     });
 }
 
-/// Known limit, confirmed (documented on `weft::wait`: "a wait in progress when the
-/// runtime shuts down ... cannot see that worker's suspended fibers unwound (that
-/// happens after the worker's loop)"). On one worker, a fiber holds a `Mutex` and
-/// waits for ever; an async task then calls `lock_blocking` (not `.await`), so the
-/// worker sets that stack aside. Dropping the runtime hangs for ever: at shutdown the
-/// worker resumes the set-aside wait, which now blocks its thread for the lock, and the
-/// only one who could release it is the suspended fiber, unwound only after the
-/// worker's loop ends. `lock().await` in the task instead is cancelled and does not
-/// hang (`runtime_dropped_while_a_fiber_holds_what_plain_threads_wait_for`).
+/// Was a known limit (documented on `weft::wait`), fixed in session 30. On one
+/// worker, a fiber holds a `Mutex` and waits for ever; an async task then calls
+/// `lock_blocking` (not `.await`) on the worker thread's own stack. Dropping the
+/// runtime hung for ever: the wait, seeing the shutdown, blocked its thread for the
+/// lock, and the only one who could release it was the suspended fiber, unwound only
+/// at the worker's exit, below that wait. The shutting-down wait now unwinds the
+/// fibers set aside for its worker first: the guard drops, the task gets the lock.
 #[test]
-#[ignore = "known limit (documented on weft::wait): Runtime::drop hangs when a task on a worker \
-            blocks in lock_blocking behind a fiber suspended on the same worker"]
 fn runtime_drop_with_a_task_in_lock_blocking_behind_a_suspended_fiber_of_its_worker() {
     with_limit(Duration::from_secs(5), || {
         let m = Arc::new(Mutex::new(0u32));
@@ -672,8 +668,13 @@ fn runtime_drop_with_a_task_in_lock_blocking_behind_a_suspended_fiber_of_its_wor
         let t = rt.spawn(async move { *m2.lock_blocking() += 1 });
         std::thread::sleep(Duration::from_millis(20));
         drop(rt);
-        let _ = holder.join();
-        let _ = t.join();
+        assert!(holder.join().unwrap_err().is_cancelled());
+        // The task got the lock once the fiber's guard dropped, or was cancelled.
+        match t.join() {
+            Ok(()) => assert_eq!(*m.try_lock().expect("the mutex is free"), 1),
+            Err(e) => assert!(e.is_cancelled(), "{e:?}"),
+        }
+        assert!(m.try_lock().is_ok(), "the mutex is free");
     });
 }
 

@@ -61,10 +61,10 @@ impl Wake for ThreadSignal {
 /// A future that wakes itself on every poll (a loop of `yield_now`) lets the worker run
 /// other ready work between its polls, as a fiber's yield does; so does a timed wait
 /// (`recv_timeout`, `select_timeout`, ...) whose deadline had already passed, so that a
-/// loop retrying one never keeps its worker from a partner tied there. Known limit: a
-/// wait in progress when the runtime shuts down goes on resuming the waits set aside
-/// on its worker and firing timers, but cannot see that worker's suspended fibers
-/// unwound (that happens after the worker's loop).
+/// loop retrying one never keeps its worker from a partner tied there. A wait in
+/// progress when the runtime shuts down goes on resuming the waits set aside on its
+/// worker, firing timers and unwinding that worker's suspended fibers (so a lock or a
+/// sender that such a fiber holds is released), until its future completes.
 /// * On any other thread, the thread sleeps until the waker fires.
 ///
 /// Inside an async task, prefer `.await`: `wait` there occupies the worker's stack for

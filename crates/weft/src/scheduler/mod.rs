@@ -778,6 +778,25 @@ impl Shared {
         unsafe { cancel_now(ptr) };
     }
 
+    /// Whether tasks wait in worker `i`'s set-aside list.
+    pub(crate) fn has_set_aside(&self, i: usize) -> bool {
+        !self.remotes[i].set_aside.lock().tasks.is_empty()
+    }
+
+    /// Cancels the tasks set aside for worker `i` so far, leaving the list open: for a
+    /// wait on worker `i`'s own thread that blocks it during shutdown (see
+    /// `Core::wait_shutting_down`), whose future may need one of its fibers unwound
+    /// (a lock that a suspended fiber holds). Returns whether there were any.
+    pub(crate) fn cancel_set_aside_now(&self, i: usize) -> bool {
+        let tasks = std::mem::take(&mut self.remotes[i].set_aside.lock().tasks);
+        let any = !tasks.is_empty();
+        for TaskRef(ptr) in tasks {
+            // SAFETY: the list held a reference to the live task `ptr`.
+            unsafe { cancel_now(ptr) };
+        }
+        any
+    }
+
     /// Cancels the tasks set aside for worker `i` and closes its list.
     ///
     /// `own`: called by worker `i` itself, on its thread, outside any poll, as it

@@ -223,13 +223,30 @@ impl Core {
     /// aside nor runs tasks (the loop has ended), but it resumes the set-aside waits
     /// that are ready, and fires timers while it blocks (`block_until`), so that waits
     /// depending on each other, or on a timer, all end (found in review: a chain of
-    /// joins, or a sleep, in progress at runtime drop hung it). Returns when `signal`
-    /// fired, or after resuming one stack.
+    /// joins, or a sleep, in progress at runtime drop hung it). It also unwinds this
+    /// worker's suspended fibers that shutdown set aside for it: a wait on the thread's
+    /// own stack sits below `Core::run`'s exit, where they are unwound otherwise, and a
+    /// fiber may hold what it waits for (a `Mutex` guard: found in review, a task in
+    /// `lock_blocking` behind a suspended fiber hung the runtime's drop). Returns when
+    /// `signal` fired, or after resuming one stack or unwinding fibers.
     pub(crate) fn wait_shutting_down(&self, signal: &WaitSignal) {
-        if self.resume_a_ready_wait() {
+        if self.resume_a_ready_wait() || self.unwind_set_aside_fibers() {
             return;
         }
-        self.block_until(|| signal.is_woken() || self.stacks.ready().any());
+        self.block_until(|| {
+            signal.is_woken() || self.stacks.ready().any() || self.shared.has_set_aside(self.index)
+        });
+    }
+
+    /// Cancels the tasks shutdown set aside for this worker (its started fibers, which
+    /// only this thread may unwind), as `Core::run` does at its exit, here inside a wait;
+    /// with this thread's current task put away meanwhile, as for a resumed stack.
+    fn unwind_set_aside_fibers(&self) -> bool {
+        if !self.shared.has_set_aside(self.index) {
+            return false;
+        }
+        let _switch = self.switch();
+        self.shared.cancel_set_aside_now(self.index)
     }
 
     /// Resumes one set-aside wait of this worker that is ready, if any (while the
