@@ -8,9 +8,12 @@
 //! panics and shutdown, runtime drops while fibers loop, and mixed MPMC stress of
 //! `bounded(n)` with closes, receiver drops and aborts.
 //!
-//! Every test runs under a watchdog and bounds its loops. One finding, fixed:
+//! Every test runs under a watchdog and bounds its loops. One finding, fixed, then
+//! undone in session 30 and now a documented limit:
 //! `ready_waits_inside_join_or_scope_on_a_fiber_let_a_pinned_partner_run` (the budget
-//! was skipped inside a fork-join `join`/`scope`, and nothing else yielded there). A
+//! was skipped inside a fork-join `join`/`scope`, and nothing else yielded there; the
+//! worker's yield that fixed it could bury a join half under its waiting sibling: a
+//! hang, `worker_yield.rs`). A
 //! second gap it pointed at, a task (not a fiber) looping on ready waits, is covered in
 //! `worker_yield.rs` (`loops_of_ready_waits_in_a_fiber_or_a_task_let_the_worker_run_others`).
 
@@ -263,43 +266,63 @@ fn ready_wait_loops_let_timer_injected_and_ring_partners_run() {
     });
 }
 
-/// A fiber inside a fork-join `join` or `scope` looping on waits that are
-/// ready at once (a ready future, an expired `time::timeout`) let a fiber tied to its
-/// worker run, on a one-worker runtime. Found in this review: `yield_for_budget`
-/// (`fiber/future.rs`) reset the count and did nothing when the fiber may not suspend
-/// (inside a join), and a ready wait never reaches the worker's own yields, so the
-/// partner never ran. Fixed: the budget's yield there is `wait::worker_yield`, as
-/// `fiber::yield_now`'s and an expired timed wait's are. The same loop outside a
-/// join (the "plain" case) passed before.
+/// A fiber looping on waits that are ready at once (a ready future, an expired
+/// `time::timeout`) lets a fiber tied to its worker run, on a one-worker runtime.
 #[test]
+fn ready_waits_on_a_fiber_let_a_pinned_partner_run() {
+    limit(40, || {
+        let rt = workers(1);
+        assert!(
+            ready_wait_loop_lets_partner_run(&rt, "plain"),
+            "a partner tied to the worker never ran during 2 s of ready waits"
+        );
+    });
+}
+
+/// The same loop inside a fork-join `join` or `scope`. Found in this review:
+/// `yield_for_budget` (`fiber/future.rs`) did nothing when the fiber may not suspend,
+/// so the partner never ran. Fixed in session 29 with the worker's yield there, which
+/// session 30 undid: that yield runs the worker's loop on top of the join half, which
+/// could take the sibling half from the deque, and a sibling that waits for the
+/// yielding half then hung both (`worker_yield.rs`,
+/// `ready_waits_in_a_join_half_do_not_bury_it_under_its_waiting_sibling`). Documented
+/// limit (ARCHITECTURE.md, fibers: a loop of ready waits inside a join half keeps its
+/// worker, as any computation there does).
+#[test]
+#[ignore = "documented limit: inside a fork-join join/scope there is no ready-wait budget yield (it could bury a join half under its waiting sibling)"]
 fn ready_waits_inside_join_or_scope_on_a_fiber_let_a_pinned_partner_run() {
     limit(40, || {
         let rt = workers(1);
-        let mut starved = Vec::new();
-        for how in ["plain", "join", "scope"] {
-            let looper = fiber_on(&rt, move || {
-                let f = flag();
-                let f2 = f.clone();
-                let partner = weft::fiber::spawn(move || f2.store(true, SeqCst));
-                let within = Duration::from_secs(2);
-                let ok = match how {
-                    "plain" => ready_waits_until(&f, within),
-                    "join" => weft::join(|| ready_waits_until(&f, within), || ()).0,
-                    _ => weft::scope(|_| ready_waits_until(&f, within)),
-                };
-                // (Joined whatever happened: the partner runs once we suspend.)
-                partner.join().unwrap();
-                ok
-            });
-            if !join_within(looper, 20).unwrap() {
-                starved.push(how);
-            }
-        }
+        let starved: Vec<_> = ["join", "scope"]
+            .into_iter()
+            .filter(|how| !ready_wait_loop_lets_partner_run(&rt, how))
+            .collect();
         assert!(
             starved.is_empty(),
             "a partner tied to the worker never ran during 2 s of ready waits in: {starved:?}"
         );
     });
+}
+
+/// A fiber on `rt` spawns a partner fiber (tied to its worker) that sets a flag, then
+/// loops on ready waits until the flag is set or 2 s passed, `how`: plainly, inside a
+/// `join` half or inside a `scope`. Returns whether the partner ran in time.
+fn ready_wait_loop_lets_partner_run(rt: &weft::Runtime, how: &'static str) -> bool {
+    let looper = fiber_on(rt, move || {
+        let f = flag();
+        let f2 = f.clone();
+        let partner = weft::fiber::spawn(move || f2.store(true, SeqCst));
+        let within = Duration::from_secs(2);
+        let ok = match how {
+            "plain" => ready_waits_until(&f, within),
+            "join" => weft::join(|| ready_waits_until(&f, within), || ()).0,
+            _ => weft::scope(|_| ready_waits_until(&f, within)),
+        };
+        // (Joined whatever happened: the partner runs once we suspend.)
+        partner.join().unwrap();
+        ok
+    });
+    join_within(looper, 20).unwrap()
 }
 
 /// A future whose poll itself calls `weft::wait`: `ready` waits, then a wait on a

@@ -263,3 +263,45 @@ fn ready_receives_on_a_fiber_keep_every_value_across_budget_yields() {
         assert_eq!(join_within(receiver, 60).unwrap(), n);
     });
 }
+
+/// A fork-join half that waits for its sibling, while the sibling loops on waits that
+/// are ready at once, on one worker. The ready-wait budget's yield inside the join used
+/// to run the worker's loop on top of the looping half, which took the waiting half
+/// from the deque there: it then blocked on top of the only one who could wake it
+/// (found as a rare hang of `review_fib0::rendezvous_inside_forkjoin_join` under load).
+/// The budget now yields only where the yield does not run work on top of a fork-join
+/// computation in progress.
+#[test]
+fn ready_waits_in_a_join_half_do_not_bury_it_under_its_waiting_sibling() {
+    with_timeout(|| {
+        let rt = workers(1);
+        for how in ["scope", "join"] {
+            let h = fiber_on(&rt, move || {
+                // Something else ready on this worker, so that a yield would run.
+                let other = weft::fiber::spawn(|| ());
+                let (tx, rx) = weft::chan::bounded::<u32>(1);
+                let loop_then_send = move || {
+                    for i in 0..1_000u32 {
+                        assert_eq!(weft::wait(std::future::ready(i)), i);
+                    }
+                    tx.send_blocking(7).unwrap();
+                };
+                let got = match how {
+                    "scope" => {
+                        let mut got = 0;
+                        let slot = &mut got;
+                        weft::scope(|s| {
+                            s.spawn(move |_| *slot = rx.recv_blocking().unwrap());
+                            loop_then_send();
+                        });
+                        got
+                    }
+                    _ => weft::join(loop_then_send, move || rx.recv_blocking().unwrap()).1,
+                };
+                other.join().unwrap();
+                got
+            });
+            assert_eq!(join_within(h, 20).unwrap(), 7, "{how}");
+        }
+    });
+}

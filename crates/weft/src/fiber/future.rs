@@ -300,14 +300,18 @@ pub(crate) fn suspend_on<F: Future + ?Sized>(
 }
 
 /// The yield of a fiber whose waits used up [`READY_BUDGET`] without suspending:
-/// [`fiber::yield_now`](super::yield_now), which a fiber that may not suspend (inside a
-/// fork-join `join` or `scope`) turns into its worker's yield (found in review: a
-/// budget that only suspended left such a loop keeping the worker). Its own wait
-/// starts a new streak, so this does not recurse.
+/// [`fiber::yield_now`](super::yield_now) where the fiber may suspend; where it may not
+/// (inside a fork-join `join` or `scope`) the worker's budget yield, which stays put
+/// inside a fork-join computation (see `wait::budget_yield`). Its own wait starts a
+/// new streak, so this does not recurse.
 #[cold]
 #[inline(never)]
 fn yield_for_budget() {
-    super::yield_now();
+    if suspendable().is_some() {
+        super::yield_now();
+    } else {
+        super::wait::budget_yield();
+    }
 }
 
 enum Run<F, T> {

@@ -56,7 +56,10 @@ impl Wake for ThreadSignal {
 /// A wait whose future is ready at its first poll does not suspend, but 128 such
 /// waits in a row on a worker (a fiber's, or a task's) make the next one yield first (a
 /// cooperative budget, as tokio's), so a loop of waits that are always ready still lets
-/// the other fibers and tasks of its worker run.
+/// the other fibers and tasks of its worker run. Not inside a fork-join `join` or
+/// `scope`: a yield there would run the worker's other work on top of the join half,
+/// and a sibling half that then waits for this one would hang both; such a loop keeps
+/// its worker, as any computation inside a join does.
 ///
 /// A future that wakes itself on every poll (a loop of `yield_now`) lets the worker run
 /// other ready work between its polls, as a fiber's yield does; so does a timed wait
@@ -137,6 +140,19 @@ pub(crate) fn worker_yield() {
     }
 }
 
+/// The ready-wait budget's yield on a worker (a task's waits, or a fiber's where it
+/// may not suspend): see `Core::budget_yield`. Nothing off a worker or while a panic
+/// unwinds.
+pub(crate) fn budget_yield() {
+    // SAFETY: as in `on_worker`.
+    let Some(core) = (unsafe { worker::current_ptr().as_ref() }) else {
+        return;
+    };
+    if !std::thread::panicking() {
+        core.budget_yield();
+    }
+}
+
 /// Polls `future` with a waker of this worker's, calling `pending` each time it is
 /// pending and its waker has not fired yet; off a worker, blocks the thread. With
 /// `may_yield`, a future found woken by the end of two polls in a row (one that wakes
@@ -155,7 +171,7 @@ fn on_worker<F: Future>(
     // ready at their first poll never let the worker run anything else (found in
     // review).
     if may_yield && READY_IN_A_ROW.with(ReadyStreak::take_spent) {
-        core.yield_to_others(|| core.wait_signal());
+        core.budget_yield();
     }
     let signal = core.wait_signal();
     let waker = Waker::from(signal.clone());

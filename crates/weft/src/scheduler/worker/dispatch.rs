@@ -74,6 +74,25 @@ impl Core {
         }
     }
 
+    /// The ready-wait budget's yield ([`yield_to_others`](Self::yield_to_others)),
+    /// except inside a fork-join `join`, `scope` or job on this worker. There the
+    /// wait cannot set its stack aside, so the yield would run the worker's loop on top
+    /// of it, and that loop may take a half of the same computation from the deque
+    /// which then waits for the yielding half: buried under it, the yielding half can
+    /// never go on (found as a rare hang of a rendezvous inside `join` under load;
+    /// `tests/worker_yield.rs`). A waiting wait is safe there, being registered where
+    /// its partner finds it; a yield is not. So a loop of ready waits inside a
+    /// fork-join computation keeps its worker, as a loop of plain computation does.
+    pub(crate) fn budget_yield(&self) {
+        let in_fork_join = !self.outermost.get().is_null()
+            || self.private_len.get() > 0
+            || self.scopes.get() > 0
+            || self.jobs_running.get() > 0;
+        if !in_fork_join {
+            self.yield_to_others(|| self.wait_signal());
+        }
+    }
+
     /// Whether a wait that yields would let something else run here: a task or fiber
     /// ready in this worker's queues, a set-aside wait that was woken, or another wait
     /// that yielded (waits that yield to each other take turns).
