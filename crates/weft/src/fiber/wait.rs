@@ -67,7 +67,10 @@ impl Wake for ThreadSignal {
 /// loop retrying one never keeps its worker from a partner tied there. A wait in
 /// progress when the runtime shuts down goes on resuming the waits set aside on its
 /// worker, firing timers and unwinding that worker's suspended fibers (so a lock or a
-/// sender that such a fiber holds is released), until its future completes.
+/// sender that such a fiber holds is released), until its future completes. The
+/// fibers go first: a fiber whose cleanup (a `Drop` of its locals) needs what the
+/// waiting code holds (a lock it took before the wait) then waits for it for ever, and
+/// so does the runtime's drop.
 /// * On any other thread, the thread sleeps until the waker fires.
 ///
 /// Inside an async task, prefer `.await`: `wait` there occupies the worker's stack for

@@ -788,13 +788,17 @@ impl Shared {
     /// `Core::wait_shutting_down`), whose future may need one of its fibers unwound
     /// (a lock that a suspended fiber holds). Returns whether there were any.
     pub(crate) fn cancel_set_aside_now(&self, i: usize) -> bool {
-        let tasks = std::mem::take(&mut self.remotes[i].set_aside.lock().tasks);
-        let any = !tasks.is_empty();
-        for TaskRef(ptr) in tasks {
+        let mut any = false;
+        loop {
+            // (The guard must not live across the cancellation: a fiber's cleanup may
+            // look at this list again.)
+            let Some(TaskRef(ptr)) = self.remotes[i].set_aside.lock().tasks.pop() else {
+                return any;
+            };
+            any = true;
             // SAFETY: the list held a reference to the live task `ptr`.
             unsafe { cancel_now(ptr) };
         }
-        any
     }
 
     /// Cancels the tasks set aside for worker `i` and closes its list.
@@ -802,29 +806,40 @@ impl Shared {
     /// `own`: called by worker `i` itself, on its thread, outside any poll, as it
     /// leaves (`Core::run`): its fibers are unwound here, together with any set aside
     /// meanwhile (their destructors may wake more), and the list closes once it is
-    /// empty. Otherwise (the end of a shutdown that gave up on a stuck worker): the
-    /// list is closed first, and its tasks are cancelled on this thread, where a
-    /// fiber's stack is leaked, not unwound. A fiber that its stuck worker is running
-    /// is left to that worker: the cancellation takes effect when its poll returns.
-    /// Nothing happens for a list that is closed already.
+    /// empty. One at a time, there and in [`cancel_set_aside_now`](Self::cancel_set_aside_now):
+    /// a wait in one fiber's cleanup may need another fiber of the list unwound, which
+    /// that wait's own shutdown handling does only if the fiber is still on the list
+    /// (found in review: two fibers whose fiber-locals' destructors each took the
+    /// other's lock hung the drop). Otherwise (the end of a shutdown that gave up on a
+    /// stuck worker): the list is closed first, and its tasks are cancelled on this
+    /// thread, where a fiber's stack is leaked, not unwound. A fiber that its stuck
+    /// worker is running is left to that worker: the cancellation takes effect when its
+    /// poll returns. Nothing happens for a list that is closed already.
     pub(crate) fn close_set_aside(&self, i: usize, own: bool) {
-        loop {
-            let tasks = {
-                let mut list = self.remotes[i].set_aside.lock();
-                if !own {
-                    list.closed = true;
-                }
-                let tasks = std::mem::take(&mut list.tasks);
-                if tasks.is_empty() {
-                    list.closed = true;
-                    return;
-                }
-                tasks
-            };
-            for TaskRef(ptr) in tasks {
+        if own {
+            loop {
+                let TaskRef(ptr) = {
+                    let mut list = self.remotes[i].set_aside.lock();
+                    match list.tasks.pop() {
+                        Some(task) => task,
+                        None => {
+                            list.closed = true;
+                            return;
+                        }
+                    }
+                };
                 // SAFETY: the list held a reference to the live task `ptr`.
                 unsafe { cancel_now(ptr) };
             }
+        }
+        let tasks = {
+            let mut list = self.remotes[i].set_aside.lock();
+            list.closed = true;
+            std::mem::take(&mut list.tasks)
+        };
+        for TaskRef(ptr) in tasks {
+            // SAFETY: the list held a reference to the live task `ptr`.
+            unsafe { cancel_now(ptr) };
         }
     }
 

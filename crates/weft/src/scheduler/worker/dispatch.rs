@@ -61,10 +61,17 @@ impl Core {
     /// ([`others_ready`](Self::others_ready)); while the runtime shuts down, when no
     /// task runs any more, resumes a ready set-aside wait instead, which may be what
     /// the caller waits for (found in review: a drop hung on two self-waking waits that
-    /// depended on each other). Returns whether it yielded.
+    /// depended on each other), or else unwinds this worker's set-aside fibers, as
+    /// [`wait_shutting_down`](Self::wait_shutting_down) does. Returns whether it
+    /// yielded.
     pub(crate) fn yield_to_others(&self, signal: impl FnOnce() -> StdArc<WaitSignal>) -> bool {
         if self.shared.is_shutdown() {
-            self.resume_a_ready_wait();
+            // As a shutting-down wait does: what it retries for may be held by a fiber
+            // of this worker (found in review: a `try_lock` loop that yielded spun for
+            // ever behind one).
+            if !self.resume_a_ready_wait() {
+                self.unwind_set_aside_fibers();
+            }
             false
         } else if self.others_ready() {
             self.yield_wait(&signal());
