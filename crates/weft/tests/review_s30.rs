@@ -12,9 +12,10 @@
 //! wait could unwind it; a retry loop that yields at shutdown never unwound anything);
 //! two documented limits of the shutdown rule "a worker's fibers are unwound before its
 //! blocked waits go on" (a fiber's cleanup that needs what a blocked wait holds: one of
-//! them finished before this session); two pre-existing hangs left as findings (two
-//! set-aside waits on one FIFO semaphore resumed in the wrong order; a cancelled task's
-//! `Drop` blocking the dropping thread on a lock a suspended fiber holds).
+//! them finished before this session); two pre-existing hangs: a cancelled task's
+//! `Drop` blocking the dropping thread on a lock a suspended fiber holds (fixed: the
+//! fibers are routed to their workers before the rest is cancelled), and two set-aside
+//! waits on one FIFO semaphore resumed in the wrong order (left as a finding).
 
 mod common;
 
@@ -1405,14 +1406,13 @@ fn fiber_cleanup_inside_a_wait_under_another_runtimes_entry_spawns_on_its_own() 
     });
 }
 
-/// FINDING (pre-existing, not this change's code path, same family): a task that is
-/// not running at shutdown is cancelled on the dropping thread; its future's `Drop`
-/// takes a lock (`lock_blocking`) that a suspended fiber holds. The dropping thread
-/// blocks in `cancel_all` (a plain thread's `block_thread`) before it sets `routed`, and
-/// the workers unwind their fibers only once routed: `Runtime::drop` hangs for ever.
+/// Found in review (pre-existing, same family), fixed: a task that is not running at
+/// shutdown is cancelled on the dropping thread; its future's `Drop` takes a lock
+/// (`lock_blocking`) that a suspended fiber holds. The dropping thread blocked in
+/// `cancel_all` (a plain thread's `block_thread`) before it set `routed`, and the
+/// workers unwind their fibers only once routed: `Runtime::drop` hung for ever. Now
+/// `begin_shutdown` routes every fiber first, sets `routed`, then cancels the rest.
 #[test]
-#[ignore = "finding (pre-existing): Runtime::drop hangs when a cancelled task's Drop, run on \
-            the dropping thread inside cancel_all, blocks on a lock a suspended fiber holds"]
 fn a_cancelled_tasks_drop_blocks_on_a_lock_a_suspended_fiber_holds() {
     with_limit(Duration::from_secs(10), || {
         let rt = rt(1);

@@ -713,8 +713,15 @@ impl Shared {
             }
         }
         self.shutdown.store(true, SeqCst);
-        let _routed = Routed(self);
-        self.cancel_all()
+        let routed = Routed(self);
+        let (marked, cancel) = self.route_all();
+        // Every fiber tied to a worker is on that worker's list: the workers may unwind
+        // them now, while this thread cancels the rest. Not after: a cancelled task's
+        // `Drop` may block on a lock that such a fiber holds, and it blocked this thread
+        // before `routed`, for ever (found in review, `tests/review_s30.rs`).
+        drop(routed);
+        cancel.run();
+        marked
     }
 
     /// Cancels every linked task and empties the injection queue and the `handed`
@@ -724,7 +731,18 @@ impl Shared {
     /// Returns how many of the cancelled tasks graceful shutdown had marked as active
     /// at its call (`ShutdownReport::cancelled`).
     pub(crate) fn cancel_all(&self) -> usize {
+        let (marked, cancel) = self.route_all();
+        cancel.run();
+        marked
+    }
+
+    /// [`cancel_all`](Self::cancel_all)'s first half: unlinks every task, sets the
+    /// fibers tied to a worker aside for it, closes the queues, and returns the rest to
+    /// cancel (with the count of those graceful shutdown had marked). Runs no task's
+    /// code: the cancellations, which drop futures, are the caller's.
+    fn route_all(&self) -> (usize, ToCancel) {
         let mut marked = 0;
+        let mut cancel = ToCancel::default();
         self.owned.close_and_drain(|ptr| {
             // SAFETY: we hold the list's reference to the live task `ptr`.
             let h = unsafe { ptr.as_ref() };
@@ -736,26 +754,21 @@ impl Shared {
                 // SAFETY: the list's reference moves to the set-aside list.
                 Some(home) => unsafe { self.set_aside(home.worker, ptr) },
                 // Not tied to a thread (a task, a fiber that has not started or that
-                // migrates): cancelled here.
-                // SAFETY: the reference moves to `cancel_now`.
-                None => unsafe { cancel_now(ptr) },
+                // migrates): cancelled by the caller, with the list's reference.
+                None => cancel.linked.push(TaskRef(ptr)),
             }
         });
-        for task in self.inject.close() {
-            cancel_queued(task);
-        }
+        cancel.queued.extend(self.inject.close());
         for (i, r) in self.remotes.iter().enumerate() {
             // Not started: nobody's yet.
-            for task in r.handed.close() {
-                cancel_queued(task);
-            }
+            cancel.queued.extend(r.handed.close());
             // Fibers homed on worker `i`, whose thread may be running a task right now.
             for task in r.inbox.close() {
                 // SAFETY: the queue reference moves to the set-aside list.
                 unsafe { self.set_aside(i, task.into_raw()) };
             }
         }
-        marked
+        (marked, cancel)
     }
 
     /// Shutdown: sets the task `ptr`, tied to worker `i`, aside for that worker to
@@ -857,6 +870,26 @@ impl Shared {
             workers,
             self.base,
         )
+    }
+}
+
+/// Tasks that [`Shared::route_all`] took out of the owned list (`linked`, each with the
+/// list's reference) and out of the queues (`queued`), to cancel.
+#[derive(Default)]
+struct ToCancel {
+    linked: Vec<TaskRef>,
+    queued: Vec<Notified>,
+}
+
+impl ToCancel {
+    fn run(self) {
+        for TaskRef(ptr) in self.linked {
+            // SAFETY: the reference the owned list held on the live task `ptr`.
+            unsafe { cancel_now(ptr) };
+        }
+        for task in self.queued {
+            cancel_queued(task);
+        }
     }
 }
 
