@@ -701,8 +701,9 @@ impl Shared {
     ///
     /// Returns what [`cancel_all`](Self::cancel_all) does.
     pub(crate) fn begin_shutdown(&self) -> usize {
-        /// Sets `routed` and wakes the workers, also if a destructor or waker run by
-        /// `cancel_all` panics: the workers would otherwise wait for it for ever.
+        /// Sets `routed` and wakes the workers, also if routing panics (a task set
+        /// aside on a list already closed is cancelled there): the workers would
+        /// otherwise wait for it for ever.
         struct Routed<'a>(&'a Shared);
         impl Drop for Routed<'_> {
             fn drop(&mut self) {
