@@ -82,22 +82,37 @@ impl Core {
     }
 
     /// The ready-wait budget's yield ([`yield_to_others`](Self::yield_to_others)),
-    /// except inside a fork-join `join`, `scope` or job on this worker. There the
-    /// wait cannot set its stack aside, so the yield would run the worker's loop on top
-    /// of it, and that loop may take a half of the same computation from the deque
-    /// which then waits for the yielding half: buried under it, the yielding half can
-    /// never go on (found as a rare hang of a rendezvous inside `join` under load;
-    /// `tests/worker_yield.rs`). A waiting wait is safe there, being registered where
-    /// its partner finds it; a yield is not. So a loop of ready waits inside a
-    /// fork-join computation keeps its worker, as a loop of plain computation does.
+    /// except where a wait would dispatch in place: inside a fork-join `join`, `scope`
+    /// or job of its own (the loop stack it runs on cannot be set aside, or it runs on
+    /// the thread's or a fiber's stack while this worker has a fork-join computation in
+    /// progress). There the yield would run the worker's loop on top of it, and that
+    /// loop may take a half of the same computation from the deque which then waits
+    /// for the yielding half: buried under it, the yielding half can never go on (found
+    /// as a rare hang of a rendezvous inside `join` under load; `tests/worker_yield.rs`).
+    /// A waiting wait is safe there, being registered where its partner finds it; a
+    /// yield is not. So a loop of ready waits inside a fork-join computation keeps its
+    /// worker, as a loop of plain computation does. A wait on a loop stack it can set
+    /// aside still yields, whatever computation lies buried below that stack (review:
+    /// a task run above another task's blocked `join` half starved a fiber).
     pub(crate) fn budget_yield(&self) {
         let in_fork_join = !self.outermost.get().is_null()
             || self.private_len.get() > 0
             || self.scopes.get() > 0
             || self.jobs_running.get() > 0;
-        if !in_fork_join {
+        if !in_fork_join || self.wait_sets_aside() {
             self.yield_to_others(|| self.wait_signal());
         }
+    }
+
+    /// Whether a wait made here would set its loop stack aside ([`wait_for`]'s test)
+    /// rather than dispatch in place.
+    ///
+    /// [`wait_for`]: Self::wait_for
+    fn wait_sets_aside(&self) -> bool {
+        let ctx = current::loop_stack().cast::<LoopCtx>();
+        // SAFETY: as in `wait_for`: a non-null loop stack is the context of the loop
+        // stack this thread runs on now, which lives at that stack's base.
+        unsafe { ctx.as_ref() }.is_some_and(|ctx| ctx.base_mark.get() == self.join_mark())
     }
 
     /// Whether a wait that yields would let something else run here: a task or fiber
