@@ -26,7 +26,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-use common::{counter, load, with_limit, DropCounter};
+use common::{counter, drop_within, load, with_limit, DropCounter, OnDrop};
 use weft::sync::{Barrier, Mutex, Notify, RwLock, Semaphore, WaitGroup};
 use weft::{Builder, JoinHandle, Runtime};
 
@@ -156,20 +156,6 @@ fn blocked_task<T: Send + 'static>(
     (t, on_stack)
 }
 
-/// Drops `rt` on a helper thread and fails if that takes longer than `limit`.
-fn drop_within(rt: Runtime, limit: Duration, what: &str) {
-    let start = Instant::now();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        drop(rt);
-        let _ = tx.send(());
-    });
-    if rx.recv_timeout(limit).is_err() {
-        panic!("hang: dropping the runtime took over {limit:?} ({what})");
-    }
-    assert!(start.elapsed() < limit);
-}
-
 /// Joins `h` from a plain thread within `secs` seconds.
 fn join_within<T: Send + 'static>(h: JoinHandle<T>, secs: u64) -> Result<T, weft::JoinError> {
     common::join_within(h, secs)
@@ -292,15 +278,6 @@ fn semaphore_acquire_blocking_behind_a_fiber_holding_every_permit() {
             assert_eq!(s.available_permits(), 2, "{how:?}: permits back");
         }
     });
-}
-
-/// A guard that calls its closure when dropped (a fiber's cleanup).
-struct OnDrop<F: FnMut()>(F);
-
-impl<F: FnMut()> Drop for OnDrop<F> {
-    fn drop(&mut self) {
-        (self.0)();
-    }
 }
 
 #[test]

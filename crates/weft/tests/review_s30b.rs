@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use common::{counter, load, with_limit, DropCounter};
+use common::{counter, drop_within, load, with_limit, DropCounter, OnDrop};
 use weft::sync::{Mutex, Notify};
 use weft::{Builder, JoinHandle, Runtime};
 
@@ -36,27 +36,6 @@ fn rt(n: usize) -> Runtime {
         .stall_report(None)
         .build()
         .expect("runtime")
-}
-
-/// Runs `f` when dropped.
-struct OnDrop<F: FnMut()>(F);
-
-impl<F: FnMut()> Drop for OnDrop<F> {
-    fn drop(&mut self) {
-        (self.0)()
-    }
-}
-
-/// Drops `rt` on a helper thread; fails with "hang" past `limit`.
-fn drop_within(rt: Runtime, limit: Duration, what: &str) {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        drop(rt);
-        let _ = tx.send(());
-    });
-    if rx.recv_timeout(limit).is_err() {
-        panic!("hang: dropping the runtime took over {limit:?} ({what})");
-    }
 }
 
 /// Joins `h` from a plain thread; the result must be a completion or a cancellation.

@@ -342,6 +342,28 @@ pub fn thread_within<T: Send + 'static>(h: std::thread::JoinHandle<T>, secs: u64
     }
 }
 
+/// Drops `rt` on a helper thread; fails with "hang" if that takes longer than `limit`
+/// (`what` says which drop).
+pub fn drop_within(rt: Runtime, limit: Duration, what: &str) {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        drop(rt);
+        let _ = tx.send(());
+    });
+    if rx.recv_timeout(limit).is_err() {
+        panic!("hang: dropping the runtime took over {limit:?} ({what})");
+    }
+}
+
+/// Runs its closure when dropped (a destructor a test controls).
+pub struct OnDrop<F: FnMut()>(pub F);
+
+impl<F: FnMut()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}
+
 /// Polls `f` once with `w`.
 pub fn poll_once<F: std::future::Future + ?Sized>(
     f: std::pin::Pin<&mut F>,
