@@ -134,25 +134,26 @@ fn wait_off_fiber<F: Future>(future: Pin<&mut F>) -> F::Output {
 /// that keeps finding itself woken, or a timed wait that expired without waiting);
 /// nothing off a worker, while a panic unwinds, or when nothing else is ready here.
 pub(crate) fn worker_yield() {
-    // SAFETY: as in `on_worker`.
-    let Some(core) = (unsafe { worker::current_ptr().as_ref() }) else {
-        return;
-    };
-    if !std::thread::panicking() {
+    on_this_worker(|core| {
         core.yield_to_others(|| core.wait_signal());
-    }
+    });
 }
 
 /// The ready-wait budget's yield on a worker (a task's waits, or a fiber's where it
 /// may not suspend): see `Core::budget_yield`. Nothing off a worker or while a panic
 /// unwinds.
 pub(crate) fn budget_yield() {
+    on_this_worker(worker::Core::budget_yield);
+}
+
+/// Runs `f` with this thread's worker, if it is one and no panic unwinds here (no
+/// other work may run inside an unwind).
+fn on_this_worker(f: impl FnOnce(&worker::Core)) {
     // SAFETY: as in `on_worker`.
-    let Some(core) = (unsafe { worker::current_ptr().as_ref() }) else {
-        return;
-    };
-    if !std::thread::panicking() {
-        core.budget_yield();
+    if let Some(core) = unsafe { worker::current_ptr().as_ref() } {
+        if !std::thread::panicking() {
+            f(core);
+        }
     }
 }
 

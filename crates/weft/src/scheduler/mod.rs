@@ -832,18 +832,12 @@ impl Shared {
     pub(crate) fn close_set_aside(&self, i: usize, own: bool) {
         if own {
             loop {
-                let TaskRef(ptr) = {
-                    let mut list = self.remotes[i].set_aside.lock();
-                    match list.tasks.pop() {
-                        Some(task) => task,
-                        None => {
-                            list.closed = true;
-                            return;
-                        }
-                    }
-                };
-                // SAFETY: the list held a reference to the live task `ptr`.
-                unsafe { cancel_now(ptr) };
+                self.cancel_set_aside_now(i);
+                let mut list = self.remotes[i].set_aside.lock();
+                if list.tasks.is_empty() {
+                    list.closed = true;
+                    return;
+                }
             }
         }
         let tasks = {

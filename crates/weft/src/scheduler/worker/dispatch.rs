@@ -16,25 +16,30 @@ impl Core {
     /// fork-join join or scope), this wait dispatches: it resumes other set-aside
     /// stacks and runs a spare loop stack (see [`super::stacks`]).
     pub(crate) fn wait_for(&self, signal: &StdArc<WaitSignal>) {
-        let ctx = current::loop_stack().cast::<LoopCtx>();
-        // SAFETY: a non-null loop stack is the context of the loop stack this thread
-        // runs on now, which lives at that stack's base, below this frame.
-        if let Some(ctx) = unsafe { ctx.as_ref() } {
-            if ctx.base_mark.get() == self.join_mark() {
-                // SAFETY: the yielder lives at the base of the loop stack this thread
-                // runs on, as above.
-                let yielder = unsafe { &*ctx.yielder };
-                {
-                    let _switch = self.switch();
-                    // Whatever we are resumed with, the caller's loop looks at the
-                    // runtime's state itself.
-                    let _finish = yielder.suspend(Yielded::Waiting(signal.clone()));
-                }
-                ctx.base_mark.set(self.join_mark());
-                return;
+        if let Some(ctx) = self.loop_stack_to_set_aside() {
+            // SAFETY: the yielder lives at the base of the loop stack this thread runs
+            // on (see `loop_stack_to_set_aside`).
+            let yielder = unsafe { &*ctx.yielder };
+            {
+                let _switch = self.switch();
+                // Whatever we are resumed with, the caller's loop looks at the
+                // runtime's state itself.
+                let _finish = yielder.suspend(Yielded::Waiting(signal.clone()));
             }
+            ctx.base_mark.set(self.join_mark());
+            return;
         }
         self.dispatch(Some(signal));
+    }
+
+    /// The loop stack this thread runs on, if a wait made here may set it aside: it
+    /// runs on one, and no fork-join `join`, `scope` or job began on it since it last
+    /// started or resumed its loop. Otherwise a wait dispatches in place.
+    fn loop_stack_to_set_aside(&self) -> Option<&LoopCtx> {
+        let ctx = current::loop_stack().cast::<LoopCtx>();
+        // SAFETY: a non-null loop stack is the context of the loop stack this thread
+        // runs on now, which lives at that stack's base, below the caller's frame.
+        unsafe { ctx.as_ref() }.filter(|ctx| ctx.base_mark.get() == self.join_mark())
     }
 
     /// A blocked wait whose future keeps waking itself (a loop of `yield_now`, a retry
@@ -69,9 +74,7 @@ impl Core {
             // As a shutting-down wait does: what it retries for may be held by a fiber
             // of this worker (found in review: a `try_lock` loop that yielded spun for
             // ever behind one).
-            if !self.resume_a_ready_wait() {
-                self.unwind_set_aside_fibers();
-            }
+            self.shutdown_step();
             false
         } else if self.others_ready() {
             self.yield_wait(&signal());
@@ -95,24 +98,9 @@ impl Core {
     /// aside still yields, whatever computation lies buried below that stack (review:
     /// a task run above another task's blocked `join` half starved a fiber).
     pub(crate) fn budget_yield(&self) {
-        let in_fork_join = !self.outermost.get().is_null()
-            || self.private_len.get() > 0
-            || self.scopes.get() > 0
-            || self.jobs_running.get() > 0;
-        if !in_fork_join || self.wait_sets_aside() {
+        if !self.in_fork_join() || self.loop_stack_to_set_aside().is_some() {
             self.yield_to_others(|| self.wait_signal());
         }
-    }
-
-    /// Whether a wait made here would set its loop stack aside ([`wait_for`]'s test)
-    /// rather than dispatch in place.
-    ///
-    /// [`wait_for`]: Self::wait_for
-    fn wait_sets_aside(&self) -> bool {
-        let ctx = current::loop_stack().cast::<LoopCtx>();
-        // SAFETY: as in `wait_for`: a non-null loop stack is the context of the loop
-        // stack this thread runs on now, which lives at that stack's base.
-        unsafe { ctx.as_ref() }.is_some_and(|ctx| ctx.base_mark.get() == self.join_mark())
     }
 
     /// Whether a wait that yields would let something else run here: a task or fiber
@@ -271,12 +259,19 @@ impl Core {
     /// `lock_blocking` behind a suspended fiber hung the runtime's drop). Returns when
     /// `signal` fired, or after resuming one stack or unwinding fibers.
     pub(crate) fn wait_shutting_down(&self, signal: &WaitSignal) {
-        if self.resume_a_ready_wait() || self.unwind_set_aside_fibers() {
+        if self.shutdown_step() {
             return;
         }
         self.block_until(|| {
             signal.is_woken() || self.stacks.ready().any() || self.shared.has_set_aside(self.index)
         });
+    }
+
+    /// What a wait that cannot end by itself does while the runtime shuts down: resumes
+    /// a ready set-aside wait of this worker, or else unwinds the fibers set aside for
+    /// it (either may be what the wait needs). Returns whether it did either.
+    fn shutdown_step(&self) -> bool {
+        self.resume_a_ready_wait() || self.unwind_set_aside_fibers()
     }
 
     /// Cancels the tasks shutdown set aside for this worker (its started fibers, which

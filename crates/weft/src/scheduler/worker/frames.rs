@@ -18,6 +18,14 @@ impl Core {
         )
     }
 
+    /// Whether a fork-join `join`, `scope` or job is in progress on this worker: both
+    /// parts of [`Core::join_mark`] are zero otherwise (an outermost join whose frames
+    /// were all promoted still shows in the first).
+    #[inline]
+    pub(crate) fn in_fork_join(&self) -> bool {
+        self.join_mark() != (0, 0)
+    }
+
     /// A fork-join job starts (`true`) or ends on this worker (see [`Core::join_mark`]).
     pub(crate) fn job_running(&self, running: bool) {
         let n = self.jobs_running.get();
