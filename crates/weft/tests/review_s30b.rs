@@ -472,7 +472,7 @@ fn ready_wait_loop_outside_join_lets_a_fiber_run() {
 /// counters up: U's loop of ready waits never yields, and a fiber it spawned on the
 /// same worker never runs (U spins until its own 3 s give-up). Before the change, the
 /// budget yield set U's loop stack aside and the fiber ran. Now a wait on a loop stack
-/// it can set aside yields again (`Core::wait_sets_aside`).
+/// it can set aside yields again (`Core::loop_stack_to_set_aside`).
 #[test]
 fn ready_wait_loop_stacked_above_another_tasks_join_lets_a_fiber_run() {
     with_limit(Duration::from_secs(15), || {
