@@ -139,6 +139,12 @@ pub(crate) struct Shared {
     /// it before it cancels its list (see `Core::run`), so none of its fibers arrives
     /// there after it left.
     routed: AtomicBool,
+    /// Set by [`begin_shutdown`](Self::begin_shutdown) once it has cancelled every task
+    /// no worker holds: a worker leaves its loop and closes its set-aside list only
+    /// then, since a cancellation may route a fiber to that list (a woken fiber, homed
+    /// there, whose inbox is closed); one that arrived after its worker left would be
+    /// leaked, not unwound (found as a rare leak in `review_s23`).
+    settled: AtomicBool,
     /// The base worker count; `remotes` has `base + K` slots, K for temporary workers.
     base: usize,
     /// One past the highest slot that ever had a thread: searches look no further.
@@ -267,6 +273,7 @@ impl Shared {
             injected_len: AtomicUsize::new(0),
             wake_latency_ns: AtomicU64::new(INITIAL_WAKE_LATENCY_NS),
             routed: AtomicBool::new(false),
+            settled: AtomicBool::new(false),
             base: workers,
             slots_used: AtomicUsize::new(workers),
             spare_parts: Mutex::new(spare_parts),
@@ -355,6 +362,11 @@ impl Shared {
     /// Whether shutdown has set aside every task tied to a worker (see `routed`).
     pub(crate) fn is_routed(&self) -> bool {
         self.routed.load(SeqCst)
+    }
+
+    /// Whether shutdown has cancelled every task no worker holds (see `settled`).
+    pub(crate) fn is_settled(&self) -> bool {
+        self.settled.load(SeqCst)
     }
 
     pub(crate) fn spawn<F>(self: &Arc<Self>, future: F) -> JoinHandle<F::Output>
@@ -692,36 +704,39 @@ impl Shared {
     /// sets aside the tasks tied to a worker for that worker, and wakes all workers so
     /// they leave their loops.
     ///
-    /// Workers may leave their loops as soon as the flag is up, but they cancel their
-    /// set-aside lists only once `routed` is set, after this first
-    /// [`cancel_all`](Self::cancel_all): every suspended fiber tied to a worker is on
-    /// its list by then, so routine shutdown unwinds each one on its home worker. (The
-    /// flag goes first so that a task woken meanwhile on a worker is cancelled there,
-    /// not run again.)
+    /// Workers may leave their loops as soon as the flag is up, but they unwind the
+    /// fibers on their set-aside lists only once `routed` is set, when every suspended
+    /// fiber tied to a worker is on its list, and close the lists and leave only once
+    /// `settled` is set, when the tasks tied to no worker are cancelled too: so routine
+    /// shutdown unwinds each fiber on its home worker. (The flag goes first so that a
+    /// task woken meanwhile on a worker is cancelled there, not run again.)
     ///
     /// Returns what [`cancel_all`](Self::cancel_all) does.
     pub(crate) fn begin_shutdown(&self) -> usize {
-        /// Sets `routed` and wakes the workers, also if routing panics (a task set
-        /// aside on a list already closed is cancelled there): the workers would
-        /// otherwise wait for it for ever.
-        struct Routed<'a>(&'a Shared);
-        impl Drop for Routed<'_> {
+        /// Sets its flag (`routed`, `settled`) and wakes the workers, also if routing or
+        /// a cancellation panics (a task set aside on a list already closed is
+        /// cancelled there): the workers would otherwise wait for it for ever.
+        struct Raise<'a>(&'a Shared, &'a AtomicBool);
+        impl Drop for Raise<'_> {
             fn drop(&mut self) {
-                self.0.routed.store(true, SeqCst);
+                self.1.store(true, SeqCst);
                 for r in self.0.remotes.iter() {
                     r.parker.unpark();
                 }
             }
         }
         self.shutdown.store(true, SeqCst);
-        let routed = Routed(self);
+        let settled = Raise(self, &self.settled);
+        let routed = Raise(self, &self.routed);
         let (marked, cancel) = self.route_all();
         // Every fiber tied to a worker is on that worker's list: the workers may unwind
         // them now, while this thread cancels the rest. Not after: a cancelled task's
         // `Drop` may block on a lock that such a fiber holds, and it blocked this thread
-        // before `routed`, for ever (found in review, `tests/review_s30.rs`).
+        // before `routed`, for ever (found in review, `tests/review_s30.rs`). The
+        // workers keep their lists open until `settled`.
         drop(routed);
-        cancel.run();
+        cancel.run(self);
+        drop(settled);
         marked
     }
 
@@ -733,7 +748,7 @@ impl Shared {
     /// at its call (`ShutdownReport::cancelled`).
     pub(crate) fn cancel_all(&self) -> usize {
         let (marked, cancel) = self.route_all();
-        cancel.run();
+        cancel.run(self);
         marked
     }
 
@@ -785,6 +800,9 @@ impl Shared {
             let mut list = self.remotes[i].set_aside.lock();
             if !list.closed {
                 list.tasks.push(TaskRef(ptr));
+                // Once routed, the worker unwinds what arrives while it waits for
+                // `settled` (a cancellation on another thread may wait for it).
+                self.remotes[i].parker.unpark();
                 return;
             }
         }
@@ -877,8 +895,20 @@ struct ToCancel {
 }
 
 impl ToCancel {
-    fn run(self) {
+    fn run(self, shared: &Shared) {
         for TaskRef(ptr) in self.linked {
+            // A fiber unstarted when routed may have been started since by a worker
+            // that took it from its queue before it saw the flag: tied to that worker
+            // now, it may be unwound only there (off it, it would be leaked; found as a
+            // rare leak in `review_s23`). The set-aside lists stay open until
+            // `settled`. (A first poll that ends between this look and the
+            // cancellation's claim still leaves it to be leaked.)
+            // SAFETY: the reference the owned list held on the live task `ptr`.
+            if let Some(home) = unsafe { ptr.as_ref() }.home().filter(|h| h.pinned) {
+                // SAFETY: the list's reference moves to the set-aside list.
+                unsafe { shared.set_aside(home.worker, ptr) };
+                continue;
+            }
             // SAFETY: the reference the owned list held on the live task `ptr`.
             unsafe { cancel_now(ptr) };
         }

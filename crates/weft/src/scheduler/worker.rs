@@ -402,12 +402,18 @@ impl Core {
             // waiting for one of them to complete).
             self.drain();
             // Shutdown sets every fiber tied to this worker aside for it before it
-            // sets `routed` (see `Shared::begin_shutdown`).
+            // sets `routed`, then cancels the other tasks, which may need one of those
+            // fibers unwound (a lock it holds) and may route more fibers here, before
+            // it sets `settled` (see `Shared::begin_shutdown`).
             if self.shared.is_routed() {
-                break;
+                self.shared.cancel_set_aside_now(self.index);
+                if self.shared.is_settled() {
+                    break;
+                }
             }
-            // Woken by `begin_shutdown` once routed, and by every job injected while
-            // shutting down (see `Shared::inject_job`).
+            // Woken by `begin_shutdown` once routed and once settled, by a fiber set
+            // aside for this worker, and by every job injected while shutting down
+            // (see `Shared::inject_job`).
             self.parker.park();
         }
         // This worker's fibers first: a wait set aside below may be joining one.
