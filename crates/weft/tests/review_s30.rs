@@ -1467,21 +1467,19 @@ fn fiber_cleanup_needs_a_lock_a_set_aside_task_holds() {
     });
 }
 
-/// FINDING (pre-existing, found by the stress test above; not this change's code):
-/// two tasks' waits are set aside on loop stacks of one worker, both in
-/// `acquire_blocking` on a semaphore whose only permit a plain thread holds. At the
-/// worker's exit `finish_stacks` makes every set-aside stack ready and resumes the
-/// first; its wait is still pending, so its `wait_shutting_down` resumes the second
-/// *nested on top of itself* (`resume_a_ready_wait`); that one is pending too and
-/// blocks the thread (`block_until`). The permit, released later, goes to the first
-/// waiter in FIFO order, the outer wait, which can run only once the inner one
-/// returns; the inner one waits for the permit the outer one must drop:
-/// `Runtime::drop` hangs for ever. (In the stress test the permit came from a fiber
-/// of the other worker, unwound at that worker's exit.) Whether it hangs depends on
-/// which stack `finish_stacks` takes first, so the test tries both queueing orders.
+/// Found in review (pre-existing, by the stress test above), fixed: two tasks' waits
+/// are set aside on loop stacks of one worker, both in `acquire_blocking` on a
+/// semaphore whose only permit a plain thread holds. At the worker's exit
+/// `finish_stacks` resumed the first; its wait still pending, its
+/// `wait_shutting_down` resumed the second *nested on top of itself*, which blocked
+/// the thread. The permit, released later, went to the first waiter in FIFO order,
+/// the outer wait, which could run only once the inner one returned: `Runtime::drop`
+/// hung for ever. (In the stress test the permit came from a fiber of the other
+/// worker, unwound at that worker's exit.) Now a shutting-down wait on a loop stack
+/// sets the stack aside as at any other time, and `finish_stacks` blocks for all of
+/// them at once. Which stack went first decided whether it hung, so the test tries
+/// both queueing orders.
 #[test]
-#[ignore = "finding (pre-existing): a shutting-down wait resumes another set-aside wait nested on \
-            top of itself; if the outer one is served first, Runtime::drop hangs"]
 fn two_set_aside_waits_on_one_semaphore_at_shutdown() {
     with_limit(Duration::from_secs(12), || {
         for order in 0..2 {

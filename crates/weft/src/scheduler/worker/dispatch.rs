@@ -16,20 +16,29 @@ impl Core {
     /// fork-join join or scope), this wait dispatches: it resumes other set-aside
     /// stacks and runs a spare loop stack (see [`super::stacks`]).
     pub(crate) fn wait_for(&self, signal: &StdArc<WaitSignal>) {
-        if let Some(ctx) = self.loop_stack_to_set_aside() {
-            // SAFETY: the yielder lives at the base of the loop stack this thread runs
-            // on (see `loop_stack_to_set_aside`).
-            let yielder = unsafe { &*ctx.yielder };
-            {
-                let _switch = self.switch();
-                // Whatever we are resumed with, the caller's loop looks at the
-                // runtime's state itself.
-                let _finish = yielder.suspend(Yielded::Waiting(signal.clone()));
-            }
-            ctx.base_mark.set(self.join_mark());
-            return;
+        if !self.set_stack_aside(signal) {
+            self.dispatch(Some(signal));
         }
-        self.dispatch(Some(signal));
+    }
+
+    /// Sets the loop stack this wait runs on aside until `signal` fires (or the stack
+    /// is resumed for another reason), if it may be (see
+    /// [`loop_stack_to_set_aside`](Self::loop_stack_to_set_aside)); false if not.
+    fn set_stack_aside(&self, signal: &StdArc<WaitSignal>) -> bool {
+        let Some(ctx) = self.loop_stack_to_set_aside() else {
+            return false;
+        };
+        // SAFETY: the yielder lives at the base of the loop stack this thread runs on
+        // (see `loop_stack_to_set_aside`).
+        let yielder = unsafe { &*ctx.yielder };
+        {
+            let _switch = self.switch();
+            // Whatever we are resumed with, the caller's loop looks at the runtime's
+            // state itself.
+            let _finish = yielder.suspend(Yielded::Waiting(signal.clone()));
+        }
+        ctx.base_mark.set(self.join_mark());
+        true
     }
 
     /// The loop stack this thread runs on, if a wait made here may set it aside: it
@@ -232,15 +241,19 @@ impl Core {
         ))
     }
 
-    /// Shutdown: lets every set-aside wait see it (each then blocks its thread until
-    /// its future completes, as any wait during shutdown does) and finishes the loop
-    /// stacks, on this thread.
+    /// Shutdown: lets every set-aside wait see it, then goes on resuming those that are
+    /// woken, firing timers and unwinding the fibers set aside for this worker while it
+    /// blocks, until no wait is set aside; and finishes the loop stacks, on this thread.
+    /// A wait that is still pending sets its stack aside again (`wait_shutting_down`),
+    /// so this is the one place where the thread blocks for them, on all of them at
+    /// once.
     pub(super) fn finish_stacks(&self) {
-        // All made ready at once, so that a wait resumed first can resume one that it
-        // depends on (`wait_shutting_down`), whatever their order.
-        while self.stacks.make_all_ready() {
-            while let Some(stack) = self.stacks.take_ready() {
-                self.resume_stack(stack);
+        self.stacks.make_all_ready();
+        while self.stacks.has_set_aside() {
+            if !self.shutdown_step() {
+                self.block_until(|| {
+                    self.stacks.ready().any() || self.shared.has_set_aside(self.index)
+                });
             }
         }
         for stack in self.stacks.take_spares() {
@@ -248,18 +261,25 @@ impl Core {
         }
     }
 
-    /// A wait on this worker while the runtime shuts down: it neither sets its stack
-    /// aside nor runs tasks (the loop has ended), but it resumes the set-aside waits
-    /// that are ready, and fires timers while it blocks (`block_until`), so that waits
-    /// depending on each other, or on a timer, all end (found in review: a chain of
-    /// joins, or a sleep, in progress at runtime drop hung it). It also unwinds this
-    /// worker's suspended fibers that shutdown set aside for it: a wait on the thread's
-    /// own stack sits below `Core::run`'s exit, where they are unwound otherwise, and a
-    /// fiber may hold what it waits for (a `Mutex` guard: found in review, a task in
-    /// `lock_blocking` behind a suspended fiber hung the runtime's drop). Returns when
-    /// `signal` fired, or after resuming one stack or unwinding fibers.
-    pub(crate) fn wait_shutting_down(&self, signal: &WaitSignal) {
-        if self.shutdown_step() {
+    /// A wait on this worker while the runtime shuts down. On a loop stack that may be
+    /// set aside, it is set aside as at any other time: whoever resumed the stack (the
+    /// worker's exit, `finish_stacks`, or another wait here) goes on, and blocks for
+    /// all such waits at once. Resuming a pending wait nested on top of another and
+    /// blocking there buried the outer one (found in review: two tasks waiting on one
+    /// FIFO semaphore, the permit handed to the outer wait, hung the runtime's drop).
+    /// A wait that cannot be set aside (on the thread's own stack, or inside a
+    /// fork-join computation) neither sets its stack aside nor runs tasks (the loop has
+    /// ended), but it resumes the set-aside waits that are ready, and fires timers
+    /// while it blocks (`block_until`), so that waits depending on each other, or on a
+    /// timer, all end (found in review: a chain of joins, or a sleep, in progress at
+    /// runtime drop hung it). It also unwinds this worker's suspended fibers that
+    /// shutdown set aside for it: a wait on the thread's own stack sits below
+    /// `Core::run`'s exit, where they are unwound otherwise, and a fiber may hold what
+    /// it waits for (a `Mutex` guard: found in review, a task in `lock_blocking` behind
+    /// a suspended fiber hung the runtime's drop). Returns when `signal` fired, or
+    /// after setting its stack aside, resuming one stack or unwinding fibers.
+    pub(crate) fn wait_shutting_down(&self, signal: &StdArc<WaitSignal>) {
+        if self.set_stack_aside(signal) || self.shutdown_step() {
             return;
         }
         self.block_until(|| {
