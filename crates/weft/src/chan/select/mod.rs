@@ -485,10 +485,14 @@ struct Entry<'a> {
 #[derive(Clone, Default)]
 struct Ops<'a> {
     inline: [Option<Entry<'a>>; Ops::INLINE],
-    /// How many of `inline` are in use; unused once `spill` holds the operations.
-    len: usize,
     /// Every operation, once there are more than `INLINE`.
     spill: Vec<Option<Entry<'a>>>,
+    /// How many of `inline` are in use; unused once `spill` holds the operations.
+    len: u8,
+    /// The select's (see [`Select::new_biased`]), kept here so that a `Select` fits
+    /// in 128 bytes: one returned by value from a helper that builds it is moved with
+    /// a few inline stores, not a call to `memcpy` (some 2% of a selected message).
+    biased: bool,
 }
 
 impl<'a> Ops<'a> {
@@ -499,13 +503,14 @@ impl<'a> Ops<'a> {
     /// fifth of a select's quick receive in a profile).
     #[inline]
     fn push(&mut self, e: Entry<'a>) {
-        if self.spill.is_empty() && self.len < Ops::INLINE {
-            self.inline[self.len] = Some(e);
+        if self.spill.is_empty() && usize::from(self.len) < Ops::INLINE {
+            self.inline[usize::from(self.len)] = Some(e);
             self.len += 1;
             return;
         }
         if self.spill.is_empty() {
-            self.spill.extend_from_slice(&self.inline[..self.len]);
+            self.spill
+                .extend_from_slice(&self.inline[..usize::from(self.len)]);
         }
         self.spill.push(Some(e));
     }
@@ -516,7 +521,7 @@ impl<'a> std::ops::Deref for Ops<'a> {
     #[inline]
     fn deref(&self) -> &Self::Target {
         if self.spill.is_empty() {
-            &self.inline[..self.len]
+            &self.inline[..usize::from(self.len)]
         } else {
             &self.spill
         }
@@ -527,7 +532,7 @@ impl std::ops::DerefMut for Ops<'_> {
     #[inline]
     fn deref_mut(&mut self) -> &mut Self::Target {
         if self.spill.is_empty() {
-            &mut self.inline[..self.len]
+            &mut self.inline[..usize::from(self.len)]
         } else {
             &mut self.spill
         }
@@ -559,7 +564,6 @@ impl std::ops::DerefMut for Ops<'_> {
 #[derive(Clone, Default)]
 pub struct Select<'a> {
     ops: Ops<'a>,
-    biased: bool,
 }
 
 impl std::fmt::Debug for Select<'_> {
@@ -595,8 +599,10 @@ impl<'a> Select<'a> {
     /// ```
     pub fn new_biased() -> Select<'a> {
         Select {
-            ops: Ops::default(),
-            biased: true,
+            ops: Ops {
+                biased: true,
+                ..Ops::default()
+            },
         }
     }
 
@@ -682,7 +688,7 @@ impl<'a> Select<'a> {
         // first operation is ready, draws one random number instead of `n - 1`. What
         // is left unplaced when the pass stops is drawn before the order goes to the
         // full round: every order stays equally likely.
-        let biased = self.biased;
+        let biased = self.ops.biased;
         let place = |order: &mut [u8; Drawn::MAX], k: usize| {
             if !biased && k + 1 < n {
                 order.swap(k, k + below(n - k));
@@ -1053,7 +1059,7 @@ impl<'a> Machine<'a> {
         Machine {
             ops: sel.ops.clone(),
             nodes: Some(Nodes::new(&sel.ops, kind)),
-            biased: sel.biased,
+            biased: sel.ops.biased,
             kind,
             registered: false,
             paired: None,
