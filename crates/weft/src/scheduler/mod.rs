@@ -735,7 +735,7 @@ impl Shared {
         // before `routed`, for ever (found in review, `tests/review_s30.rs`). The
         // workers keep their lists open until `settled`.
         drop(routed);
-        cancel.run(self);
+        cancel.run();
         drop(settled);
         marked
     }
@@ -748,7 +748,7 @@ impl Shared {
     /// at its call (`ShutdownReport::cancelled`).
     pub(crate) fn cancel_all(&self) -> usize {
         let (marked, cancel) = self.route_all();
-        cancel.run(self);
+        cancel.run();
         marked
     }
 
@@ -895,20 +895,11 @@ struct ToCancel {
 }
 
 impl ToCancel {
-    fn run(self, shared: &Shared) {
+    fn run(self) {
         for TaskRef(ptr) in self.linked {
-            // A fiber unstarted when routed may have been started since by a worker
-            // that took it from its queue before it saw the flag: tied to that worker
-            // now, it may be unwound only there (off it, it would be leaked; found as a
-            // rare leak in `review_s23`). The set-aside lists stay open until
-            // `settled`. (A first poll that ends between this look and the
-            // cancellation's claim still leaves it to be leaked.)
-            // SAFETY: the reference the owned list held on the live task `ptr`.
-            if let Some(home) = unsafe { ptr.as_ref() }.home().filter(|h| h.pinned) {
-                // SAFETY: the list's reference moves to the set-aside list.
-                unsafe { shared.set_aside(home.worker, ptr) };
-                continue;
-            }
+            // (A fiber unstarted when routed, and started since by a worker that took
+            // it from its queue before it saw the flag, is tied to that worker now:
+            // the claim hands it there, `hand_home`.)
             // SAFETY: the reference the owned list held on the live task `ptr`.
             unsafe { cancel_now(ptr) };
         }
@@ -985,5 +976,33 @@ impl Schedule for Arc<Shared> {
 
     fn release(&self, task: NonNull<Header>) -> bool {
         self.owned.remove(task)
+    }
+
+    /// A started fiber tied to worker `w` that shutdown claimed on another thread goes
+    /// to `w`'s set-aside list, for `w` to claim again and unwind (off `w` it would be
+    /// leaked: a fiber unstarted when routed that a worker started meanwhile, having
+    /// taken it from its queue before it saw the flag; found as a rare leak in
+    /// `review_s23`). Not once `w`'s list is closed: it is cancelled (leaked) here then.
+    fn hand_home(&self, task: NonNull<Header>) -> bool {
+        // SAFETY: the caller's claim keeps the task alive.
+        let h = unsafe { task.as_ref() };
+        let Some(home) = h.home().filter(|h| h.pinned) else {
+            return false;
+        };
+        let here = worker::with_current(|c| {
+            c.is_some_and(|c| c.belongs_to(self) && c.index() == home.worker)
+        });
+        if here {
+            return false;
+        }
+        let mut list = self.remotes[home.worker].set_aside.lock();
+        if list.closed {
+            return false;
+        }
+        h.state.transition_claim_to_scheduled();
+        list.tasks.push(TaskRef(task));
+        drop(list);
+        self.remotes[home.worker].parker.unpark();
+        true
     }
 }

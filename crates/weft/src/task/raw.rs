@@ -25,6 +25,13 @@ pub(crate) trait Schedule: Send + Sync + Sized + 'static {
     /// The task completed: unlink it from the owned-task list. Returns false if it was
     /// not linked (shutdown unlinked it first and holds the list's reference).
     fn release(&self, task: NonNull<Header>) -> bool;
+    /// Shutdown just claimed `task` on this thread to cancel it (it is RUNNING and
+    /// CANCELLED, and the claim's fresh reference is the caller's). If it may not be
+    /// cancelled here (a started fiber tied to a worker this thread is not), takes the
+    /// claim and that reference to hand the task to its worker, and returns true.
+    fn hand_home(&self, _task: NonNull<Header>) -> bool {
+        false
+    }
 }
 
 /// One queue reference to a task: whoever holds it must run it or drop it.
@@ -415,6 +422,11 @@ where
     // SAFETY: per the vtable contract.
     let cell = unsafe { Cell::<F, S>::from_header(ptr) };
     if cell.header.state.transition_to_shutdown() {
+        // A started fiber tied to another worker is unwound only there (its home, read
+        // now, after the claim, is the one its last poll left).
+        if cell.scheduler.hand_home(ptr) {
+            return;
+        }
         // We hold a fresh running reference; `complete` releases it.
         cell.cancel();
     }

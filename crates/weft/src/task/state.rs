@@ -254,6 +254,17 @@ impl State {
         .1
     }
 
+    /// Hands a claim of [`transition_to_shutdown`](Self::transition_to_shutdown) back:
+    /// the task is SCHEDULED again (still CANCELLED), and the claim's fresh reference
+    /// is now a queue reference, for another thread to claim it with (shutdown on a
+    /// thread that may not cancel it: `Schedule::hand_home`).
+    pub(crate) fn transition_claim_to_scheduled(&self) {
+        self.fetch_update(|s| {
+            debug_assert!(s.is_running() && s.is_cancelled(), "{s:?}");
+            (Some((s.0 & !LIFECYCLE_MASK & !NOTIFIED) | SCHEDULED), ())
+        });
+    }
+
     /// `abort()`: sets the cancelled flag and makes sure the task will be polled so the
     /// cancellation takes effect.
     pub(crate) fn transition_to_cancelled(&self) -> Abort {
@@ -536,5 +547,18 @@ mod tests {
         r.transition_to_running();
         assert!(!r.transition_to_shutdown());
         assert!(r.load().is_cancelled());
+    }
+
+    #[test]
+    fn a_shutdown_claim_handed_back_is_scheduled_and_cancelled_with_its_reference() {
+        let s = State::new();
+        assert!(s.transition_to_shutdown());
+        s.transition_claim_to_scheduled();
+        let snap = s.load();
+        assert!(snap.is_scheduled() && snap.is_cancelled() && !snap.is_notified());
+        assert_eq!(snap.ref_count(), 4);
+        // Claimed again by the thread it was handed to.
+        assert!(s.transition_to_shutdown());
+        assert!(s.load().is_running());
     }
 }
