@@ -149,6 +149,12 @@ impl FiberCtx {
         current::enter_fiber((self as *const FiberCtx).cast(), self.frame_ptr().cast())
     }
 
+    /// [`enter`](Self::enter) for the forced unwind of the fiber's stack, which the
+    /// layers below then tell from a panic (`current::fiber_force_unwinding`).
+    fn enter_unwinding(&self) -> current::EnterFiber {
+        current::enter_fiber_unwinding((self as *const FiberCtx).cast(), self.frame_ptr().cast())
+    }
+
     /// What the overflow handler reports while this fiber is current (see
     /// `current::signal_frame`).
     pub(crate) fn frame_ptr(&self) -> *const overflow::Frame {
@@ -222,9 +228,12 @@ impl Drop for StackPin {
 /// suspends, which is proper nesting.
 #[inline]
 fn may_suspend(c: &FiberCtx) -> bool {
-    // SAFETY: `core` is set by the poll that resumed the fiber, on this worker, whose
-    // core outlives the poll.
-    unsafe { c.core.get().as_ref() }.is_none_or(|core| core.join_mark() == c.join_mark.get())
+    // Nor while it drops its own runtime (`current::stay_resumed`).
+    !current::fiber_stays()
+        // SAFETY: `core` is set by the poll that resumed the fiber, on this worker,
+        // whose core outlives the poll.
+        && unsafe { c.core.get().as_ref() }
+            .is_none_or(|core| core.join_mark() == c.join_mark.get())
 }
 
 /// The running fiber if `wait` on this thread may suspend it ([`current_fiber`] and
@@ -614,7 +623,7 @@ impl<F, T> Drop for FiberFuture<F, T> {
                 if !co.done() {
                     // Cancelled while suspended: unwind the stack from its park point so
                     // its locals are dropped.
-                    let _fiber = self.ctx.enter();
+                    let _fiber = self.ctx.enter_unwinding();
                     co.force_unwind();
                 }
                 stack::release(co.into_stack());

@@ -501,6 +501,13 @@ impl Runtime {
     /// Returns how many of the tasks it cancelled `shutdown_graceful` had marked.
     fn shutdown(&mut self, timeout: Option<Duration>) -> usize {
         let inner = self.handle.inner.clone();
+        // Dropped on one of its own fibers: the fiber must not suspend in the middle
+        // of this (`current::stay_resumed`); its waits here go as a task's would.
+        let _stay = worker::with_current(|c| {
+            c.is_some_and(|c| inner.pools.iter().any(|p| c.belongs_to(p)))
+        })
+        .then(crate::task::current::stay_resumed)
+        .flatten();
         if let Some(mon) = &inner.sysmon {
             mon.stop();
         }

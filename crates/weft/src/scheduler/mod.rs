@@ -676,6 +676,11 @@ impl Shared {
         true
     }
 
+    /// Whether fork-join jobs wait in the injection queue.
+    pub(crate) fn has_injected_jobs(&self) -> bool {
+        self.injected_len.load(SeqCst) != 0
+    }
+
     pub(crate) fn pop_injected_job(&self) -> Option<JobRef> {
         if self.injected_len.load(SeqCst) == 0 {
             return None;

@@ -402,14 +402,21 @@ impl Core {
             // waiting for one of them to complete).
             self.drain();
             // Shutdown sets every fiber tied to this worker aside for it before it
-            // sets `routed`, then cancels the other tasks, which may need one of those
-            // fibers unwound (a lock it holds) and may route more fibers here, before
-            // it sets `settled` (see `Shared::begin_shutdown`).
+            // sets `routed`, then cancels the other tasks before it sets `settled`
+            // (see `Shared::begin_shutdown`). A cancelled task's `Drop` may wait
+            // meanwhile for one of those fibers (a lock it holds), for a wait set aside
+            // here (a lock held across it, a task it joins), or for a timer; and it may
+            // route more fibers here. So from `routed` on this worker goes on as its
+            // exit below does (found in review: a plain park here hung the drop).
             if self.shared.is_routed() {
-                self.shared.cancel_set_aside_now(self.index);
+                if self.exit_step() {
+                    continue;
+                }
                 if self.shared.is_settled() {
                     break;
                 }
+                self.exit_block(|| self.shared.is_settled());
+                continue;
             }
             // Woken by `begin_shutdown` once routed and once settled, by a fiber set
             // aside for this worker, and by every job injected while shutting down

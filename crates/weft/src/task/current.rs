@@ -28,7 +28,16 @@ struct Current {
     /// null: not on one): whose blocked wait may set its stack aside. Cleared while a
     /// fiber's stack runs on top of it.
     loop_stack: *const (),
+    /// About the running fiber (meaningless without one): [`FIBER_UNWINDING`],
+    /// [`FIBER_STAYS`].
+    fiber_flags: u8,
 }
+
+/// The running fiber's stack is being unwound by its cancellation (the fiber layer's
+/// `Drop` forces the unwind): a payload caught meanwhile is that unwind.
+const FIBER_UNWINDING: u8 = 1;
+/// The running fiber may not suspend ([`stay_resumed`]).
+const FIBER_STAYS: u8 = 2;
 
 const NONE: Current = Current {
     task: None,
@@ -36,6 +45,7 @@ const NONE: Current = Current {
     fiber: std::ptr::null(),
     stack_frame: std::ptr::null(),
     loop_stack: std::ptr::null(),
+    fiber_flags: 0,
 };
 
 #[cfg(not(loom))]
@@ -127,6 +137,18 @@ pub(crate) fn with<R>(f: impl FnOnce(Option<&Header>) -> R) -> R {
 /// pool).
 #[inline]
 pub(crate) fn enter_fiber(fiber: *const (), stack_frame: *const ()) -> EnterFiber {
+    enter_fiber_flagged(fiber, stack_frame, 0)
+}
+
+/// [`enter_fiber`] for the forced unwind of a cancelled fiber's stack (see
+/// [`fiber_force_unwinding`]).
+#[inline]
+pub(crate) fn enter_fiber_unwinding(fiber: *const (), stack_frame: *const ()) -> EnterFiber {
+    enter_fiber_flagged(fiber, stack_frame, FIBER_UNWINDING)
+}
+
+#[inline]
+fn enter_fiber_flagged(fiber: *const (), stack_frame: *const (), fiber_flags: u8) -> EnterFiber {
     let prev = CURRENT.with(|c| {
         let prev = c.get();
         c.set(Current {
@@ -135,6 +157,7 @@ pub(crate) fn enter_fiber(fiber: *const (), stack_frame: *const ()) -> EnterFibe
             // A fiber's stack (or the thread's own, for a finished fiber's locals) is
             // no worker loop stack: a wait there must not suspend the loop stack below.
             loop_stack: std::ptr::null(),
+            fiber_flags,
             ..prev
         });
         prev
@@ -143,6 +166,56 @@ pub(crate) fn enter_fiber(fiber: *const (), stack_frame: *const ()) -> EnterFibe
         prev_fiber: prev.fiber,
         prev_stack_frame: prev.stack_frame,
         prev_loop_stack: prev.loop_stack,
+        prev_fiber_flags: prev.fiber_flags,
+    }
+}
+
+/// Whether the running fiber's stack is being unwound by its cancellation: a payload
+/// caught now (by the task harness around a future's drop, say) is that unwind, not a
+/// panic, and must be resumed.
+pub(crate) fn fiber_force_unwinding() -> bool {
+    let cur = CURRENT.with(Cell::get);
+    !cur.fiber.is_null() && cur.fiber_flags & FIBER_UNWINDING != 0
+}
+
+/// Whether the running fiber may not suspend now ([`stay_resumed`]).
+#[inline]
+pub(crate) fn fiber_stays() -> bool {
+    CURRENT.with(|c| c.get().fiber_flags & FIBER_STAYS != 0)
+}
+
+/// While the returned guard lives, a `wait` on the running fiber (if any) does not
+/// suspend it but waits as a task's wait on its worker does. For a runtime dropped on
+/// one of its own fibers: suspended in the middle of that drop (a cancelled task's
+/// `Drop` that waits), the fiber was set aside for its worker by that very shutdown
+/// and unwound there, cutting the drop short (found in review, session 31). Kept with
+/// the fiber's record, so a fiber resumed meanwhile (nested) does not inherit it.
+pub(crate) fn stay_resumed() -> Option<StayResumed> {
+    let was = CURRENT.with(|c| {
+        let mut cur = c.get();
+        if cur.fiber.is_null() {
+            return None;
+        }
+        let was = cur.fiber_flags;
+        cur.fiber_flags |= FIBER_STAYS;
+        c.set(cur);
+        Some(was)
+    })?;
+    Some(StayResumed { was })
+}
+
+/// See [`stay_resumed`].
+pub(crate) struct StayResumed {
+    was: u8,
+}
+
+impl Drop for StayResumed {
+    fn drop(&mut self) {
+        CURRENT.with(|c| {
+            let mut cur = c.get();
+            cur.fiber_flags = self.was;
+            c.set(cur);
+        });
     }
 }
 
@@ -151,6 +224,7 @@ pub(crate) struct EnterFiber {
     prev_fiber: *const (),
     prev_stack_frame: *const (),
     prev_loop_stack: *const (),
+    prev_fiber_flags: u8,
 }
 
 impl Drop for EnterFiber {
@@ -161,6 +235,7 @@ impl Drop for EnterFiber {
             cur.fiber = self.prev_fiber;
             cur.stack_frame = self.prev_stack_frame;
             cur.loop_stack = self.prev_loop_stack;
+            cur.fiber_flags = self.prev_fiber_flags;
             c.set(cur);
         });
     }

@@ -185,14 +185,23 @@ where
     /// Replaces the stage, dropping the future or output it held. A panic in that drop
     /// is caught: it must not unwind through the worker. Returns its payload.
     fn set_stage(&self, new: Stage<F>) -> Option<Box<dyn std::any::Any + Send>> {
-        catch_unwind(AssertUnwindSafe(|| {
+        let payload = catch_unwind(AssertUnwindSafe(|| {
             self.stage.with_mut(|stage| {
                 // SAFETY: the caller has exclusive access to the stage (RUNNING owner,
                 // or the join side of a COMPLETE task).
                 unsafe { *stage = new }
             })
         }))
-        .err()
+        .err()?;
+        if super::current::fiber_force_unwinding() {
+            // The drop waited, suspending the fiber it runs on, and that fiber is being
+            // unwound by its cancellation: not the drop's panic, and it must go on
+            // (found in review: a runtime dropped in one of its fibers, whose
+            // cancellations waited, reported the unwind as the task's panic and went on
+            // running the fiber's code).
+            std::panic::resume_unwind(payload);
+        }
+        Some(payload)
     }
 
     /// Stores the result and performs the COMPLETE transition; consumes the running

@@ -82,8 +82,11 @@ impl Core {
         if self.shared.is_shutdown() {
             // As a shutting-down wait does: what it retries for may be held by a fiber
             // of this worker (found in review: a `try_lock` loop that yielded spun for
-            // ever behind one).
-            self.shutdown_step();
+            // ever behind one), or wait for a timer (review: a set-aside sleep that
+            // would end the retries, with nobody firing timers).
+            if !self.shutdown_step() {
+                self.shared.time.process();
+            }
             false
         } else if self.others_ready() {
             self.yield_wait(&signal());
@@ -242,23 +245,46 @@ impl Core {
     }
 
     /// Shutdown: lets every set-aside wait see it, then goes on resuming those that are
-    /// woken, firing timers and unwinding the fibers set aside for this worker while it
-    /// blocks, until no wait is set aside; and finishes the loop stacks, on this thread.
-    /// A wait that is still pending sets its stack aside again (`wait_shutting_down`),
-    /// so this is the one place where the thread blocks for them, on all of them at
-    /// once.
+    /// woken, unwinding the fibers set aside for this worker, running injected
+    /// fork-join jobs and firing timers while it blocks, until no wait is set aside;
+    /// and finishes the loop stacks, on this thread. A wait that is still pending sets
+    /// its stack aside again (`wait_shutting_down`), so this is the one place where the
+    /// thread blocks for them, on all of them at once.
     pub(super) fn finish_stacks(&self) {
         self.stacks.make_all_ready();
         while self.stacks.has_set_aside() {
-            if !self.shutdown_step() {
-                self.block_until(|| {
-                    self.stacks.ready().any() || self.shared.has_set_aside(self.index)
-                });
+            if !self.exit_step() {
+                self.exit_block(|| false);
             }
         }
         for stack in self.stacks.take_spares() {
             self.retire_stack(stack);
         }
+    }
+
+    /// One step of this worker's exit while something may still wait on it: runs the
+    /// fork-join jobs injected meanwhile (a set-aside wait may wait for one: found in
+    /// review, a `join` made from a plain thread during the drop), unwinds the fibers
+    /// set aside for it, or resumes one woken set-aside wait, the fibers first (the
+    /// rule of `Shared::begin_shutdown`). False if none had anything to do.
+    pub(super) fn exit_step(&self) -> bool {
+        let mut ran = false;
+        while let Some(job) = self.shared.pop_injected_job() {
+            self.run_job(job);
+            ran = true;
+        }
+        ran || self.unwind_set_aside_fibers() || self.resume_a_ready_wait()
+    }
+
+    /// Blocks this worker's thread, firing timers, until `done()` or until
+    /// [`exit_step`](Self::exit_step) has something to do.
+    pub(super) fn exit_block(&self, done: impl Fn() -> bool) {
+        self.block_until(|| {
+            done()
+                || self.stacks.ready().any()
+                || self.shared.has_set_aside(self.index)
+                || self.shared.has_injected_jobs()
+        });
     }
 
     /// A wait on this worker while the runtime shuts down. On a loop stack that may be
