@@ -501,13 +501,13 @@ impl Runtime {
     /// Returns how many of the tasks it cancelled `shutdown_graceful` had marked.
     fn shutdown(&mut self, timeout: Option<Duration>) -> usize {
         let inner = self.handle.inner.clone();
-        // Dropped on one of its own fibers: the fiber must not suspend in the middle
-        // of this (`current::stay_resumed`); its waits here go as a task's would.
-        let _stay = worker::with_current(|c| {
-            c.is_some_and(|c| inner.pools.iter().any(|p| c.belongs_to(p)))
-        })
-        .then(crate::task::current::stay_resumed)
-        .flatten();
+        // Dropped on a fiber: the fiber must not suspend in the middle of this
+        // (`current::stay_resumed`); its waits here go as a task's would. On one of this
+        // runtime's own fibers, this shutdown would cancel it there; on another
+        // runtime's, a cancellation of that fiber meanwhile (an abort, its runtime's
+        // drop) would cut this one short, leaving this runtime's tasks behind (both
+        // found in review).
+        let _stay = crate::task::current::stay_resumed();
         if let Some(mon) = &inner.sysmon {
             mon.stop();
         }

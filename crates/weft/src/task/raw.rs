@@ -185,6 +185,11 @@ where
     /// Replaces the stage, dropping the future or output it held. A panic in that drop
     /// is caught: it must not unwind through the worker. Returns its payload.
     fn set_stage(&self, new: Stage<F>) -> Option<Box<dyn std::any::Any + Send>> {
+        // A drop that runs during a fiber's forced unwind (a `Drop` on the unwinding
+        // stack cancelling a task) cannot start another such unwind (the fiber no
+        // longer suspends): what it catches is a panic of its own (found in review:
+        // resumed, it escaped a destructor run by that unwind and aborted the process).
+        let unwinding_before = super::current::fiber_force_unwinding();
         let payload = catch_unwind(AssertUnwindSafe(|| {
             self.stage.with_mut(|stage| {
                 // SAFETY: the caller has exclusive access to the stage (RUNNING owner,
@@ -193,7 +198,7 @@ where
             })
         }))
         .err()?;
-        if super::current::fiber_force_unwinding() {
+        if !unwinding_before && super::current::fiber_force_unwinding() {
             // The drop waited, suspending the fiber it runs on, and that fiber is being
             // unwound by its cancellation: not the drop's panic, and it must go on
             // (found in review: a runtime dropped in one of its fibers, whose

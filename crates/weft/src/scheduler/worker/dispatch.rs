@@ -268,12 +268,7 @@ impl Core {
     /// set aside for it, or resumes one woken set-aside wait, the fibers first (the
     /// rule of `Shared::begin_shutdown`). False if none had anything to do.
     pub(super) fn exit_step(&self) -> bool {
-        let mut ran = false;
-        while let Some(job) = self.shared.pop_injected_job() {
-            self.run_job(job);
-            ran = true;
-        }
-        ran || self.unwind_set_aside_fibers() || self.resume_a_ready_wait()
+        self.run_injected_jobs() || self.unwind_set_aside_fibers() || self.resume_a_ready_wait()
     }
 
     /// Blocks this worker's thread, firing timers, until `done()` or until
@@ -309,15 +304,33 @@ impl Core {
             return;
         }
         self.block_until(|| {
-            signal.is_woken() || self.stacks.ready().any() || self.shared.has_set_aside(self.index)
+            signal.is_woken()
+                || self.stacks.ready().any()
+                || self.shared.has_set_aside(self.index)
+                || self.shared.has_injected_jobs()
         });
     }
 
-    /// What a wait that cannot end by itself does while the runtime shuts down: resumes
-    /// a ready set-aside wait of this worker, or else unwinds the fibers set aside for
-    /// it (either may be what the wait needs). Returns whether it did either.
+    /// What a wait that cannot end by itself does while the runtime shuts down: runs
+    /// the fork-join jobs injected meanwhile, or else resumes a ready set-aside wait of
+    /// this worker, or else unwinds the fibers set aside for it (any may be what the
+    /// wait needs). Returns whether it did any.
     fn shutdown_step(&self) -> bool {
-        self.resume_a_ready_wait() || self.unwind_set_aside_fibers()
+        self.run_injected_jobs() || self.resume_a_ready_wait() || self.unwind_set_aside_fibers()
+    }
+
+    /// Runs the fork-join jobs injected into this worker's pool; false if there were
+    /// none. While the runtime shuts down nobody else may run them until every worker
+    /// has left, and a wait here may be waiting for one (found in review: a `join`
+    /// made from a plain thread during the drop hung it, with the wait on a loop stack
+    /// and with the wait on the thread's own stack).
+    fn run_injected_jobs(&self) -> bool {
+        let mut ran = false;
+        while let Some(job) = self.shared.pop_injected_job() {
+            self.run_job(job);
+            ran = true;
+        }
+        ran
     }
 
     /// Cancels the tasks shutdown set aside for this worker (its started fibers, which
