@@ -18,48 +18,18 @@
 
 mod common;
 
-use std::cell::Cell;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use common::placement::Tracker;
+use common::thread_stack::{on_thread_stack, rt};
 use common::{counter, drop_within, load, with_limit, OnDrop};
 use weft::sync::{Mutex, Semaphore};
 use weft::{Builder, JoinHandle, Runtime};
 
 // ------------------------------------------------------------------------ helpers
-
-/// A runtime of `n` workers, no interactive pool, no temporary workers and no stall
-/// reports, whose workers record where their thread stack is (see [`on_thread_stack`]).
-fn rt(n: usize) -> Runtime {
-    Builder::new()
-        .worker_threads(n)
-        .interactive_threads(0)
-        .max_extra_workers(0)
-        .stall_report(None)
-        .on_thread_start(|| {
-            let here = 0u8;
-            STACK_TOP.with(|t| t.set(std::ptr::addr_of!(here) as usize));
-        })
-        .build()
-        .expect("runtime")
-}
-
-thread_local! {
-    /// An address near the top of this worker thread's own stack (0 off a worker).
-    static STACK_TOP: Cell<usize> = const { Cell::new(0) };
-}
-
-/// Whether the caller runs on its worker thread's own stack (not on a loop stack or a
-/// fiber's): its frame lies within 256 KiB of the frame `on_thread_start` ran in.
-fn on_thread_stack() -> bool {
-    let here = 0u8;
-    let here = std::ptr::addr_of!(here) as usize;
-    let top = STACK_TOP.with(Cell::get);
-    top != 0 && here <= top && top - here < (256 << 10)
-}
 
 /// Spawns `op` as a task on `rt`; returns once the task is about to call `op`, with its
 /// handle and whether it runs on its worker's own stack.

@@ -5,6 +5,7 @@ pub mod child;
 pub mod net;
 pub mod placement;
 pub mod spawn;
+pub mod thread_stack;
 
 #[allow(unused_imports)] // not every test uses them
 pub use spawn::{fiber_on, join_within};
