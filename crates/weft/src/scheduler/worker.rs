@@ -395,9 +395,7 @@ impl Core {
         }
         loop {
             // Jobs injected before the pool closed still have callers waiting for them.
-            while let Some(job) = self.shared.pop_injected_job() {
-                self.run_job(job);
-            }
+            self.run_injected_jobs();
             // What is left in this worker's queues (a shutting-down thread may be
             // waiting for one of them to complete).
             self.drain();

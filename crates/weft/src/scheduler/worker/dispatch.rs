@@ -272,7 +272,7 @@ impl Core {
     }
 
     /// Blocks this worker's thread, firing timers, until `done()` or until
-    /// [`exit_step`](Self::exit_step) has something to do.
+    /// [`exit_step`](Self::exit_step) (or `shutdown_step`) has something to do.
     pub(super) fn exit_block(&self, done: impl Fn() -> bool) {
         self.block_until(|| {
             done()
@@ -303,12 +303,7 @@ impl Core {
         if self.set_stack_aside(signal) || self.shutdown_step() {
             return;
         }
-        self.block_until(|| {
-            signal.is_woken()
-                || self.stacks.ready().any()
-                || self.shared.has_set_aside(self.index)
-                || self.shared.has_injected_jobs()
-        });
+        self.exit_block(|| signal.is_woken());
     }
 
     /// What a wait that cannot end by itself does while the runtime shuts down: runs
@@ -324,7 +319,7 @@ impl Core {
     /// has left, and a wait here may be waiting for one (found in review: a `join`
     /// made from a plain thread during the drop hung it, with the wait on a loop stack
     /// and with the wait on the thread's own stack).
-    fn run_injected_jobs(&self) -> bool {
+    pub(super) fn run_injected_jobs(&self) -> bool {
         let mut ran = false;
         while let Some(job) = self.shared.pop_injected_job() {
             self.run_job(job);
