@@ -439,7 +439,7 @@ fn own_runtime_dropped_while_a_fiber_drops_another() {
 /// wait for the workers a weft wait (suspend the fiber: which is what `stay_resumed`
 /// now forbids).
 #[test]
-#[ignore = "finding: pre-existing hang, runtime dropped on another runtime's worker"]
+#[ignore = "documented limit (Runtime docs): a runtime dropped on another runtime's only worker holds it; a cancellation there that needs that worker hangs the drop (pre-existing)"]
 fn a_fiber_dropping_a_runtime_whose_worker_needs_the_fibers_worker() {
     with_limit(Duration::from_secs(10), || {
         let rt_a = rt(1);

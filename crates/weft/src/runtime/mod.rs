@@ -228,6 +228,13 @@ impl Inner {
 /// poll returns. See [`shutdown_timeout`](Self::shutdown_timeout) for a worker that
 /// never comes back.
 ///
+/// The drop blocks the thread it runs on until the workers have left (a fiber that
+/// drops a runtime does not suspend meanwhile). Dropped inside a task or fiber of
+/// *another* runtime, it therefore holds that runtime's worker: if a cancelled task's
+/// `Drop` here waits for something only that worker can run, the drop never returns
+/// (a known limit, `tests/review_s31c.rs`); drop such a runtime from a plain thread,
+/// or from `spawn_blocking`.
+///
 /// ```
 /// let rt = weft::Runtime::new().unwrap();
 /// let h = rt.spawn(async { 40 + 2 });
