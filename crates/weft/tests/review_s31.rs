@@ -24,10 +24,10 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use common::placement::Tracker;
-use common::thread_stack::{on_thread_stack, rt};
-use common::{counter, drop_within, load, with_limit, OnDrop};
+use common::thread_stack::{on_thread_stack, rt, stress_rt};
+use common::{counter, drop_within, load, pending_with_drop, with_limit, OnDrop};
 use weft::sync::{Mutex, Semaphore};
-use weft::{Builder, JoinHandle, Runtime};
+use weft::{JoinHandle, Runtime};
 
 // ------------------------------------------------------------------------ helpers
 
@@ -73,25 +73,6 @@ fn ok_or_cancelled<T>(r: Result<T, weft::JoinError>, what: &str) -> Option<T> {
             None
         }
     }
-}
-
-/// Spawns on `rt` a task that is suspended for ever (not running at the drop: it is
-/// cancelled on the dropping thread) and runs `on_drop` when its future is dropped.
-fn pending_with_drop(rt: &Runtime, on_drop: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
-    let (tx, rx) = mpsc::channel();
-    let mut on_drop = Some(on_drop);
-    let h = rt.spawn(async move {
-        let _c = OnDrop(move || {
-            if let Some(f) = on_drop.take() {
-                f()
-            }
-        });
-        tx.send(()).unwrap();
-        std::future::pending::<()>().await
-    });
-    rx.recv_timeout(Duration::from_secs(5))
-        .expect("the pending task ran");
-    h
 }
 
 // ------------------------------------------------ 1. a cancellation waits for a wait
@@ -411,19 +392,6 @@ fn a_set_aside_wait_waits_for_a_join_injected_during_the_drop() {
 
 // ---------------------------------------------------------------------- 3. stress
 
-/// A runtime of `n` workers for the stress rounds; with `temps`, as many temporary
-/// workers, which retire after 5 ms idle.
-fn stress_rt(n: usize, temps: bool) -> Runtime {
-    Builder::new()
-        .worker_threads(n)
-        .interactive_threads(0)
-        .max_extra_workers(if temps { n } else { 0 })
-        .extra_worker_keep_alive(Duration::from_millis(5))
-        .stall_report(None)
-        .build()
-        .expect("runtime")
-}
-
 /// Spawns on `rt` a fiber that keeps `keep` and suspends for ever (until shutdown
 /// unwinds it); returns once it runs.
 fn suspended_fiber<K: Send + 'static>(
@@ -455,17 +423,7 @@ fn suspended_fiber<K: Send + 'static>(
 fn stress_drop_amid_set_aside_waits_and_spawning_fibers() {
     with_limit(Duration::from_secs(28), || {
         // A seed of this run's (printed with any failure), or `S31_SEED`.
-        let seed = std::env::var("S31_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos() as u64
-                    | 1
-            });
-        let mut rng = common::Rng(seed);
+        let (mut rng, seed) = common::Rng::seeded("S31_SEED");
         let deadline = Instant::now() + Duration::from_secs(8);
         let mut rounds = 0;
         while rounds < 300 && Instant::now() < deadline {

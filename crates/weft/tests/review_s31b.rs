@@ -23,9 +23,9 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use common::placement::{quiet_panic, Tracker, PLANNED};
-use common::thread_stack::{on_thread_stack, rt};
-use common::{counter, drop_within, load, with_limit, OnDrop};
-use weft::{Builder, JoinHandle, Runtime};
+use common::thread_stack::{on_thread_stack, rt, stress_rt};
+use common::{counter, drop_within, load, pending_with_drop, with_limit, OnDrop};
+use weft::{JoinHandle, Runtime};
 
 // ------------------------------------------------------------------------ helpers
 
@@ -94,25 +94,6 @@ fn quiet_hook() {
 /// Whether `e` is the planned panic of [`quiet_panic`].
 fn is_planned_panic(e: weft::JoinError) -> bool {
     e.is_panic() && common::panic_message(&*e.into_panic()).as_deref() == Some(PLANNED)
-}
-
-/// Spawns on `rt` a task that is suspended for ever (not running at the drop: it is
-/// cancelled on the dropping thread) and runs `on_drop` when its future is dropped.
-fn pending_with_drop(rt: &Runtime, on_drop: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
-    let (tx, rx) = mpsc::channel();
-    let mut on_drop = Some(on_drop);
-    let h = rt.spawn(async move {
-        let _c = OnDrop(move || {
-            if let Some(f) = on_drop.take() {
-                f()
-            }
-        });
-        tx.send(()).unwrap();
-        std::future::pending::<()>().await
-    });
-    rx.recv_timeout(Duration::from_secs(5))
-        .expect("the pending task ran");
-    h
 }
 
 /// Spawns on `rt` a fiber that keeps `keep` and suspends until `never` is dropped (or
@@ -816,17 +797,7 @@ fn a_cancellations_join_is_run_by_the_exit_step_while_a_set_aside_wait_waits() {
 fn stress_fibers_started_while_the_runtime_drops() {
     with_limit(Duration::from_secs(28), || {
         let _heavy = common::placement::heavy();
-        let seed = std::env::var("S31B_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos() as u64
-                    | 1
-            });
-        let mut rng = common::Rng(seed);
+        let (mut rng, seed) = common::Rng::seeded("S31B_SEED");
         let deadline = Instant::now() + Duration::from_secs(7);
         let mut rounds = 0;
         while rounds < 200 && Instant::now() < deadline {
@@ -834,14 +805,7 @@ fn stress_fibers_started_while_the_runtime_drops() {
             let what = format!("seed {seed}, round {rounds}");
             let n = 1 + (rng.next() % 4) as usize;
             let temps = rng.next().is_multiple_of(2);
-            let rt = Builder::new()
-                .worker_threads(n)
-                .interactive_threads(0)
-                .max_extra_workers(if temps { n } else { 0 })
-                .extra_worker_keep_alive(ms(5))
-                .stall_report(None)
-                .build()
-                .expect("runtime");
+            let rt = stress_rt(n, temps);
             let tracker = Tracker::new();
             let spawned = Arc::new(AtomicUsize::new(0));
             let body = {

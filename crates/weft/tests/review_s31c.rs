@@ -36,19 +36,7 @@ fn join_within<T: Send + 'static>(h: JoinHandle<T>, secs: u64) -> Result<T, weft
 /// cancelled by its worker instead: see
 /// [`a_fiber_dropping_a_runtime_whose_worker_needs_the_fibers_worker`]).
 fn pending_with_drop(rt: &Runtime, on_drop: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
-    let (tx, rx) = mpsc::channel();
-    let mut on_drop = Some(on_drop);
-    let h = rt.spawn(async move {
-        let _c = OnDrop(move || {
-            if let Some(f) = on_drop.take() {
-                f()
-            }
-        });
-        tx.send(()).unwrap();
-        std::future::pending::<()>().await
-    });
-    rx.recv_timeout(Duration::from_secs(5))
-        .expect("the pending task ran");
+    let h = common::pending_with_drop(rt, on_drop);
     std::thread::sleep(Duration::from_millis(30));
     h
 }

@@ -801,18 +801,27 @@ impl Shared {
     /// # Safety
     /// The caller gives up one reference to the live task `ptr`.
     unsafe fn set_aside(&self, i: usize, ptr: NonNull<Header>) {
-        {
-            let mut list = self.remotes[i].set_aside.lock();
-            if !list.closed {
-                list.tasks.push(TaskRef(ptr));
-                // Once routed, the worker unwinds what arrives while it waits for
-                // `settled` (a cancellation on another thread may wait for it).
-                self.remotes[i].parker.unpark();
-                return;
-            }
+        if !self.push_set_aside(i, ptr, || {}) {
+            // SAFETY: per the contract.
+            unsafe { cancel_now(ptr) };
         }
-        // SAFETY: per the contract.
-        unsafe { cancel_now(ptr) };
+    }
+
+    /// Puts `ptr` (with a reference the caller hands over) on worker `i`'s set-aside
+    /// list, running `before` under the list's lock first, and wakes the worker; false,
+    /// having done neither, if the list is closed.
+    fn push_set_aside(&self, i: usize, ptr: NonNull<Header>, before: impl FnOnce()) -> bool {
+        let mut list = self.remotes[i].set_aside.lock();
+        if list.closed {
+            return false;
+        }
+        before();
+        list.tasks.push(TaskRef(ptr));
+        drop(list);
+        // Once routed, the worker unwinds what arrives while it waits for `settled` (a
+        // cancellation on another thread may wait for it).
+        self.remotes[i].parker.unpark();
+        true
     }
 
     /// Whether tasks wait in worker `i`'s set-aside list.
@@ -997,17 +1006,10 @@ impl Schedule for Arc<Shared> {
         let here = worker::with_current(|c| {
             c.is_some_and(|c| c.belongs_to(self) && c.index() == home.worker)
         });
-        if here {
-            return false;
-        }
-        let mut list = self.remotes[home.worker].set_aside.lock();
-        if list.closed {
-            return false;
-        }
-        h.state.transition_claim_to_scheduled();
-        list.tasks.push(TaskRef(task));
-        drop(list);
-        self.remotes[home.worker].parker.unpark();
-        true
+        // The claim is handed back under the list's lock, before the worker can pop it.
+        !here
+            && self.push_set_aside(home.worker, task, || {
+                h.state.transition_claim_to_scheduled()
+            })
     }
 }

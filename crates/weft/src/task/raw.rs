@@ -185,25 +185,30 @@ where
     /// Replaces the stage, dropping the future or output it held. A panic in that drop
     /// is caught: it must not unwind through the worker. Returns its payload.
     fn set_stage(&self, new: Stage<F>) -> Option<Box<dyn std::any::Any + Send>> {
-        // A drop that runs during a fiber's forced unwind (a `Drop` on the unwinding
-        // stack cancelling a task) cannot start another such unwind (the fiber no
-        // longer suspends): what it catches is a panic of its own (found in review:
-        // resumed, it escaped a destructor run by that unwind and aborted the process).
-        let unwinding_before = super::current::fiber_force_unwinding();
-        let payload = catch_unwind(AssertUnwindSafe(|| {
+        catch_unwind(AssertUnwindSafe(|| {
             self.stage.with_mut(|stage| {
                 // SAFETY: the caller has exclusive access to the stage (RUNNING owner,
                 // or the join side of a COMPLETE task).
                 unsafe { *stage = new }
             })
         }))
-        .err()?;
+        .err()
+    }
+
+    /// [`set_stage`](Self::set_stage) dropping a cancelled task's future, which may
+    /// run on a fiber (shutdown or an abort on one): the only drop of a future that can
+    /// suspend a fiber (a poll's own runs with no fiber current), so the only one
+    /// that can catch that fiber's forced unwind. That unwind goes on (found in review:
+    /// a runtime dropped in one of its fibers, whose cancellations waited, reported the
+    /// unwind as the task's panic and went on running the fiber's code). A drop that
+    /// began during such an unwind (a `Drop` on the unwinding stack cancelling a task)
+    /// cannot start another one (the fiber no longer suspends): what it catches is a
+    /// panic of its own (found in review: resumed, it escaped a destructor run by that
+    /// unwind and aborted the process).
+    fn drop_cancelled_future(&self) -> Option<Box<dyn std::any::Any + Send>> {
+        let unwinding_before = super::current::fiber_force_unwinding();
+        let payload = self.set_stage(Stage::Consumed)?;
         if !unwinding_before && super::current::fiber_force_unwinding() {
-            // The drop waited, suspending the fiber it runs on, and that fiber is being
-            // unwound by its cancellation: not the drop's panic, and it must go on
-            // (found in review: a runtime dropped in one of its fibers, whose
-            // cancellations waited, reported the unwind as the task's panic and went on
-            // running the fiber's code).
             std::panic::resume_unwind(payload);
         }
         Some(payload)
@@ -255,7 +260,7 @@ where
     #[inline(never)]
     fn cancel(&self) {
         let id = self.header.id;
-        let result = match self.set_stage(Stage::Consumed) {
+        let result = match self.drop_cancelled_future() {
             Some(payload) => Err(JoinError::panic(id, payload)),
             None if self.header.flags.load(std::sync::atomic::Ordering::Relaxed)
                 & super::diag::REFUSED

@@ -285,6 +285,22 @@ pub fn on_runtime<R: Send + 'static>(workers: usize, f: impl FnOnce() -> R + Sen
 pub struct Rng(pub u64);
 
 impl Rng {
+    /// A generator seeded from the environment variable `var` if it holds a number,
+    /// else from the clock (print the seed with any failure to replay it).
+    pub fn seeded(var: &str) -> (Rng, u64) {
+        let seed = std::env::var(var)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+                    | 1
+            });
+        (Rng(seed), seed)
+    }
+
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -427,4 +443,27 @@ pub fn abort_after(secs: u64, what: &'static str) -> AbortGuard {
         })
         .unwrap();
     AbortGuard(done)
+}
+
+/// Spawns on `rt` a task that is suspended for ever (not running at the drop: it is
+/// cancelled on the dropping thread) and runs `on_drop` when its future is dropped;
+/// returns once its poll began.
+pub fn pending_with_drop(
+    rt: &Runtime,
+    on_drop: impl FnOnce() + Send + 'static,
+) -> weft::JoinHandle<()> {
+    let (tx, rx) = mpsc::channel();
+    let mut on_drop = Some(on_drop);
+    let h = rt.spawn(async move {
+        let _c = OnDrop(move || {
+            if let Some(f) = on_drop.take() {
+                f()
+            }
+        });
+        tx.send(()).unwrap();
+        std::future::pending::<()>().await
+    });
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("the pending task ran");
+    h
 }

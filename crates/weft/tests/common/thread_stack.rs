@@ -3,6 +3,7 @@
 //! behave differently on each).
 
 use std::cell::Cell;
+use std::time::Duration;
 
 use weft::{Builder, Runtime};
 
@@ -34,4 +35,17 @@ pub fn on_thread_stack() -> bool {
     let here = std::ptr::addr_of!(here) as usize;
     let top = STACK_TOP.with(Cell::get);
     top != 0 && here <= top && top - here < (256 << 10)
+}
+
+/// A runtime of `n` workers for stress rounds of shutdown; with `temps`, as many
+/// temporary workers, which retire after 5 ms idle.
+pub fn stress_rt(n: usize, temps: bool) -> Runtime {
+    Builder::new()
+        .worker_threads(n)
+        .interactive_threads(0)
+        .max_extra_workers(if temps { n } else { 0 })
+        .extra_worker_keep_alive(Duration::from_millis(5))
+        .stall_report(None)
+        .build()
+        .expect("runtime")
 }
