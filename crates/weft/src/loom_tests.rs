@@ -1128,6 +1128,66 @@ fn loom_wait_signal_two_ready_stacks_resumed_one_at_a_time() {
     model_set_aside_vs_wakes(2);
 }
 
+/// The clear before each poll of a blocked wait (`WaitSignal::reset`) against a wake
+/// from another thread that publishes a value first: whatever the interleaving, the
+/// wait either sees the value or is left woken (found as a rare hang: a clear that
+/// was a plain store could land after a wake whose value the poll had not seen, and
+/// the wait was set aside un-woken for ever). `woken_before` is the state the last
+/// poll left (a future that woke itself).
+fn model_reset_vs_wake(woken_before: bool) {
+    use crate::scheduler::stacks::Stacks;
+    use loom::sync::atomic::AtomicBool;
+    use std::sync::atomic::Ordering::{Acquire, Release};
+    use std::task::{Wake, Waker};
+
+    loom::model(move || {
+        let stacks: Stacks<usize> = Stacks::new();
+        let parker = Arc::new(Parker::new());
+        let signal = stacks.signal(&parker);
+        if woken_before {
+            signal.wake_by_ref();
+        }
+        let value = Arc::new(AtomicBool::new(false));
+        let waker = Waker::from(signal.clone());
+        let v2 = value.clone();
+        let t = thread::spawn(move || {
+            v2.store(true, Release);
+            waker.wake();
+        });
+        // The loop of `fiber::wait::on_worker`, the poll a look at `value`.
+        loop {
+            signal.reset();
+            if value.load(Acquire) {
+                break;
+            }
+            if signal.is_woken() {
+                continue;
+            }
+            stacks.set_aside(0, signal.clone());
+            loop {
+                stacks.start_looking();
+                if stacks.take_ready().is_some() {
+                    break;
+                }
+                if !stacks.ready().any() {
+                    parker.park();
+                }
+            }
+        }
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn loom_wait_signal_reset_vs_wake() {
+    model_reset_vs_wake(false);
+}
+
+#[test]
+fn loom_wait_signal_reset_after_a_self_wake_vs_wake() {
+    model_reset_vs_wake(true);
+}
+
 /// A waker that records that it was woken (loom-tracked).
 struct FlagWaker(loom::sync::atomic::AtomicBool);
 

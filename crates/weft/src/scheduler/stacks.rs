@@ -95,8 +95,20 @@ pub(crate) struct WaitSignal {
 
 impl WaitSignal {
     /// Before each poll of the waited future: a wake from then on counts.
+    ///
+    /// A wake this clears must be one whose effects the next poll sees: the clear is a
+    /// swap that reads from that wake (Acquire against its SeqCst swap), so what the
+    /// waker published before waking happens before the poll. A plain store did not
+    /// order the clear before the poll's reads (on x86 it sat in the store buffer while
+    /// the poll read): a wake could come after the poll's read and before the store
+    /// landed, be erased by it, and the wait was set aside un-woken for ever (found as a
+    /// rare hang of a wait woken from another thread; `loom_wait_signal_reset_*`).
+    /// Nothing is written when the signal is clear: a wake then stays.
+    #[inline]
     pub(crate) fn reset(&self) {
-        self.woken.store(false, Relaxed);
+        if self.woken.load(Relaxed) {
+            self.woken.swap(false, Acquire);
+        }
     }
 
     pub(crate) fn is_woken(&self) -> bool {
