@@ -71,6 +71,10 @@ const FRAMES_WHILE_SHARING: u32 = 3;
 /// Polls between looks at the timer wheel while timers are pending (a clock read).
 const TIMER_CHECK_POLLS: u32 = 16;
 
+/// Yields of a busy wait that found nothing else ready between looks at the sockets (a
+/// system call; the timers are looked at every time, a load while none is due).
+const IO_CHECK_YIELDS: u32 = 64;
+
 /// Consecutive polls from the LIFO slot before its task is moved to the back of the
 /// queue, so a pair of tasks waking each other cannot starve the rest.
 pub(crate) const MAX_LIFO_POLLS: u32 = 3;
@@ -192,6 +196,10 @@ pub(crate) struct Core {
     /// has run something else, or before it parks. `yielding` says whether any is.
     yielders: Cell<Vec<StdArc<WaitSignal>>>,
     yielding: Cell<bool>,
+    /// Yields of waits that found nothing else ready (see
+    /// [`Core::fire_due_for_a_busy_wait`]): every [`IO_CHECK_YIELDS`]th looks at the
+    /// sockets.
+    busy_yields: Cell<u32>,
 }
 
 thread_local! {
@@ -317,6 +325,7 @@ impl Core {
             retiring: Cell::new(false),
             yielders: Cell::new(Vec::new()),
             yielding: Cell::new(false),
+            busy_yields: Cell::new(0),
         }
     }
 
@@ -551,8 +560,13 @@ impl Core {
                     Some(Work::Task(task)) => self.run_task(task),
                     Some(Work::Job(job)) => self.run_job(job),
                     None => {
-                        // Nothing else to run: a wait that yielded goes on now.
-                        if self.wake_yielders() {
+                        // Nothing else to run: a wait that yielded goes on now, unless
+                        // what came due meanwhile gave this worker something to run
+                        // first (nobody else may fire it: this worker does not park).
+                        if self.yielding.get() {
+                            if !self.fire_due_for_a_busy_wait() {
+                                self.wake_yielders();
+                            }
                             continue;
                         }
                         self.park(&done);

@@ -307,6 +307,11 @@ impl Rng {
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
+
+    /// A number below `n` (not quite uniform; enough for test inputs).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
 }
 
 /// A loopback address (port 0) that no other listener of this run binds: an address

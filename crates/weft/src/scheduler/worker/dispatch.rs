@@ -88,12 +88,34 @@ impl Core {
                 self.shared.time.process();
             }
             false
-        } else if self.others_ready() {
+        } else if self.others_ready() || self.fire_due_for_a_busy_wait() {
             self.yield_wait(&signal());
             true
         } else {
             false
         }
+    }
+
+    /// A wait that keeps this worker with nothing else ready fires what came due
+    /// meanwhile: the timers, and every [`IO_CHECK_YIELDS`]th time the sockets. Busy
+    /// workers fire them between tasks (`next_task_slow`, by a count of polls), and
+    /// parked ones while they sleep; a worker whose only work is a wait that keeps
+    /// waking itself does neither (found in review: a task's self-waking `weft::wait`,
+    /// `yield_now` loop or loop of expired timed waits for a flag set after a 2 ms
+    /// sleep never saw it, on one worker, or on two both so busy;
+    /// `tests/review_s32.rs`). Called where such a wait finds nothing to yield to, and
+    /// by the loop that finds nothing to run before it lets yielded waits go on.
+    /// Returns whether that made a task or a set-aside wait ready here.
+    pub(super) fn fire_due_for_a_busy_wait(&self) -> bool {
+        let time = &self.shared.time;
+        let mut fired = time.process() > 0;
+        let n = self.busy_yields.get().wrapping_add(1);
+        self.busy_yields.set(n);
+        if n.is_multiple_of(IO_CHECK_YIELDS) && time.has_io_sources() {
+            time.poll_io();
+            fired = true;
+        }
+        fired && (self.stacks.ready().any() || self.has_ready_work())
     }
 
     /// The ready-wait budget's yield ([`yield_to_others`](Self::yield_to_others)),
