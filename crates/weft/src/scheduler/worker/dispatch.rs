@@ -72,12 +72,13 @@ impl Core {
     /// Where a wait would keep this worker (its future keeps waking itself, or a timed
     /// wait expired without waiting): yields on the signal `signal` makes
     /// ([`yield_wait`](Self::yield_wait)) if something else is ready here
-    /// ([`others_ready`](Self::others_ready)); while the runtime shuts down, when no
-    /// task runs any more, resumes a ready set-aside wait instead, which may be what
-    /// the caller waits for (found in review: a drop hung on two self-waking waits that
-    /// depended on each other), or else unwinds this worker's set-aside fibers, as
-    /// [`wait_shutting_down`](Self::wait_shutting_down) does. Returns whether it
-    /// yielded.
+    /// ([`others_ready`](Self::others_ready)), or becomes ready as it fires what came
+    /// due ([`fire_due_for_a_busy_wait`](Self::fire_due_for_a_busy_wait)); while the
+    /// runtime shuts down, when no task runs any more, resumes a ready set-aside wait
+    /// instead, which may be what the caller waits for (found in review: a drop hung on
+    /// two self-waking waits that depended on each other), or else unwinds this
+    /// worker's set-aside fibers, as [`wait_shutting_down`](Self::wait_shutting_down)
+    /// does. Returns whether it yielded.
     pub(crate) fn yield_to_others(&self, signal: impl FnOnce() -> StdArc<WaitSignal>) -> bool {
         if self.shared.is_shutdown() {
             // As a shutting-down wait does: what it retries for may be held by a fiber
