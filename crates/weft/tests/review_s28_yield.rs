@@ -24,19 +24,12 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use common::spawn::{fiber_on, join_within};
+use common::watchdog;
 use weft::Runtime;
 
-/// Runs `f` on a thread and fails if it does not finish within `secs`.
-fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    common::with_limit(Duration::from_secs(secs), f)
-}
-
+/// A runtime of `workers` workers and no interactive pool.
 fn rt(workers: usize) -> Runtime {
-    weft::Builder::new()
-        .worker_threads(workers)
-        .interactive_threads(0)
-        .build()
-        .unwrap()
+    common::runtime(workers, 0)
 }
 
 fn flag() -> Arc<AtomicBool> {

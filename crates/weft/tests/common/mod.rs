@@ -131,6 +131,11 @@ pub fn workers(n: usize) -> Runtime {
         .expect("failed to build the runtime")
 }
 
+/// Runs `f` on a thread and fails if it does not finish within `secs` seconds.
+pub fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    with_limit(Duration::from_secs(secs), f)
+}
+
 /// A runtime with `workers` default workers and `interactive` interactive ones.
 pub fn runtime(workers: usize, interactive: usize) -> Runtime {
     Builder::new()
