@@ -105,7 +105,6 @@ fn run(a: &'static Alarms) {
                 true
             }
         });
-        let next = entries.iter().map(|(d, _)| *d).min();
         drop(entries);
         drop(gone);
         for slot in due {
@@ -117,11 +116,13 @@ fn run(a: &'static Alarms) {
             }
         }
         entries = a.entries.lock().unwrap_or_else(|e| e.into_inner());
+        // The earliest deadline as the list stands now, under the lock the wait lets
+        // go of: an alarm armed while the list was unlocked (above) notified nobody,
+        // and a deadline taken before would sleep through it (found as a rare hang:
+        // three short sleeps beside one an hour away slept for the hour).
+        let next = entries.iter().map(|(d, _)| *d).min();
         entries = match next {
-            None if entries.is_empty() => {
-                a.changed.wait(entries).unwrap_or_else(|e| e.into_inner())
-            }
-            None => entries,
+            None => a.changed.wait(entries).unwrap_or_else(|e| e.into_inner()),
             Some(d) => {
                 let left = d.saturating_duration_since(Instant::now());
                 a.changed
@@ -130,5 +131,69 @@ fn run(a: &'static Alarms) {
                     .0
             }
         };
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::ThreadAlarm;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::sync::Arc;
+    use std::task::{Context, Wake, Waker};
+    use std::time::{Duration, Instant};
+
+    /// Records its wake and unparks the waiting thread.
+    struct Flag(AtomicBool, std::thread::Thread);
+
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, SeqCst);
+            self.1.unpark();
+        }
+    }
+
+    /// Alarms armed while the alarm thread wakes others (its list unlocked meanwhile)
+    /// fire at their deadlines. The thread slept until the earliest deadline it had
+    /// seen before it let go of the list, here one an hour away, and the notification
+    /// of an alarm armed in between came while nobody waited (found as a rare hang of
+    /// `review_s19_timers::runtimes_dropped_in_a_loop`: three sleeps of a dropped
+    /// runtime beside a far one).
+    #[test]
+    fn alarms_armed_while_others_fire_are_not_slept_through() {
+        let mut far = ThreadAlarm::default();
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(far
+            .poll(Instant::now() + Duration::from_secs(3600), &mut cx)
+            .is_pending());
+        let threads: Vec<_> = (0..4u64)
+            .map(|k| {
+                std::thread::spawn(move || {
+                    for i in 0..300u64 {
+                        let flag = Arc::new(Flag(AtomicBool::new(false), std::thread::current()));
+                        let waker = Waker::from(flag.clone());
+                        let mut cx = Context::from_waker(&waker);
+                        let mut alarm = ThreadAlarm::default();
+                        let deadline =
+                            Instant::now() + Duration::from_micros(100 + (k * 37 + i * 53) % 400);
+                        if alarm.poll(deadline, &mut cx).is_ready() {
+                            continue;
+                        }
+                        let start = Instant::now();
+                        while !flag.0.load(SeqCst) {
+                            assert!(
+                                start.elapsed() < Duration::from_secs(5),
+                                "an alarm {:?} away was not woken within 5 s (thread {k}, round {i})",
+                                deadline.saturating_duration_since(start)
+                            );
+                            std::thread::park_timeout(Duration::from_millis(100));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        drop(far);
     }
 }
