@@ -159,7 +159,11 @@ impl Core {
     /// is nudged as this one leaves the parked set): with every
     /// other worker in a task (stuck, say), nobody would fire the timers or read the
     /// sockets (found in review: a 150 ms sleep fired only when the stuck base worker
-    /// came back, 1.5 s later).
+    /// came back, 1.5 s later). It looks again a keep-alive later (at least 1 ms): a
+    /// base worker that parks meanwhile does not wake it, and with sockets registered
+    /// and no timer it slept in `epoll_wait` with no timeout and never retired (found
+    /// under a CPU burner: `review_sysmon::socket_readiness_after_the_driver_holder_retires`
+    /// failed 9 runs in 30).
     fn keep_alive_left(
         &self,
         parked_at: u64,
@@ -180,7 +184,8 @@ impl Core {
                 .any_parked_except(self.index)
                 .is_none_or(|i| self.shared.is_temporary(i))
         {
-            return timeout;
+            let again = self.shared.keep_alive.max(Duration::from_millis(1));
+            return Some(timeout.map_or(again, |t| t.min(again)));
         }
         let idle_for = clock::since(clock::now_ns(), parked_at);
         let left = self.shared.keep_alive.saturating_sub(idle_for);
