@@ -68,7 +68,7 @@ fn child_process_entry() {
 }
 
 fn run_child(case: &str, limit: Duration) -> Output {
-    common::child::run("child_process_entry", &[(CHILD, case)], limit)
+    common::child::run_case(CHILD, case, limit)
 }
 
 /// Asserts that the child exited normally after running its whole case.

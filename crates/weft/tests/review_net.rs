@@ -123,11 +123,7 @@ fn child_process_entry() {
 }
 
 fn run_child(case: &str, secs: u64) -> common::child::Output {
-    common::child::run(
-        "child_process_entry",
-        &[(CHILD, case)],
-        Duration::from_secs(secs),
-    )
+    common::child::run_case(CHILD, case, Duration::from_secs(secs))
 }
 
 // ---------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use common::placement::Tracker;
 use common::thread_stack::{on_thread_stack, rt, stress_rt};
-use common::{counter, drop_within, load, pending_with_drop, with_limit, OnDrop};
+use common::{counter, drop_within, load, pending_with_drop, suspended_fiber, with_limit, OnDrop};
 use weft::sync::{Mutex, Semaphore};
 use weft::{JoinHandle, Runtime};
 
@@ -391,25 +391,6 @@ fn a_set_aside_wait_waits_for_a_join_injected_during_the_drop() {
 }
 
 // ---------------------------------------------------------------------- 3. stress
-
-/// Spawns on `rt` a fiber that keeps `keep` and suspends for ever (until shutdown
-/// unwinds it); returns once it runs.
-fn suspended_fiber<K: Send + 'static>(
-    rt: &Runtime,
-    never: &Arc<weft::sync::Notify>,
-    keep: K,
-) -> JoinHandle<()> {
-    let (tx, rx) = mpsc::channel();
-    let n = never.clone();
-    let h = common::fiber_on(rt, move || {
-        let _keep = keep;
-        tx.send(()).unwrap();
-        n.notified_blocking();
-    });
-    rx.recv_timeout(Duration::from_secs(5))
-        .expect("the fiber ran");
-    h
-}
 
 /// Many rounds of: a runtime of 1-3 workers (with temporary workers or not); anchor
 /// tasks blocked on the workers' thread stacks (released before the drop or not), so

@@ -24,18 +24,15 @@ use std::time::{Duration, Instant};
 
 use common::placement::{quiet_panic, Tracker, PLANNED};
 use common::thread_stack::{on_thread_stack, rt, stress_rt};
-use common::{counter, drop_within, load, pending_with_drop, with_limit, OnDrop};
+use common::{
+    counter, drop_within, join_within, load, pending_with_drop, suspended_fiber, with_limit, OnDrop,
+};
 use weft::{JoinHandle, Runtime};
 
 // ------------------------------------------------------------------------ helpers
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
-}
-
-/// Joins `h` from a plain thread within `secs` seconds.
-fn join_within<T: Send + 'static>(h: JoinHandle<T>, secs: u64) -> Result<T, weft::JoinError> {
-    common::join_within(h, secs)
 }
 
 /// Joins `h` from a plain thread within `secs` seconds; `None` if it did not end.
@@ -96,25 +93,6 @@ fn is_planned_panic(e: weft::JoinError) -> bool {
     e.is_panic() && common::panic_message(&*e.into_panic()).as_deref() == Some(PLANNED)
 }
 
-/// Spawns on `rt` a fiber that keeps `keep` and suspends until `never` is dropped (or
-/// shutdown unwinds it); returns once it runs.
-fn suspended_fiber<K: Send + 'static>(
-    rt: &Runtime,
-    never: &Arc<weft::sync::Notify>,
-    keep: K,
-) -> JoinHandle<()> {
-    let (tx, rx) = mpsc::channel();
-    let n = never.clone();
-    let h = common::fiber_on(rt, move || {
-        let _keep = keep;
-        tx.send(()).unwrap();
-        n.notified_blocking();
-    });
-    rx.recv_timeout(Duration::from_secs(5))
-        .expect("the fiber ran");
-    h
-}
-
 // ------------------------------------------------------------------- child cases
 
 const CHILD: &str = "S31B_CHILD";
@@ -135,11 +113,7 @@ fn child_process_entry() {
 }
 
 fn run_child(case: &str, secs: u64) -> common::child::Output {
-    common::child::run(
-        "child_process_entry",
-        &[(CHILD, case)],
-        Duration::from_secs(secs),
-    )
+    common::child::run_case(CHILD, case, Duration::from_secs(secs))
 }
 
 // ----------------------------------- 1. set_stage's resume during a forced unwind

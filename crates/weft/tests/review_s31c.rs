@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::placement::{quiet_panic, Tracker, PLANNED};
-use common::{counter, drop_within, load, with_limit, OnDrop};
+use common::{counter, drop_within, join_within, load, with_limit, OnDrop};
 use weft::{Builder, JoinHandle, Runtime};
 
 fn rt(n: usize) -> Runtime {
@@ -24,10 +24,6 @@ fn rt(n: usize) -> Runtime {
         .stall_report(None)
         .build()
         .expect("runtime")
-}
-
-fn join_within<T: Send + 'static>(h: JoinHandle<T>, secs: u64) -> Result<T, weft::JoinError> {
-    common::join_within(h, secs)
 }
 
 /// Spawns on `rt` a task that is suspended for ever (cancelled on the dropping thread

@@ -51,7 +51,7 @@ fn child_process_entry() {
 /// Runs `child_process_entry` in a child process for `case`; kills it after `limit`
 /// (the parent then panics with "hang").
 fn run_child(case: &str, limit: Duration) -> Output {
-    common::child::run("child_process_entry", &[(CHILD, case)], limit)
+    common::child::run_case(CHILD, case, limit)
 }
 
 /// Asserts that the child exited normally after running its whole case.

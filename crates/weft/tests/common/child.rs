@@ -69,6 +69,12 @@ impl Output {
     }
 }
 
+/// Runs case `case` of this binary's `child_process_entry` test, which picks the case
+/// from the variable `var`, in a child process (see [`run`]).
+pub fn run_case(var: &str, case: &str, limit: Duration) -> Output {
+    run("child_process_entry", &[(var, case)], limit)
+}
+
 /// Runs the test `test` (its exact name) of this binary in a child process, with
 /// `vars` set and [`WEFT_VARS`] otherwise removed; kills it and panics with "hang"
 /// if it has not exited after `limit`.

@@ -8,7 +8,7 @@ pub mod spawn;
 pub mod thread_stack;
 
 #[allow(unused_imports)] // not every test uses them
-pub use spawn::{fiber_on, join_within};
+pub use spawn::{fiber_on, join_within, suspended_fiber};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};

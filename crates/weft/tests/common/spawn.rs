@@ -17,6 +17,26 @@ pub fn fiber_on<T: Send + 'static>(
         .unwrap()
 }
 
+/// Spawns on `rt` a fiber that keeps `keep` and waits on `never` (notified by nobody:
+/// it stays suspended until shutdown unwinds it); returns once it runs.
+#[allow(dead_code)] // not every test binary that includes this file uses it
+pub fn suspended_fiber<K: Send + 'static>(
+    rt: &Runtime,
+    never: &std::sync::Arc<weft::sync::Notify>,
+    keep: K,
+) -> JoinHandle<()> {
+    let (tx, rx) = mpsc::channel();
+    let n = never.clone();
+    let h = fiber_on(rt, move || {
+        let _keep = keep;
+        tx.send(()).unwrap();
+        n.notified_blocking();
+    });
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("the fiber ran");
+    h
+}
+
 /// Joins `h` from a plain thread, failing with "hang" after `secs`.
 pub fn join_within<T: Send + 'static>(h: JoinHandle<T>, secs: u64) -> Result<T, weft::JoinError> {
     let (tx, rx) = mpsc::channel();
