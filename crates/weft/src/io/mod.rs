@@ -39,6 +39,9 @@ pub trait AsyncReadExt: AsyncRead {
 
     /// Fills `buf` whole; `UnexpectedEof` if the stream ends first. Returns
     /// `buf.len()`.
+    ///
+    /// Not cancel safe: dropped while pending, the future has read a part of `buf`
+    /// from the stream and does not say how much (as tokio's).
     fn read_exact<'a>(&'a mut self, buf: &'a mut [u8]) -> ReadExact<'a, Self>
     where
         Self: Unpin,
@@ -51,6 +54,12 @@ pub trait AsyncReadExt: AsyncRead {
     }
 
     /// Reads to the end of the stream, appending to `buf`; returns how many bytes.
+    ///
+    /// Cancel safe as far as the data goes: dropped while pending, the future leaves
+    /// `buf` holding what it held plus every byte read so far. While it is pending,
+    /// `buf` is lengthened to its capacity with zeroes past the data (the future
+    /// truncates it when it ends or is dropped); a future leaked with `mem::forget`
+    /// leaves those zeroes in `buf`.
     fn read_to_end<'a>(&'a mut self, buf: &'a mut Vec<u8>) -> ReadToEnd<'a, Self>
     where
         Self: Unpin,
@@ -66,6 +75,10 @@ pub trait AsyncReadExt: AsyncRead {
 
     /// Reads to the end of the stream, appending UTF-8 to `buf` (nothing is appended
     /// if the bytes are not UTF-8: `InvalidData`); returns how many bytes.
+    ///
+    /// Not cancel safe: the bytes are appended only at the end of the stream, so a
+    /// future dropped while pending, or one that fails with an I/O error, loses what
+    /// it had read (as tokio's). Use [`read_to_end`](Self::read_to_end) to keep them.
     fn read_to_string<'a>(&'a mut self, buf: &'a mut String) -> ReadToString<'a, Self>
     where
         Self: Unpin,
@@ -103,6 +116,9 @@ pub trait AsyncWriteExt: AsyncWrite {
     }
 
     /// Writes all of `buf`; `WriteZero` if the writer stops taking bytes.
+    ///
+    /// Not cancel safe: dropped while pending, the future may have written a part of
+    /// `buf` and does not say how much (as tokio's).
     fn write_all<'a>(&'a mut self, buf: &'a [u8]) -> WriteAll<'a, Self>
     where
         Self: Unpin,

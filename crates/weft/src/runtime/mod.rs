@@ -489,6 +489,11 @@ impl Runtime {
     /// never returns is left behind (detached) after the timeout, and the task it runs
     /// is cancelled if it ever returns to the scheduler.
     ///
+    /// `timeout` bounds the wait for the workers and the blocking threads, not the
+    /// cancellations before it: a cancelled task's future is dropped on this thread,
+    /// and a destructor that blocks (waits on a lock, joins a thread) delays the
+    /// return by as long as it blocks, before the timeout starts.
+    ///
     /// The suspended fibers of a worker left behind are *leaked*, not unwound: only
     /// their worker's thread may unwind them (their stacks may point into its
     /// thread-locals, which its stuck task may be using), so their stacks stay mapped
@@ -525,6 +530,8 @@ impl Runtime {
         // Tasks, fibers and threads blocked on this runtime's sockets wake with an
         // error.
         inner.time.shutdown_io();
+        // So do waits that began on it for what no runtime owns (a signal).
+        run_shutdown_hooks();
         // Dropped from inside one of its own tasks: that worker cannot be waited for;
         // it leaves its loop when the current poll returns.
         let on_own_worker = worker::with_current(|c| {
@@ -589,6 +596,32 @@ impl Runtime {
             eprint!("{}", inner.stats());
         }
         marked
+    }
+}
+
+/// What layers above this one run whenever any runtime shuts down, after its tasks
+/// were cancelled and its sockets' waits ended: `signal` wakes its waiters, and those
+/// whose runtime shut down end with an error. Plain `fn()`s, so that this layer names
+/// none of the layers above it.
+static SHUTDOWN_HOOKS: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
+
+/// Adds `hook` to what every runtime's shutdown runs (for good: register it once).
+pub(crate) fn on_every_shutdown(hook: fn()) {
+    SHUTDOWN_HOOKS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(hook);
+}
+
+fn run_shutdown_hooks() {
+    let hooks = SHUTDOWN_HOOKS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    for hook in hooks {
+        // A hook wakes wakers, which are user code: a panic there (the hook reported
+        // it) must not stop the shutdown.
+        let _ = std::panic::catch_unwind(hook);
     }
 }
 

@@ -32,7 +32,8 @@
 //! * **Unheld drivers.** The timer and I/O drivers with work (timers pending or
 //!   sockets registered) and nobody holding them at two looks in a row while a worker
 //!   of any pool sleeps on its futex: that worker is nudged, and takes them on its way
-//!   back to park (see `nudge_for_the_drivers`).
+//!   back to park; with no worker asleep, sysmon fires the due timers and polls the
+//!   sockets itself (see `nudge_for_the_drivers`).
 //! * **Unclaimed fork-join work.** Jobs in a running worker's deque at two looks in a
 //!   row while nobody searches: a sleeper is woken for them. A `join` whose earlier
 //!   joins were short shows its half without a wake and relies on the next heartbeat,
@@ -328,6 +329,16 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
 /// in a row (the hold word unchanged: nobody took them in between) while a worker of
 /// any pool sleeps, that worker is nudged (not claimed): it finds no work, goes back to
 /// park, and takes the drivers. At most one wake per two periods, and only then.
+///
+/// With no worker asleep, every worker runs: busy ones fire timers and poll sockets at
+/// their fairness points, but workers each inside one long poll reach none, and a plain
+/// thread's socket timeout, a socket event for it, or a sleep of a task waited for the
+/// end of those polls (found in review, `tests/review_s33.rs`). Then sysmon fires the
+/// due timers and polls the sockets itself (zero timeout, unless a worker's poll is
+/// under way), at most once per two periods. Its wakes are remote ones: a woken task
+/// goes to the injection queue, where the next worker to look, or a temporary worker
+/// started for the stuck ones, takes it.
+///
 /// Returns the hold word to compare at the next look.
 fn nudge_for_the_drivers(inner: &Inner, last: Option<usize>) -> Option<usize> {
     let time = &inner.time;
@@ -345,7 +356,9 @@ fn nudge_for_the_drivers(inner: &Inner, last: Option<usize>) -> Option<usize> {
             return None;
         }
     }
-    Some(word)
+    time.process();
+    time.poll_io();
+    None
 }
 
 /// A worker of pool `p` is stuck (and no worker of the pool is parked): starts a

@@ -40,7 +40,10 @@ fn published() -> &'static watch::Sender<usize> {
 ///
 /// The first call installs weft's `SIGINT` handler, for good: Ctrl-C then no longer
 /// ends the process (see the [module](self)). Any number of waiters may wait at once;
-/// one `SIGINT` completes them all. Fails only if the handler cannot be installed.
+/// one `SIGINT` completes them all. Fails if the handler cannot be installed, and when
+/// the runtime the wait began on (the current one at its first poll, if any) shuts
+/// down, as a socket's wait does; a wait on a plain thread outside any runtime ends
+/// only with a `SIGINT`.
 ///
 /// ```
 /// use std::future::Future;
@@ -63,12 +66,23 @@ pub async fn ctrl_c() -> io::Result<()> {
     install()?;
     let seen = RECEIVED.load(SeqCst);
     let mut rx = published().subscribe();
+    // The runtime this wait runs on, if any: its shutdown ends the wait, as it ends a
+    // socket's. A task blocked in `ctrl_c_blocking` held its worker, and the runtime's
+    // drop waited for the next SIGINT (found in review, `tests/review_s33.rs`).
+    let rt = crate::Handle::try_current().ok();
     loop {
         // The published value lags the counter (the reader publishes after the
         // handler's byte), so it may still be behind `seen`: wait until it is past.
         let now = *rx.borrow_and_update();
         if (now.wrapping_sub(seen) as isize) > 0 {
             return Ok(());
+        }
+        // After the value's read: a shutdown after this look sets its flag before its
+        // hook publishes (`wake_for_shutdown`), so `changed` then returns at once.
+        if rt.as_ref().is_some_and(crate::Handle::is_shut_down) {
+            return Err(io::Error::other(
+                "the weft runtime this wait began on has shut down",
+            ));
         }
         rx.changed()
             .await
@@ -124,8 +138,15 @@ fn install() -> io::Result<()> {
         drop(unsafe { OwnedFd::from_raw_fd(fd) });
         return Err(e);
     }
+    crate::runtime::on_every_shutdown(wake_for_shutdown);
     INSTALLED.store(true, SeqCst);
     Ok(())
+}
+
+/// A runtime shuts down: every waiter looks again (the value stays), and those that
+/// began on that runtime end (see [`ctrl_c`]).
+fn wake_for_shutdown() {
+    published().send_modify(|_| {});
 }
 
 /// The reader thread: publishes the counter after each byte; ends if the pipe does.
