@@ -211,9 +211,26 @@ fn handles_are_send_and_sync_for_send_but_not_sync_values_as_tokios() {
 /// A receiver comes and goes on another thread while values are sent (the hint is stale
 /// both ways): a value sent to one receiver is never cloned, a failed send's value comes
 /// back whole, the steady receiver gets every value in order, each copy dropped once.
+///
+/// Each round checks the values; the last assertion, that sends met both counts of
+/// receivers, only says the round raced: under a heavy load the churning thread may
+/// not run during a half (seen once in a stress pass beside a CPU burner), so a round
+/// that did not race is run again, up to 5 rounds.
 #[test]
 fn values_for_one_receiver_never_clone_while_others_come_and_go() {
-    watchdog(20, || {
+    watchdog(60, || {
+        let raced = (0..5).any(|_| values_for_one_receiver_round());
+        assert!(
+            raced,
+            "in 5 rounds, no send met the churning receiver in both halves"
+        );
+    });
+}
+
+/// One round of the test above; returns whether sends met 2 receivers in the first
+/// half and 1 in the second.
+fn values_for_one_receiver_round() -> bool {
+    {
         const N: usize = 4000;
         let book = Book::new(N);
         let (tx, rx) = broadcast::channel::<Val>(N);
@@ -269,8 +286,8 @@ fn values_for_one_receiver_never_clone_while_others_come_and_go() {
             }
         }
         book.check(N, "churn");
-        assert!(counts[..N / 2].contains(&2) && counts[N / 2..].contains(&1));
-    });
+        counts[..N / 2].contains(&2) && counts[N / 2..].contains(&1)
+    }
 }
 
 // ---------------------------------------------------------------- random interleavings
