@@ -86,9 +86,9 @@ impl Builder {
     /// The same monitor hands the timer and socket drivers to a sleeping worker when
     /// the worker that held them woke to run a long poll: otherwise the other tasks'
     /// socket events and timers wait for that poll. With no worker asleep to hand them
-    /// to (every worker inside a long poll), it fires the due timers and reads the
-    /// sockets itself, so that sleeps and socket timeouts still end on time (a woken
-    /// task then waits for a worker, or a temporary one). It also wakes a sleeping worker for
+    /// to (every worker inside a long poll), a short-lived thread of the monitor's fires the due
+    /// timers and reads the sockets, so that sleeps and socket timeouts still end on
+    /// time (a woken task then waits for a worker, or a temporary one). It also wakes a sleeping worker for
     /// fork-join work that a busy worker has offered at two of its looks in a row (5-10
     /// ms with temporary workers on) with nobody taking it
     /// (the second half of a `join` whose first half runs long without joining again,

@@ -270,11 +270,6 @@ impl Handle {
         }
     }
 
-    /// Whether this runtime has begun to shut down.
-    pub(crate) fn is_shut_down(&self) -> bool {
-        self.inner.pools[0].is_shutdown()
-    }
-
     /// The pool a plain `spawn` from this thread goes to: the caller's own pool on one of
     /// this runtime's workers, the default pool anywhere else.
     pub(crate) fn caller_pool(&self) -> &Arc<Shared> {

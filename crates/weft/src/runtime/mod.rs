@@ -1,6 +1,7 @@
 //! The runtime: pools of workers, entering, spawning, shutting down.
 
 mod builder;
+pub(crate) mod closing;
 mod drain;
 mod dump;
 mod env;
@@ -56,6 +57,8 @@ pub(crate) struct Inner {
     pub(crate) sysmon: Option<Arc<sysmon::Sysmon>>,
     /// What starting a worker thread needs (sysmon starts temporary ones).
     pub(crate) threads: std::sync::Arc<WorkerThreads>,
+    /// Waits that end when this runtime shuts down (signal waits).
+    pub(crate) closing: closing::Closing,
 }
 
 /// How worker threads are started and counted: the base ones by `Runtime::start`, the
@@ -358,6 +361,7 @@ impl Runtime {
                 sysmon: watch
                     .then(|| Arc::new(sysmon::Sysmon::new(stall, debug, doorbell.clone()))),
                 threads,
+                closing: closing::Closing::default(),
             }
         });
         LATEST
@@ -531,7 +535,7 @@ impl Runtime {
         // error.
         inner.time.shutdown_io();
         // So do waits that began on it for what no runtime owns (a signal).
-        run_shutdown_hooks();
+        inner.closing.close();
         // Dropped from inside one of its own tasks: that worker cannot be waited for;
         // it leaves its loop when the current poll returns.
         let on_own_worker = worker::with_current(|c| {
@@ -596,32 +600,6 @@ impl Runtime {
             eprint!("{}", inner.stats());
         }
         marked
-    }
-}
-
-/// What layers above this one run whenever any runtime shuts down, after its tasks
-/// were cancelled and its sockets' waits ended: `signal` wakes its waiters, and those
-/// whose runtime shut down end with an error. Plain `fn()`s, so that this layer names
-/// none of the layers above it.
-static SHUTDOWN_HOOKS: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
-
-/// Adds `hook` to what every runtime's shutdown runs (for good: register it once).
-pub(crate) fn on_every_shutdown(hook: fn()) {
-    SHUTDOWN_HOOKS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .push(hook);
-}
-
-fn run_shutdown_hooks() {
-    let hooks = SHUTDOWN_HOOKS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
-    for hook in hooks {
-        // A hook wakes wakers, which are user code: a panic there (the hook reported
-        // it) must not stop the shutdown.
-        let _ = std::panic::catch_unwind(hook);
     }
 }
 

@@ -32,8 +32,8 @@
 //! * **Unheld drivers.** The timer and I/O drivers with work (timers pending or
 //!   sockets registered) and nobody holding them at two looks in a row while a worker
 //!   of any pool sleeps on its futex: that worker is nudged, and takes them on its way
-//!   back to park; with no worker asleep, sysmon fires the due timers and polls the
-//!   sockets itself (see `nudge_for_the_drivers`).
+//!   back to park; with no worker asleep and none polling, a short-lived thread fires
+//!   the due timers and polls the sockets (see `nudge_for_the_drivers`).
 //! * **Unclaimed fork-join work.** Jobs in a running worker's deque at two looks in a
 //!   row while nobody searches: a sleeper is woken for them. A `join` whose earlier
 //!   joins were short shows its half without a wake and relies on the next heartbeat,
@@ -177,6 +177,9 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
     // The drivers' hold word at the last look, if nobody held them while they had
     // work (see `nudge_for_the_drivers`).
     let mut unheld: Option<usize> = None;
+    // Set while a rescue of the drivers runs (see
+    // `nudge_for_the_drivers`).
+    let rescuing = std::sync::Arc::new(AtomicBool::new(false));
     while !mon.stopped() {
         let Some(inner) = rt.upgrade() else { return };
         let now = Instant::now();
@@ -185,6 +188,8 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
             cap_logged: false,
         });
         let mut all_parked = true;
+        // No worker has polled a task since the last look, nor is between polls.
+        let mut all_stuck = true;
         for (p, pool) in inner.pools.iter().enumerate() {
             let mut stuck: Option<Stuck> = None;
             let mut any_parked = false;
@@ -244,6 +249,7 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
                     pool.rescue_handed(i);
                 }
                 if polls != s.polls || running == 0 || parked {
+                    all_stuck &= parked;
                     *s = Seen {
                         polls,
                         since: now,
@@ -289,7 +295,7 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
                 _ => w.cap_logged = false,
             }
         }
-        unheld = nudge_for_the_drivers(&inner, unheld);
+        unheld = nudge_for_the_drivers(&inner, unheld, all_stuck, &rescuing);
         if !all_parked {
             idle_since = None;
         }
@@ -333,14 +339,23 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
 /// With no worker asleep, every worker runs: busy ones fire timers and poll sockets at
 /// their fairness points, but workers each inside one long poll reach none, and a plain
 /// thread's socket timeout, a socket event for it, or a sleep of a task waited for the
-/// end of those polls (found in review, `tests/review_s33.rs`). Then sysmon fires the
-/// due timers and polls the sockets itself (zero timeout, unless a worker's poll is
-/// under way), at most once per two periods. Its wakes are remote ones: a woken task
-/// goes to the injection queue, where the next worker to look, or a temporary worker
-/// started for the stuck ones, takes it.
+/// end of those polls (found in review, `tests/review_s33.rs`). When no worker has run
+/// a new poll since the last look either (`all_stuck`), the drivers are rescued: a
+/// short-lived thread fires the due timers and polls the sockets (zero timeout, unless
+/// a worker's poll is under way), one at a time, at most one per two looks. Not on
+/// this thread: those wakes run wakers, user code, and one that took its time here
+/// stopped the temporary workers and stall reports of every pool (found in review,
+/// `tests/review_s33b.rs`). The rescue's wakes are remote ones: a woken task
+/// goes to the injection queue, where a temporary worker started for the stuck ones,
+/// or the next worker to look, takes it.
 ///
 /// Returns the hold word to compare at the next look.
-fn nudge_for_the_drivers(inner: &Inner, last: Option<usize>) -> Option<usize> {
+fn nudge_for_the_drivers(
+    inner: &Inner,
+    last: Option<usize>,
+    all_stuck: bool,
+    rescuing: &std::sync::Arc<AtomicBool>,
+) -> Option<usize> {
     let time = &inner.time;
     let word = time.hold_word();
     if word & 1 == 1 || !(time.has_pending() || time.has_io_sources()) {
@@ -356,9 +371,24 @@ fn nudge_for_the_drivers(inner: &Inner, last: Option<usize>) -> Option<usize> {
             return None;
         }
     }
-    time.process();
-    time.poll_io();
-    None
+    if all_stuck && !rescuing.swap(true, SeqCst) {
+        let (time, flag) = (time.clone(), rescuing.clone());
+        // A thread of its own, detached: neither sysmon nor the runtime's drop waits
+        // for a waker that takes its time (the blocking pool's threads are waited for
+        // by the drop). Rare: only while every worker is stuck, one at a time.
+        let started = std::thread::Builder::new()
+            .name("weft-drivers".into())
+            .spawn(move || {
+                time.process();
+                time.poll_io();
+                flag.store(false, SeqCst);
+            });
+        if started.is_err() {
+            rescuing.store(false, SeqCst);
+        }
+        return None;
+    }
+    Some(word)
 }
 
 /// A worker of pool `p` is stuck (and no worker of the pool is parked): starts a

@@ -14,11 +14,13 @@
 //! too.
 
 use std::fs::File;
+use std::future::Future;
 use std::io::{self, Read};
 use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize};
 use std::sync::{Mutex, OnceLock, PoisonError};
+use std::task::Poll;
 
 use crate::sync::watch;
 
@@ -69,7 +71,9 @@ pub async fn ctrl_c() -> io::Result<()> {
     // The runtime this wait runs on, if any: its shutdown ends the wait, as it ends a
     // socket's. A task blocked in `ctrl_c_blocking` held its worker, and the runtime's
     // drop waited for the next SIGINT (found in review, `tests/review_s33.rs`).
-    let rt = crate::Handle::try_current().ok();
+    let mut shut_down = crate::Handle::try_current()
+        .ok()
+        .map(crate::runtime::closing::shut_down);
     loop {
         // The published value lags the counter (the reader publishes after the
         // handler's byte), so it may still be behind `seen`: wait until it is past.
@@ -77,16 +81,27 @@ pub async fn ctrl_c() -> io::Result<()> {
         if (now.wrapping_sub(seen) as isize) > 0 {
             return Ok(());
         }
-        // After the value's read: a shutdown after this look sets its flag before its
-        // hook publishes (`wake_for_shutdown`), so `changed` then returns at once.
-        if rt.as_ref().is_some_and(crate::Handle::is_shut_down) {
+        let mut changed = std::pin::pin!(rx.changed());
+        let closed = std::future::poll_fn(|cx| {
+            if let Some(s) = shut_down.as_mut() {
+                if std::pin::Pin::new(s).poll(cx).is_ready() {
+                    return Poll::Ready(Ok(true));
+                }
+            }
+            changed.as_mut().poll(cx).map(|r| r.map(|()| false))
+        })
+        .await
+        .map_err(|_| io::Error::other("the signal channel closed"))?;
+        if closed {
+            // A SIGINT handled before the shutdown, not yet published by the reader
+            // thread, still counts (found in review: reported as the shutdown).
+            if (RECEIVED.load(SeqCst).wrapping_sub(seen) as isize) > 0 {
+                return Ok(());
+            }
             return Err(io::Error::other(
                 "the weft runtime this wait began on has shut down",
             ));
         }
-        rx.changed()
-            .await
-            .map_err(|_| io::Error::other("the signal channel closed"))?;
     }
 }
 
@@ -138,15 +153,8 @@ fn install() -> io::Result<()> {
         drop(unsafe { OwnedFd::from_raw_fd(fd) });
         return Err(e);
     }
-    crate::runtime::on_every_shutdown(wake_for_shutdown);
     INSTALLED.store(true, SeqCst);
     Ok(())
-}
-
-/// A runtime shuts down: every waiter looks again (the value stays), and those that
-/// began on that runtime end (see [`ctrl_c`]).
-fn wake_for_shutdown() {
-    published().send_modify(|_| {});
 }
 
 /// The reader thread: publishes the counter after each byte; ends if the pipe does.
@@ -157,7 +165,12 @@ fn reader(read: OwnedFd) {
         match pipe.read(&mut buf) {
             Ok(0) => return,
             Ok(_) => {
-                published().send_replace(RECEIVED.load(SeqCst));
+                // Waking the waiters runs their wakers, user code: one that panics (the
+                // panic hook reported it) must not end this thread, and with it every
+                // later Ctrl-C of the process (found in review, `tests/review_s33b.rs`).
+                let _ = std::panic::catch_unwind(|| {
+                    published().send_replace(RECEIVED.load(SeqCst));
+                });
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => return,

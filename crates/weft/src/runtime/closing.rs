@@ -1,0 +1,113 @@
+//! Waits that end when their runtime shuts down, for things no runtime owns (a signal):
+//! a socket's waits end through the I/O driver, these through this list.
+//!
+//! The handshake is one lock: [`Closing::close`] sets `closed` and takes the wakers
+//! under it, and [`ShutDown::poll`] looks at `closed` and stores its waker under it, so
+//! a waiter either sees the flag or is woken. Only the waiters of the runtime that
+//! shuts down are woken (an earlier version woke every signal waiter of the process
+//! at every runtime's drop, on the dropping thread: found in review,
+//! `tests/review_s33b.rs`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use super::Handle;
+use crate::task::waker::Prepared;
+
+/// A runtime's list of waiters for its shutdown.
+#[derive(Default)]
+pub(crate) struct Closing {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    closed: bool,
+    next_id: u64,
+    /// Few at a time (one per signal wait of this runtime): a vector searched by id.
+    waiters: Vec<(u64, Waker)>,
+}
+
+impl Closing {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The runtime shuts down: every waiter wakes, and later polls find it closed.
+    pub(crate) fn close(&self) {
+        let waiters = {
+            let mut st = self.lock();
+            st.closed = true;
+            std::mem::take(&mut st.waiters)
+        };
+        // Woken after the lock (a waker is user code, which may poll a `ShutDown`),
+        // each under `catch_unwind`: a panicking waker must not stop the shutdown.
+        for (_, w) in waiters {
+            crate::driver::wake_guarded(w);
+        }
+    }
+}
+
+/// Completes once `handle`'s runtime has begun to shut down.
+pub(crate) fn shut_down(handle: Handle) -> ShutDown {
+    ShutDown { handle, id: None }
+}
+
+/// The future of [`shut_down`].
+pub(crate) struct ShutDown {
+    handle: Handle,
+    /// Its entry in the list, while it has one.
+    id: Option<u64>,
+}
+
+impl Future for ShutDown {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        // A waker that is not a weft task's is cloned before the lock (see `Prepared`).
+        let mut waker = Prepared::new(cx.waker());
+        let mut st = this.handle.inner.closing.lock();
+        if st.closed {
+            return Poll::Ready(());
+        }
+        let old = match this.id {
+            Some(id) => match st.waiters.iter_mut().find(|(i, _)| *i == id) {
+                Some((_, w)) if w.will_wake(waker.get()) => None,
+                Some((_, w)) => Some(std::mem::replace(w, waker.take())),
+                // (Not reached: an entry goes only with the shutdown, or with its drop.)
+                None => {
+                    st.waiters.push((id, waker.take()));
+                    None
+                }
+            },
+            None => {
+                let id = st.next_id;
+                st.next_id += 1;
+                st.waiters.push((id, waker.take()));
+                this.id = Some(id);
+                None
+            }
+        };
+        drop(st);
+        // The replaced waker goes after the lock: its drop is user code.
+        drop(old);
+        Poll::Pending
+    }
+}
+
+impl Drop for ShutDown {
+    fn drop(&mut self) {
+        let Some(id) = self.id else { return };
+        let old = {
+            let mut st = self.handle.inner.closing.lock();
+            st.waiters
+                .iter()
+                .position(|(i, _)| *i == id)
+                .map(|at| st.waiters.swap_remove(at))
+        };
+        drop(old);
+    }
+}
