@@ -10,7 +10,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 use super::Handle;
@@ -51,13 +51,17 @@ impl Closing {
 }
 
 /// Completes once `handle`'s runtime has begun to shut down.
-pub(crate) fn shut_down(handle: Handle) -> ShutDown {
-    ShutDown { handle, id: None }
+pub(crate) fn shut_down(handle: &Handle) -> ShutDown {
+    ShutDown {
+        closing: handle.inner.closing.clone(),
+        id: None,
+    }
 }
 
-/// The future of [`shut_down`].
+/// The future of [`shut_down`]. It holds the list, not the runtime: a wait kept after
+/// its runtime's drop keeps none of the runtime's threads, queues or drivers alive.
 pub(crate) struct ShutDown {
-    handle: Handle,
+    closing: Arc<Closing>,
     /// Its entry in the list, while it has one.
     id: Option<u64>,
 }
@@ -69,7 +73,7 @@ impl Future for ShutDown {
         let this = &mut *self;
         // A waker that is not a weft task's is cloned before the lock (see `Prepared`).
         let mut waker = Prepared::new(cx.waker());
-        let mut st = this.handle.inner.closing.lock();
+        let mut st = this.closing.lock();
         if st.closed {
             return Poll::Ready(());
         }
@@ -102,7 +106,7 @@ impl Drop for ShutDown {
     fn drop(&mut self) {
         let Some(id) = self.id else { return };
         let old = {
-            let mut st = self.handle.inner.closing.lock();
+            let mut st = self.closing.lock();
             st.waiters
                 .iter()
                 .position(|(i, _)| *i == id)

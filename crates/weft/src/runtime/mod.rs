@@ -58,7 +58,7 @@ pub(crate) struct Inner {
     /// What starting a worker thread needs (sysmon starts temporary ones).
     pub(crate) threads: std::sync::Arc<WorkerThreads>,
     /// Waits that end when this runtime shuts down (signal waits).
-    pub(crate) closing: closing::Closing,
+    pub(crate) closing: std::sync::Arc<closing::Closing>,
 }
 
 /// How worker threads are started and counted: the base ones by `Runtime::start`, the
@@ -361,7 +361,7 @@ impl Runtime {
                 sysmon: watch
                     .then(|| Arc::new(sysmon::Sysmon::new(stall, debug, doorbell.clone()))),
                 threads,
-                closing: closing::Closing::default(),
+                closing: Default::default(),
             }
         });
         LATEST

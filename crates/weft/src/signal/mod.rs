@@ -73,7 +73,7 @@ pub async fn ctrl_c() -> io::Result<()> {
     // drop waited for the next SIGINT (found in review, `tests/review_s33.rs`).
     let mut shut_down = crate::Handle::try_current()
         .ok()
-        .map(crate::runtime::closing::shut_down);
+        .map(|h| crate::runtime::closing::shut_down(&h));
     loop {
         // The published value lags the counter (the reader publishes after the
         // handler's byte), so it may still be behind `seen`: wait until it is past.
