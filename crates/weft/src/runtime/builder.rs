@@ -86,16 +86,16 @@ impl Builder {
     /// The same monitor hands the timer and socket drivers to a sleeping worker when
     /// the worker that held them woke to run a long poll: otherwise the other tasks'
     /// socket events and timers wait for that poll. With no worker asleep to hand them
-    /// to (every worker inside a long poll), a short-lived thread of the monitor's fires the due
-    /// timers and reads the sockets, so that sleeps and socket timeouts still end on
-    /// time (a woken task then waits for a worker, or a temporary one). It also wakes a sleeping worker for
-    /// fork-join work that a busy worker has offered at two of its looks in a row (5-10
-    /// ms with temporary workers on) with nobody taking it
-    /// (the second half of a `join` whose first half runs long without joining again,
-    /// after the computation's earlier joins were too short to be worth a wake). With
-    /// temporary workers off and the [stall report](Self::stall_report) off there is
-    /// no monitor: the timers and socket events wait (as on tokio), and such a half
-    /// runs after the first (as on a one-worker runtime).
+    /// to (every worker inside a long poll), a short-lived thread of the monitor's
+    /// fires the due timers and reads the sockets, so that sleeps and socket timeouts
+    /// still end on time (a woken task then waits for a worker, or a temporary one).
+    /// It also wakes a sleeping worker for fork-join work that a busy worker has
+    /// offered at two of its looks in a row (5-10 ms with temporary workers on) with
+    /// nobody taking it (the second half of a `join` whose first half runs long without
+    /// joining again, after the computation's earlier joins were too short to be worth
+    /// a wake). With temporary workers off and the [stall report](Self::stall_report)
+    /// off there is no monitor: the timers and socket events wait (as on tokio), and
+    /// such a half runs after the first (as on a one-worker runtime).
     ///
     /// [`extra_worker_keep_alive`]: Self::extra_worker_keep_alive
     ///

@@ -177,8 +177,7 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
     // The drivers' hold word at the last look, if nobody held them while they had
     // work (see `nudge_for_the_drivers`).
     let mut unheld: Option<usize> = None;
-    // Set while a rescue of the drivers runs (see
-    // `nudge_for_the_drivers`).
+    // Set while a rescue of the drivers runs (see `nudge_for_the_drivers`).
     let rescuing = std::sync::Arc::new(AtomicBool::new(false));
     while !mon.stopped() {
         let Some(inner) = rt.upgrade() else { return };
