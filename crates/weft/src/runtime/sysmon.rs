@@ -378,9 +378,17 @@ fn nudge_for_the_drivers(
         let started = std::thread::Builder::new()
             .name("weft-drivers".into())
             .spawn(move || {
+                // Cleared also if the rescue unwinds (its wakes are guarded; a
+                // waker's drop is not), or no rescue would start again.
+                struct Done(std::sync::Arc<AtomicBool>);
+                impl Drop for Done {
+                    fn drop(&mut self) {
+                        self.0.store(false, SeqCst);
+                    }
+                }
+                let _done = Done(flag);
                 time.process();
                 time.poll_io();
-                flag.store(false, SeqCst);
             });
         if started.is_err() {
             rescuing.store(false, SeqCst);
