@@ -274,12 +274,22 @@ impl IoDriver {
             }
             self.events.fetch_add(n, Relaxed);
         }
-        // Woken with the slab free (a waker may run code that registers a socket) but
-        // the poll state still held, to reuse the vector: no waker reaches the poll
-        // (busy workers only `try_lock` it).
+        // Woken with the slab and the poll state free: a waker is user code, and one
+        // that took its time while the state was held kept a worker that went to park
+        // (and took the drivers) blocked on this lock in `wait`, where nobody could
+        // wake it (found in review with the sysmon's rescue dispatching, a waker
+        // waiting for a task of the runtime: a deadlock, `tests/review_s33c.rs`). The
+        // vector goes back afterwards if the state is free, to keep its allocation.
+        let mut wake = std::mem::take(wake);
+        drop(st);
         let n = wake.len();
         for w in wake.drain(..) {
             super::wake_guarded(w);
+        }
+        if let Ok(mut st) = self.state.try_lock() {
+            if st.wake.capacity() < wake.capacity() {
+                st.wake = wake;
+            }
         }
         n
     }

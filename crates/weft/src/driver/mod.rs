@@ -21,8 +21,20 @@ use std::task::Waker;
 /// So the wake runs under `catch_unwind`; the panic hook has already reported the
 /// panic, and the driver goes on with the next waker.
 pub(crate) fn wake_guarded(waker: Waker) {
-    if catch_unwind(AssertUnwindSafe(move || waker.wake())).is_err() {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || waker.wake())) {
         report_waker_panic();
+        drop_payload(payload);
+    }
+}
+
+/// Drops a caught panic's payload, whose own `Drop` may panic too (safe code can make
+/// such a payload): that second panic is caught, and its payload leaked rather than
+/// dropped. Unguarded, it unwound out of the driver's batch (the rest of the batch
+/// never woken: lost wakeups) and out of the runtime's drop (found in review,
+/// `tests/review_s33c.rs`).
+pub(crate) fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
+    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(again);
     }
 }
 

@@ -50,7 +50,7 @@
 //! temporary worker that retires again, never a lost task.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
@@ -177,8 +177,8 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
     // The drivers' hold word at the last look, if nobody held them while they had
     // work (see `nudge_for_the_drivers`).
     let mut unheld: Option<usize> = None;
-    // Set while a rescue of the drivers runs (see `nudge_for_the_drivers`).
-    let rescuing = std::sync::Arc::new(AtomicBool::new(false));
+    // Rescues of the drivers under way (see `nudge_for_the_drivers`).
+    let rescuing = std::sync::Arc::new(AtomicUsize::new(0));
     while !mon.stopped() {
         let Some(inner) = rt.upgrade() else { return };
         let now = Instant::now();
@@ -187,7 +187,8 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
             cap_logged: false,
         });
         let mut all_parked = true;
-        // No worker has polled a task since the last look, nor is between polls.
+        // No worker has polled a task since the last look (parked ones aside: the
+        // drivers' nudge looks for those first).
         let mut all_stuck = true;
         for (p, pool) in inner.pools.iter().enumerate() {
             let mut stuck: Option<Stuck> = None;
@@ -248,7 +249,11 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
                     pool.rescue_handed(i);
                 }
                 if polls != s.polls || running == 0 || parked {
-                    all_stuck &= parked;
+                    // Not `running == 0`: a worker running a stolen fork-join half at
+                    // the top of its loop shows no task for as long as the half runs
+                    // (found in review: workers all inside one long `join` had no
+                    // rescue, `tests/review_s33c.rs`).
+                    all_stuck &= polls == s.polls;
                     *s = Seen {
                         polls,
                         since: now,
@@ -323,6 +328,9 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
     }
 }
 
+/// Rescues of the drivers (see [`nudge_for_the_drivers`]) that may run at once.
+const MAX_RESCUES: usize = 4;
+
 /// The drivers (timers and sockets, one per runtime) with work and nobody in them: a
 /// worker that wakes from holding them to run what they woke hands them on only for
 /// pending timers, and only to a sleeper of its own pool (a futex wake each time the
@@ -341,7 +349,7 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
 /// end of those polls (found in review, `tests/review_s33.rs`). When no worker has run
 /// a new poll since the last look either (`all_stuck`), the drivers are rescued: a
 /// short-lived thread fires the due timers and polls the sockets (zero timeout, unless
-/// a worker's poll is under way), one at a time, at most one per two looks. Not on
+/// a worker's poll is under way), at most one start per two looks. Not on
 /// this thread: those wakes run wakers, user code, and one that took its time here
 /// stopped the temporary workers and stall reports of every pool (found in review,
 /// `tests/review_s33b.rs`). The rescue's wakes are remote ones: a woken task
@@ -349,11 +357,17 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
 /// or the next worker to look, takes it.
 ///
 /// Returns the hold word to compare at the next look.
+///
+/// Rescues run one at a time unless one is held up (a waker that takes its time):
+/// then up to [`MAX_RESCUES`] at once, so that one slow waker does not leave every
+/// other timer and socket to the stuck workers (found in review,
+/// `tests/review_s33c.rs`). While every worker stays stuck with sockets registered, a
+/// rescue thread starts every two looks (one thread start per 10 ms).
 fn nudge_for_the_drivers(
-    inner: &Inner,
+    inner: &Arc<Inner>,
     last: Option<usize>,
     all_stuck: bool,
-    rescuing: &std::sync::Arc<AtomicBool>,
+    rescuing: &std::sync::Arc<AtomicUsize>,
 ) -> Option<usize> {
     let time = &inner.time;
     let word = time.hold_word();
@@ -370,28 +384,34 @@ fn nudge_for_the_drivers(
             return None;
         }
     }
-    if all_stuck && !rescuing.swap(true, SeqCst) {
-        let (time, flag) = (time.clone(), rescuing.clone());
+    if all_stuck && rescuing.load(SeqCst) < MAX_RESCUES {
+        rescuing.fetch_add(1, SeqCst);
+        let (time, count) = (time.clone(), rescuing.clone());
+        let rt = super::Handle {
+            inner: inner.clone(),
+        };
         // A thread of its own, detached: neither sysmon nor the runtime's drop waits
         // for a waker that takes its time (the blocking pool's threads are waited for
-        // by the drop). Rare: only while every worker is stuck, one at a time.
+        // by the drop). In the runtime's context, as a worker firing the same timer
+        // is (a waker may spawn).
         let started = std::thread::Builder::new()
             .name("weft-drivers".into())
             .spawn(move || {
-                // Cleared also if the rescue unwinds (its wakes are guarded; a
-                // waker's drop is not), or no rescue would start again.
-                struct Done(std::sync::Arc<AtomicBool>);
+                // Counted out also if the rescue unwinds (its wakes are guarded; a
+                // waker's drop is not), or rescues would stop at the cap.
+                struct Done(std::sync::Arc<AtomicUsize>);
                 impl Drop for Done {
                     fn drop(&mut self) {
-                        self.0.store(false, SeqCst);
+                        self.0.fetch_sub(1, SeqCst);
                     }
                 }
-                let _done = Done(flag);
+                let _done = Done(count);
+                let _entered = rt.enter();
                 time.process();
                 time.poll_io();
             });
         if started.is_err() {
-            rescuing.store(false, SeqCst);
+            rescuing.fetch_sub(1, SeqCst);
         }
         return None;
     }

@@ -168,9 +168,11 @@ fn reader(read: OwnedFd) {
                 // Waking the waiters runs their wakers, user code: one that panics (the
                 // panic hook reported it) must not end this thread, and with it every
                 // later Ctrl-C of the process (found in review, `tests/review_s33b.rs`).
-                let _ = std::panic::catch_unwind(|| {
+                if let Err(payload) = std::panic::catch_unwind(|| {
                     published().send_replace(RECEIVED.load(SeqCst));
-                });
+                }) {
+                    crate::driver::drop_payload(payload);
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => return,
