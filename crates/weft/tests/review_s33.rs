@@ -41,6 +41,7 @@
 #![allow(clippy::async_yields_async)]
 
 mod common;
+use common::net::weft_and_std;
 
 use std::future::Future;
 use std::io::{self, Read, Write};
@@ -73,15 +74,6 @@ fn pattern(from: usize, len: usize) -> Vec<u8> {
 /// A connected TCP pair on a loopback address of its own (server side, client side).
 fn tcp_pair(rt: &Runtime) -> (TcpStream, TcpStream) {
     common::net::pair(rt)
-}
-
-/// A connected pair: a weft stream of `rt` and a plain std stream (the remote peer).
-fn weft_and_std(rt: &Runtime) -> (TcpStream, std::net::TcpStream) {
-    let l = std::net::TcpListener::bind(common::loopback()).unwrap();
-    let addr = l.local_addr().unwrap();
-    let w = rt.block_on(async move { TcpStream::connect(addr).await.unwrap() });
-    let (s, _) = l.accept().unwrap();
-    (w, s)
 }
 
 /// Shrinks a socket's send or receive buffer (`opt`: `SO_SNDBUF` / `SO_RCVBUF`).

@@ -59,13 +59,15 @@
 #![allow(clippy::async_yields_async)]
 
 mod common;
+use common::net::weft_and_std;
+use common::{fn_waker, poll_once, thread_name};
 
 use std::future::Future;
 use std::io::{self, Read, Write};
-use std::pin::{pin, Pin};
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use common::{fiber_on, join_within, thread_within, watchdog};
@@ -83,42 +85,6 @@ fn rt(workers: usize) -> Runtime {
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
-}
-
-/// A waker that runs a closure on every wake.
-struct FnWaker<F: Fn() + Send + Sync + 'static>(F);
-
-impl<F: Fn() + Send + Sync + 'static> Wake for FnWaker<F> {
-    fn wake(self: Arc<Self>) {
-        (self.0)()
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        (self.0)()
-    }
-}
-
-fn fn_waker(f: impl Fn() + Send + Sync + 'static) -> Waker {
-    Waker::from(Arc::new(FnWaker(f)))
-}
-
-fn poll_once<F: Future + ?Sized>(f: Pin<&mut F>, w: &Waker) -> Poll<F::Output> {
-    f.poll(&mut Context::from_waker(w))
-}
-
-fn thread_name() -> String {
-    std::thread::current()
-        .name()
-        .unwrap_or("<unnamed>")
-        .to_string()
-}
-
-/// A connected pair: a weft stream of `rt` and a plain std stream (the remote peer).
-fn weft_and_std(rt: &Runtime) -> (TcpStream, std::net::TcpStream) {
-    let l = std::net::TcpListener::bind(common::loopback()).unwrap();
-    let addr = l.local_addr().unwrap();
-    let w = rt.block_on(async move { TcpStream::connect(addr).await.unwrap() });
-    let (s, _) = l.accept().unwrap();
-    (w, s)
 }
 
 /// Futex wakes, parks and wake-ups of every pool (as `review_s28_nudge`).

@@ -391,6 +391,31 @@ impl<F: FnMut()> Drop for OnDrop<F> {
     }
 }
 
+/// A waker that runs a closure on every wake (a hand-made executor's).
+struct FnWaker<F: Fn() + Send + Sync + 'static>(F);
+
+impl<F: Fn() + Send + Sync + 'static> std::task::Wake for FnWaker<F> {
+    fn wake(self: Arc<Self>) {
+        (self.0)()
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        (self.0)()
+    }
+}
+
+/// A waker that runs `f` on every wake.
+pub fn fn_waker(f: impl Fn() + Send + Sync + 'static) -> std::task::Waker {
+    std::task::Waker::from(Arc::new(FnWaker(f)))
+}
+
+/// The current thread's name (`<unnamed>` if it has none).
+pub fn thread_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("<unnamed>")
+        .to_string()
+}
+
 /// Polls `f` once with `w`.
 pub fn poll_once<F: std::future::Future + ?Sized>(
     f: std::pin::Pin<&mut F>,

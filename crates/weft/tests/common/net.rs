@@ -69,3 +69,12 @@ pub fn pair(rt: &weft::Runtime) -> (weft::net::TcpStream, weft::net::TcpStream) 
         (s, c)
     })
 }
+
+/// A connected pair: a weft stream of `rt` and a plain std stream (the remote peer).
+pub fn weft_and_std(rt: &weft::Runtime) -> (weft::net::TcpStream, std::net::TcpStream) {
+    let l = std::net::TcpListener::bind(super::loopback()).unwrap();
+    let addr = l.local_addr().unwrap();
+    let w = rt.block_on(async move { weft::net::TcpStream::connect(addr).await.unwrap() });
+    let (s, _) = l.accept().unwrap();
+    (w, s)
+}
