@@ -42,6 +42,7 @@
 
 mod common;
 use common::net::weft_and_std;
+use common::signal::{install_handler, raise, raise_until};
 
 use std::future::Future;
 use std::io::{self, Read, Write};
@@ -581,34 +582,6 @@ fn child_process_entry() {
 
 fn run_child(case: &str, secs: u64) -> common::child::Output {
     common::child::run_case(CHILD, case, Duration::from_secs(secs))
-}
-
-/// Sends this process SIGINT. Only ever called in a child, after `install_handler`.
-fn raise() {
-    // SAFETY: `kill` has no memory preconditions; the handler is installed first (an
-    // uninstalled SIGINT ends the process).
-    assert_eq!(unsafe { libc::kill(libc::getpid(), libc::SIGINT) }, 0);
-}
-
-/// Installs weft's handler: polls a `ctrl_c` once (on a plain thread, no runtime).
-fn install_handler() {
-    let mut f = pin!(weft::signal::ctrl_c());
-    assert!(f
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-        .is_pending());
-}
-
-/// Raises SIGINT every 2 ms until `done` (at most 3,000 times).
-fn raise_until(what: &str, done: impl Fn() -> bool) {
-    for _ in 0..3000 {
-        if done() {
-            return;
-        }
-        raise();
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    panic!("hang: {what} never completed");
 }
 
 /// `ctrl_c()` in a task that says when the future was first polled.

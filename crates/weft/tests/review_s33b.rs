@@ -60,6 +60,7 @@
 
 mod common;
 use common::net::weft_and_std;
+use common::signal::{install_handler, raise, raise_until};
 use common::{fn_waker, poll_once, thread_name};
 
 use std::future::Future;
@@ -172,36 +173,11 @@ fn run_child(case: &str, secs: u64) -> common::child::Output {
     common::child::run_case(CHILD, case, Duration::from_secs(secs))
 }
 
-/// Sends this process SIGINT (the kernel picks the thread). Only ever called in a
-/// child, after `install_handler`.
-fn raise() {
-    // SAFETY: `kill` has no memory preconditions; the handler is installed first.
-    assert_eq!(unsafe { libc::kill(libc::getpid(), libc::SIGINT) }, 0);
-}
-
 /// Sends SIGINT to this very thread: the handler has run (the counter bumped, the byte
 /// written) when this returns.
 fn raise_here() {
     // SAFETY: `raise` has no memory preconditions; the handler is installed first.
     assert_eq!(unsafe { libc::raise(libc::SIGINT) }, 0);
-}
-
-/// Installs weft's handler: polls a `ctrl_c` once (on a plain thread, no runtime).
-fn install_handler() {
-    let mut f = pin!(weft::signal::ctrl_c());
-    assert!(poll_once(f.as_mut(), Waker::noop()).is_pending());
-}
-
-/// Raises SIGINT every 2 ms until `done` (at most 2,000 times).
-fn raise_until(what: &str, done: impl Fn() -> bool) {
-    for _ in 0..2000 {
-        if done() {
-            return;
-        }
-        raise();
-        std::thread::sleep(ms(2));
-    }
-    panic!("hang: {what} never completed");
 }
 
 /// `ctrl_c()` that sets `polled` once its first poll is done.

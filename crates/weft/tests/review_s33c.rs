@@ -104,6 +104,7 @@
 
 mod common;
 use common::net::weft_and_std;
+use common::signal::install_handler;
 use common::{fn_waker, poll_once, thread_name};
 
 use std::future::Future;
@@ -350,12 +351,6 @@ fn child_process_entry() {
 
 fn run_child(case: &str, secs: u64) -> common::child::Output {
     common::child::run_case(CHILD, case, Duration::from_secs(secs))
-}
-
-/// Installs weft's handler: polls a `ctrl_c` once (on a plain thread, no runtime).
-fn install_handler() {
-    let mut f = pin!(weft::signal::ctrl_c());
-    assert!(poll_once(f.as_mut(), Waker::noop()).is_pending());
 }
 
 /// The future is `Send` and `Sync` (a tokio user moves it into `spawn`ed tasks and

@@ -4,6 +4,7 @@
 pub mod child;
 pub mod net;
 pub mod placement;
+pub mod signal;
 pub mod spawn;
 pub mod thread_stack;
 
