@@ -1147,12 +1147,7 @@ fn echo_between_task_and_fiber_under_busy_workers_loses_nothing() {
 #[test]
 fn timers_fire_once_and_never_early_with_sysmon_and_workers_firing() {
     watchdog(30, || {
-        let r = Builder::new()
-            .worker_threads(2)
-            .interactive_threads(0)
-            .max_extra_workers(2)
-            .build()
-            .unwrap();
+        let r = common::no_interactive_runtime(2);
         let stop = Arc::new(AtomicBool::new(false));
         let (busy, _) = busy_short_polls(&r, 3, &stop);
         std::thread::sleep(ms(20));
@@ -1248,12 +1243,7 @@ fn timers_fire_once_and_never_early_with_sysmon_and_workers_firing() {
 #[test]
 fn every_kind_of_waiter_woken_from_the_sysmon_thread() {
     watchdog(30, || {
-        let r = Builder::new()
-            .worker_threads(2)
-            .interactive_threads(0)
-            .max_extra_workers(2)
-            .build()
-            .unwrap();
+        let r = common::no_interactive_runtime(2);
         let count = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = mpsc::channel();
         let c = count.clone();
@@ -1384,12 +1374,7 @@ fn blocking_foreign_waker_on_sysmon_stalls_rescue_and_stall_report() {
 #[test]
 fn panicking_foreign_waker_on_sysmon_is_contained() {
     watchdog(30, || {
-        let r = Builder::new()
-            .worker_threads(1)
-            .interactive_threads(0)
-            .max_extra_workers(1)
-            .build()
-            .unwrap();
+        let r = common::no_interactive_runtime(1);
         let (blocker, _) = long_poll(&r, ms(800));
         std::thread::sleep(ms(10));
         let woke_on = Arc::new(Mutex::new(None::<String>));
@@ -1433,12 +1418,7 @@ fn panicking_foreign_waker_on_sysmon_is_contained() {
 fn runtime_dropped_by_a_waker_on_the_sysmon_thread() {
     watchdog(30, || {
         for via_socket in [false, true, false, true] {
-            let r = Builder::new()
-                .worker_threads(1)
-                .interactive_threads(0)
-                .max_extra_workers(1)
-                .build()
-                .unwrap();
+            let r = common::no_interactive_runtime(1);
             let (stream, mut peer) = weft_and_std(&r);
             let (blocker, _) = long_poll(&r, ms(300));
             let slot = Arc::new(Mutex::new(None::<Runtime>));
@@ -1496,12 +1476,7 @@ fn runtime_dropped_by_a_waker_on_the_sysmon_thread() {
 fn runtime_dropped_while_sysmon_fires_many_timers() {
     watchdog(40, || {
         for round in 0..4 {
-            let r = Builder::new()
-                .worker_threads(2)
-                .interactive_threads(0)
-                .max_extra_workers(2)
-                .build()
-                .unwrap();
+            let r = common::no_interactive_runtime(2);
             let blockers: Vec<_> = (0..2).map(|_| long_poll(&r, ms(150)).0).collect();
             let t0 = Instant::now() + ms(20);
             let counts: Vec<Arc<AtomicUsize>> =
@@ -1617,12 +1592,7 @@ fn runtime_dropped_while_sysmon_is_inside_a_slow_waker() {
 fn runtime_dropped_while_sysmon_polls_many_sockets() {
     watchdog(40, || {
         for round in 0..4u64 {
-            let r = Builder::new()
-                .worker_threads(2)
-                .interactive_threads(0)
-                .max_extra_workers(2)
-                .build()
-                .unwrap();
+            let r = common::no_interactive_runtime(2);
             let l = std::net::TcpListener::bind(common::loopback()).unwrap();
             let addr = l.local_addr().unwrap();
             let mut pairs = Vec::new();

@@ -965,12 +965,7 @@ fn child_kept_after_drop() {
 fn slow_socket_waker_on_the_rescue_thread_blocks_the_worker_that_parks() {
     let _s = serial();
     watchdog(30, || {
-        let r = Builder::new()
-            .worker_threads(1)
-            .interactive_threads(0)
-            .max_extra_workers(1)
-            .build()
-            .unwrap();
+        let r = common::no_interactive_runtime(1);
         let (s, mut peer) = weft_and_std(&r);
         let release = flag();
         let returned = flag();
@@ -1046,12 +1041,7 @@ fn waker_on_the_rescue_thread_waiting_for_the_runtime_deadlocks() {
     watchdog(30, || {
         let mut results = Vec::new();
         for via_socket in [true, false] {
-            let r = Builder::new()
-                .worker_threads(1)
-                .interactive_threads(0)
-                .max_extra_workers(1)
-                .build()
-                .unwrap();
+            let r = common::no_interactive_runtime(1);
             let (s, mut peer) = weft_and_std(&r);
             let h = r.handle().clone();
             let outcome = Arc::new(Mutex::new(None::<(String, Option<Duration>)>));
@@ -1150,12 +1140,7 @@ fn runtime_dropped_by_a_waker_on_the_rescue_thread_once_the_worker_parked() {
 }
 
 fn child_drop_in_rescue_waker() {
-    let r = Builder::new()
-        .worker_threads(1)
-        .interactive_threads(0)
-        .max_extra_workers(1)
-        .build()
-        .unwrap();
+    let r = common::no_interactive_runtime(1);
     let (s, mut peer) = weft_and_std(&r);
     let slot = Arc::new(Mutex::new(None::<Runtime>));
     let woke_on = Arc::new(Mutex::new(None::<String>));
@@ -1199,12 +1184,7 @@ fn child_drop_in_rescue_waker() {
 fn slow_timer_waker_on_the_rescue_thread_leaves_the_worker_free() {
     let _s = serial();
     watchdog(30, || {
-        let r = Builder::new()
-            .worker_threads(1)
-            .interactive_threads(0)
-            .max_extra_workers(1)
-            .build()
-            .unwrap();
+        let r = common::no_interactive_runtime(1);
         let (_s, _peer) = weft_and_std(&r);
         let release = flag();
         let woke_on = Arc::new(Mutex::new(None::<String>));
@@ -1261,12 +1241,7 @@ fn slow_timer_waker_on_the_rescue_thread_leaves_the_worker_free() {
 fn one_slow_waker_on_the_rescue_thread_stops_the_rescue_for_everyone() {
     let _s = serial();
     watchdog(30, || {
-        let r = Builder::new()
-            .worker_threads(2)
-            .interactive_threads(0)
-            .max_extra_workers(2)
-            .build()
-            .unwrap();
+        let r = common::no_interactive_runtime(2);
         let (quiet, _qp) = weft_and_std(&r);
         let blockers: Vec<_> = (0..2).map(|_| long_poll(&r, ms(1500))).collect();
         let t0 = Instant::now();
@@ -1512,12 +1487,7 @@ fn bomb_setup(r: &Runtime, block: Duration, n: usize) -> BombSetup {
 fn panic_payload_that_panics_on_drop_loses_the_rest_of_the_rescue_batch() {
     let _s = serial();
     watchdog(30, || {
-        let r = Builder::new()
-            .worker_threads(2)
-            .interactive_threads(0)
-            .max_extra_workers(2)
-            .build()
-            .unwrap();
+        let r = common::no_interactive_runtime(2);
         let mut b = bomb_setup(&r, ms(500), 40);
         for h in b.blockers.drain(..) {
             join_within(h, 10).unwrap();
@@ -1552,12 +1522,7 @@ fn panic_payload_that_panics_on_drop_loses_the_rest_of_the_rescue_batch() {
 fn rescues_go_on_after_a_rescue_thread_unwound() {
     let _s = serial();
     watchdog(30, || {
-        let r = Builder::new()
-            .worker_threads(2)
-            .interactive_threads(0)
-            .max_extra_workers(2)
-            .build()
-            .unwrap();
+        let r = common::no_interactive_runtime(2);
         let (quiet, _qp) = weft_and_std(&r);
         let mut b = bomb_setup(&r, ms(300), 0);
         common::wait_until("the panicking waker was woken", || {
@@ -1593,12 +1558,7 @@ fn rescues_go_on_after_a_rescue_thread_unwound() {
 fn rescue_threads_stay_few_and_end() {
     let _s = serial();
     watchdog(30, || {
-        let r = Builder::new()
-            .worker_threads(2)
-            .interactive_threads(0)
-            .max_extra_workers(2)
-            .build()
-            .unwrap();
+        let r = common::no_interactive_runtime(2);
         let l = std::net::TcpListener::bind(common::loopback()).unwrap();
         let addr = l.local_addr().unwrap();
         let mut pairs = Vec::new();
@@ -1675,12 +1635,7 @@ fn rescue_threads_stay_few_and_end() {
 fn busy_or_parked_workers_start_no_rescue_thread() {
     let _s = serial();
     watchdog(30, || {
-        let r = Builder::new()
-            .worker_threads(2)
-            .interactive_threads(0)
-            .max_extra_workers(2)
-            .build()
-            .unwrap();
+        let r = common::no_interactive_runtime(2);
         let (_a, _ap) = weft_and_std(&r);
         let far = r.spawn(async { weft::time::sleep(Duration::from_secs(3600)).await });
         let sample = |d: Duration| {
@@ -1802,12 +1757,7 @@ fn runtime_dropped_while_a_rescue_runs_frees_its_driver_after() {
 fn child_drop_during_rescue() {
     std::thread::sleep(ms(20));
     let fds0 = open_fds();
-    let r = Builder::new()
-        .worker_threads(1)
-        .interactive_threads(0)
-        .max_extra_workers(1)
-        .build()
-        .unwrap();
+    let r = common::no_interactive_runtime(1);
     let (s, peer) = weft_and_std(&r);
     let blocker = long_poll(&r, ms(250));
     let inside = flag();
@@ -1868,12 +1818,7 @@ fn process_exits_with_a_rescue_thread_running() {
 }
 
 fn child_exit_during_rescue() {
-    let r = Builder::new()
-        .worker_threads(1)
-        .interactive_threads(0)
-        .max_extra_workers(1)
-        .build()
-        .unwrap();
+    let r = common::no_interactive_runtime(1);
     let blocker = long_poll(&r, ms(200));
     let inside = flag();
     let i2 = inside.clone();

@@ -8,7 +8,6 @@ pub(crate) mod readiness;
 pub(crate) mod timer;
 pub(crate) mod wheel;
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::task::Waker;
 
 /// Wakes a waker the drivers collected (a readiness event, a fired timer, shutdown).
@@ -18,23 +17,12 @@ use std::task::Waker;
 /// the worker, whose runtime's drop then waits for it for ever) or out of the
 /// runtime's shutdown, and drop the rest of the batch unwoken (found in review: one
 /// such waker left every other waiter of its batch asleep and hung the runtime's drop).
-/// So the wake runs under `catch_unwind`; the panic hook has already reported the
-/// panic, and the driver goes on with the next waker.
+/// So the wake runs under `catch_unwind` (`ignore_panic`, which also survives a payload
+/// that panics when dropped); the panic hook has already reported the panic, and the
+/// driver goes on with the next waker.
 pub(crate) fn wake_guarded(waker: Waker) {
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || waker.wake())) {
+    if crate::task::waker::ignore_panic(move || waker.wake()) {
         report_waker_panic();
-        drop_payload(payload);
-    }
-}
-
-/// Drops a caught panic's payload, whose own `Drop` may panic too (safe code can make
-/// such a payload): that second panic is caught, and its payload leaked rather than
-/// dropped. Unguarded, it unwound out of the driver's batch (the rest of the batch
-/// never woken: lost wakeups) and out of the runtime's drop (found in review,
-/// `tests/review_s33c.rs`).
-pub(crate) fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
-    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-        std::mem::forget(again);
     }
 }
 

@@ -248,12 +248,12 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
                     s.handed_since = None;
                     pool.rescue_handed(i);
                 }
+                // Whatever `running` says: a worker running a stolen fork-join half at
+                // the top of its loop shows no task for as long as the half runs (found
+                // in review: workers all inside one long `join` had no rescue,
+                // `tests/review_s33c.rs`).
+                all_stuck &= polls == s.polls;
                 if polls != s.polls || running == 0 || parked {
-                    // Not `running == 0`: a worker running a stolen fork-join half at
-                    // the top of its loop shows no task for as long as the half runs
-                    // (found in review: workers all inside one long `join` had no
-                    // rescue, `tests/review_s33c.rs`).
-                    all_stuck &= polls == s.polls;
                     *s = Seen {
                         polls,
                         since: now,

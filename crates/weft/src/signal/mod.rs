@@ -168,11 +168,9 @@ fn reader(read: OwnedFd) {
                 // Waking the waiters runs their wakers, user code: one that panics (the
                 // panic hook reported it) must not end this thread, and with it every
                 // later Ctrl-C of the process (found in review, `tests/review_s33b.rs`).
-                if let Err(payload) = std::panic::catch_unwind(|| {
+                crate::task::waker::ignore_panic(|| {
                     published().send_replace(RECEIVED.load(SeqCst));
-                }) {
-                    crate::driver::drop_payload(payload);
-                }
+                });
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => return,

@@ -63,12 +63,26 @@ fn drop_waker(data: *const ()) {
 }
 
 /// Runs `f`, a call into a user's waker (its wake or its drop) made where a panic has
-/// nobody to go to: a worker completing or freeing a task. The panic is caught and
-/// ignored (the panic hook has already printed it), so that the caller releases the
-/// task's references and the worker goes on.
+/// nobody to go to: a worker completing or freeing a task, a driver waking a batch.
+/// The panic is caught and ignored (the panic hook has already printed it), so that
+/// the caller releases the task's references and the worker goes on. Returns whether
+/// `f` panicked.
+///
+/// The caught payload is dropped under a guard too: safe code can make a payload
+/// whose own `Drop` panics, and that second panic left the drivers' batch (the rest
+/// never woken) and the runtime's drop (found in review, `tests/review_s33c.rs`). Such
+/// a payload is leaked instead.
 #[inline]
-pub(crate) fn ignore_panic(f: impl FnOnce()) {
-    let _ = catch_unwind(AssertUnwindSafe(f));
+pub(crate) fn ignore_panic(f: impl FnOnce()) -> bool {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(()) => false,
+        Err(payload) => {
+            if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+                std::mem::forget(again);
+            }
+            true
+        }
+    }
 }
 
 /// A waker about to be stored by code that holds a weft lock. A waker's `clone` is its

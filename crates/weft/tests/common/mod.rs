@@ -146,6 +146,17 @@ pub fn runtime(workers: usize, interactive: usize) -> Runtime {
         .expect("failed to build the runtime")
 }
 
+/// A runtime of `workers` default workers, no interactive pool, and room for as many
+/// temporary workers (the drivers' rescue tests: no worker of another pool parks).
+pub fn no_interactive_runtime(workers: usize) -> Runtime {
+    Builder::new()
+        .worker_threads(workers)
+        .interactive_threads(0)
+        .max_extra_workers(workers)
+        .build()
+        .expect("failed to build the runtime")
+}
+
 /// A runtime of `workers` default workers and no interactive pool whose threads are
 /// named after `name` (tests tell runtimes apart by the names of the threads their
 /// tasks run on).
