@@ -42,7 +42,7 @@
 
 mod common;
 use common::net::weft_and_std;
-use common::signal::{install_handler, raise, raise_until};
+use common::signal::{install_handler, raise, raise_until, spawn_ctrl_c};
 
 use std::future::Future;
 use std::io::{self, Read, Write};
@@ -584,22 +584,6 @@ fn run_child(case: &str, secs: u64) -> common::child::Output {
     common::child::run_case(CHILD, case, Duration::from_secs(secs))
 }
 
-/// `ctrl_c()` in a task that says when the future was first polled.
-fn task_waiter(rt: &Runtime) -> (weft::JoinHandle<io::Result<()>>, Arc<AtomicBool>) {
-    let polled = Arc::new(AtomicBool::new(false));
-    let p = polled.clone();
-    let h = rt.spawn(async move {
-        let mut f = pin!(weft::signal::ctrl_c());
-        std::future::poll_fn(|cx| {
-            let r = f.as_mut().poll(cx);
-            p.store(true, SeqCst);
-            r
-        })
-        .await
-    });
-    (h, polled)
-}
-
 fn wait_flag(flag: &AtomicBool) {
     common::wait_until("a waiter was polled", || flag.load(SeqCst));
 }
@@ -616,11 +600,11 @@ fn sigint_completes_many_waiters_in_every_context() {
 fn child_many_waiters() {
     install_handler();
     let rt = rt(2);
-    let tasks: Vec<_> = (0..24).map(|_| task_waiter(&rt)).collect();
+    let tasks: Vec<_> = (0..24).map(|_| spawn_ctrl_c(&rt)).collect();
     for (_, p) in &tasks {
         wait_flag(p);
     }
-    let aborted: Vec<_> = (0..8).map(|_| task_waiter(&rt)).collect();
+    let aborted: Vec<_> = (0..8).map(|_| spawn_ctrl_c(&rt)).collect();
     for (h, p) in &aborted {
         wait_flag(p);
         h.abort();
@@ -690,7 +674,7 @@ fn runtime_dropped_under_signal_waiters() {
 fn child_runtime_dropped_under_waiters() {
     install_handler();
     let rt1 = rt(2);
-    let tasks: Vec<_> = (0..6).map(|_| task_waiter(&rt1)).collect();
+    let tasks: Vec<_> = (0..6).map(|_| spawn_ctrl_c(&rt1)).collect();
     for (_, p) in &tasks {
         wait_flag(p);
     }
@@ -734,7 +718,7 @@ fn child_runtime_dropped_under_waiters() {
         "a plain thread's wait ended without a signal"
     );
     let rt2 = rt(1);
-    let (h, p) = task_waiter(&rt2);
+    let (h, p) = spawn_ctrl_c(&rt2);
     wait_flag(&p);
     raise_until("the thread and the new waiter", || {
         thread.is_finished() && h.is_finished()
@@ -886,7 +870,7 @@ fn child_storm_vs_io() {
     stop.store(true, SeqCst);
     thread_within(storm, 10);
     println!("CHILD raised={}", raised.load(SeqCst));
-    let (h, p) = task_waiter(&rt);
+    let (h, p) = spawn_ctrl_c(&rt);
     wait_flag(&p);
     raise_until("the last waiter", || h.is_finished());
     join_within(h, 5).unwrap().unwrap();
@@ -951,7 +935,7 @@ fn child_waiter_churn() {
     stop.store(true, SeqCst);
     thread_within(storm, 10);
     assert!(load_usize(&completed) > 0, "some waiter saw a signal");
-    let waiters: Vec<_> = (0..8).map(|_| task_waiter(&rt)).collect();
+    let waiters: Vec<_> = (0..8).map(|_| spawn_ctrl_c(&rt)).collect();
     for (_, p) in &waiters {
         wait_flag(p);
     }

@@ -8,20 +8,17 @@
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::task::Poll;
 use std::time::Duration;
+
+mod common;
+use common::signal::{raise, spawn_ctrl_c};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn raise() {
-    // SAFETY: `kill` has no memory preconditions; the handler is installed (each test
-    // polls `ctrl_c` first), so SIGINT does not end the process.
-    assert_eq!(unsafe { libc::kill(libc::getpid(), libc::SIGINT) }, 0);
 }
 
 fn rt() -> weft::Runtime {
@@ -31,22 +28,6 @@ fn rt() -> weft::Runtime {
 /// Runs `f` with `rt` as the current runtime (a fiber it spawns is `rt`'s).
 fn on<T>(rt: &weft::Runtime, f: impl FnOnce() -> T) -> T {
     rt.block_on(async { f() })
-}
-
-/// `ctrl_c()` in a task that says when the future was first polled.
-fn spawn_ctrl_c(rt: &weft::Runtime) -> (weft::JoinHandle<std::io::Result<()>>, Arc<AtomicBool>) {
-    let polled = Arc::new(AtomicBool::new(false));
-    let p = polled.clone();
-    let h = rt.spawn(async move {
-        let mut f = pin!(weft::signal::ctrl_c());
-        std::future::poll_fn(|cx| {
-            let r = f.as_mut().poll(cx);
-            p.store(true, SeqCst);
-            r
-        })
-        .await
-    });
-    (h, polled)
 }
 
 fn wait_until(flag: &AtomicBool) {
