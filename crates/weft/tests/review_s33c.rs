@@ -1551,9 +1551,10 @@ fn rescues_go_on_after_a_rescue_thread_unwound() {
 }
 
 /// A 1.5 s stall of both workers with 150 sockets registered and 400 hand-made sleeps
-/// falling due all through it: the rescue threads, sampled every millisecond, are
-/// never more than two at once (one at a time, the next may start while the last
-/// exits), they fire the sleeps on time, and none is left 300 ms after the stall.
+/// falling due all through it: the rescue threads, sampled every millisecond, stay few
+/// (one at a time, or up to sysmon's cap of four while one is held up, as a rescue
+/// the scheduler keeps off the CPU is; and one more may be exiting), they fire the
+/// sleeps on time, and none is left 300 ms after the stall.
 #[test]
 fn rescue_threads_stay_few_and_end() {
     let _s = serial();
@@ -1583,14 +1584,21 @@ fn rescue_threads_stay_few_and_end() {
         let t0 = Instant::now();
         let late = Arc::new(Mutex::new(Duration::ZERO));
         let woken = Arc::new(AtomicUsize::new(0));
+        // Sleeps fired on a rescue thread, told by the firing thread's own name: a
+        // rescue lives for microseconds, and the 1 ms sampler can miss every one of them
+        // (CI once saw 0 in a stall whose sleeps all fired on time).
+        let by_rescue = Arc::new(AtomicUsize::new(0));
         let mut sleeps = Vec::new();
         {
             let _g = r.enter();
             for i in 0..400u64 {
                 let d = t0 + ms(50 + i * 3);
-                let (l2, w2) = (late.clone(), woken.clone());
+                let (l2, w2, r2) = (late.clone(), woken.clone(), by_rescue.clone());
                 let w = fn_waker(move || {
                     let by = Instant::now().saturating_duration_since(d);
+                    if thread_name() == "weft-drivers" {
+                        r2.fetch_add(1, SeqCst);
+                    }
                     let mut l = l2.lock().unwrap();
                     *l = (*l).max(by);
                     w2.fetch_add(1, SeqCst);
@@ -1610,12 +1618,16 @@ fn rescue_threads_stay_few_and_end() {
         stop.store(true, SeqCst);
         let (max, distinct) = thread_within(sampler, 10);
         let worst = *late.lock().unwrap();
+        let rescued = by_rescue.load(SeqCst);
         eprintln!(
             "a {stalled:?} stall: {distinct} rescue threads seen, at most {max} at once; \
-             worst sleep lateness {worst:?}"
+             {rescued} of 400 sleeps fired by a rescue; worst sleep lateness {worst:?}"
         );
-        assert!(max <= 2, "{max} rescue threads at once");
-        assert!(distinct >= 1, "no rescue thread seen in a 1.5 s stall");
+        assert!(max <= 5, "{max} rescue threads at once");
+        assert!(
+            rescued >= 1,
+            "no sleep fired by a rescue thread in a 1.5 s stall"
+        );
         assert_eq!(after, 0, "rescue threads left 300 ms after the stall");
         assert!(
             worst < ms(300),

@@ -324,3 +324,116 @@ fn contended_plain_threads_rarely_park() {
         THREADS * INCREMENTS
     );
 }
+
+/// A fiber whose lock attempt fails while its worker has other work ready yields to
+/// that work and tries again instead of queueing at once, but only for a while: with the
+/// lock held from a plain thread far longer, the fiber has queued by the release, so
+/// the release hands it the lock and the thread cannot take it back at once. `held`:
+/// the lock, taken here; `lock_on_fiber(wait)`: a blocking take, holding it over
+/// `wait()`; `free_here`: whether a try from here succeeds (dropping what it took).
+fn queues_in_time(
+    what: &'static str,
+    held: Box<dyn Send>,
+    lock_on_fiber: impl FnOnce(&dyn Fn()) + Send + 'static,
+    free_here: impl Fn() -> bool + Send + 'static,
+) {
+    watchdog(30, move || {
+        let rt = weft::Builder::new().worker_threads(1).build().unwrap();
+        let (stop, trying) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (release_tx, release_rx) = weft::chan::bounded::<()>(1);
+        // Keeps other work ready on the one worker all along, 50 us at a time: a fiber
+        // that kept trying instead of queueing would try that seldom, and the try
+        // here just after the release would win.
+        let busy = fiber_on(&rt, {
+            let stop = stop.clone();
+            move || {
+                while !stop.load(SeqCst) {
+                    let t = Instant::now();
+                    while t.elapsed() < Duration::from_micros(50) {}
+                    weft::fiber::yield_now();
+                }
+            }
+        });
+        let locker = fiber_on(&rt, {
+            let trying = trying.clone();
+            move || {
+                trying.store(true, SeqCst);
+                lock_on_fiber(&|| release_rx.recv_blocking().unwrap());
+            }
+        });
+        wait_for("the fiber to try the lock", 20, || trying.load(SeqCst));
+        std::thread::sleep(Duration::from_millis(200));
+        drop(held);
+        assert!(
+            !free_here(),
+            "{what}: free right after its release: the fiber had not queued in 200 ms"
+        );
+        release_tx.send_blocking(()).unwrap();
+        join_within(locker, 20).unwrap();
+        stop.store(true, SeqCst);
+        join_within(busy, 20).unwrap();
+        assert!(free_here(), "{what}: still held after the fiber let it go");
+    });
+}
+
+#[test]
+fn a_fiber_kept_out_of_a_mutex_queues_in_time() {
+    let m = Arc::new(Mutex::new(()));
+    let held = Box::new(m.clone().try_lock_owned().unwrap());
+    let m2 = m.clone();
+    queues_in_time(
+        "Mutex",
+        held,
+        move |wait| {
+            let _g = m2.lock_blocking();
+            wait();
+        },
+        move || m.try_lock().is_ok(),
+    );
+}
+
+#[test]
+fn a_fiber_kept_out_of_a_rwlock_queues_in_time() {
+    let l = Arc::new(weft::sync::RwLock::new(()));
+    let held = Box::new(l.clone().try_write_owned().unwrap());
+    let (l2, l3) = (l.clone(), l.clone());
+    queues_in_time(
+        "RwLock (write)",
+        held,
+        move |wait| {
+            let _g = l2.write_blocking();
+            wait();
+        },
+        move || l.try_write().is_ok(),
+    );
+    let held = Box::new(l3.clone().try_write_owned().unwrap());
+    let l4 = l3.clone();
+    queues_in_time(
+        "RwLock (read)",
+        held,
+        move |wait| {
+            let _g = l4.read_blocking();
+            wait();
+        },
+        move || l3.try_write().is_ok(),
+    );
+}
+
+#[test]
+fn a_fiber_kept_out_of_a_semaphore_queues_in_time() {
+    let sem = Arc::new(weft::sync::Semaphore::new(2));
+    let held = Box::new(sem.clone().try_acquire_many_owned(2).unwrap());
+    let s2 = sem.clone();
+    queues_in_time(
+        "Semaphore",
+        held,
+        move |wait| {
+            let _p = s2.acquire_many_blocking(2).unwrap();
+            wait();
+        },
+        move || sem.try_acquire().is_ok(),
+    );
+}

@@ -177,6 +177,9 @@ mod clean {
     }
 
     /// The clean block as `len` elements of `S`, if it has exactly their layout.
+    // Both never inlined: they read a thread-local (see
+    // `scheduler::worker::current_cell`).
+    #[inline(never)]
     pub(super) fn take<S>(len: usize) -> Option<NonNull<[S]>> {
         let layout = Layout::array::<S>(len).ok()?;
         if layout.size() == 0 || layout.size() > MAX_BYTES {
@@ -209,6 +212,7 @@ mod clean {
     /// `words` is all zero bytes, was allocated by the global allocator as
     /// `Box<[S]>` (`Layout::array::<S>(len)`), is not empty, and is owned by the caller,
     /// who hands it over.
+    #[inline(never)]
     pub(super) unsafe fn put<S>(words: NonNull<[S]>) {
         let layout = Layout::array::<S>(words.len()).expect("a live array's layout");
         let at = words.cast::<u8>();

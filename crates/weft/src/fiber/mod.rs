@@ -208,6 +208,17 @@ impl Builder {
     /// handle) and that it keeps no pointer into thread-local storage across a wait.
     /// The compiler cannot check what lives on a stack, so this is on the caller.
     ///
+    /// That includes pointers the compiler keeps for you: an optimised function that
+    /// reads a `thread_local!` both before and after a wait may compute the
+    /// thread-local's address once and read the first thread's after the move. So a
+    /// migrating fiber's code must not touch thread-locals in a function that also
+    /// waits (read them through a separate `#[inline(never)]` function, or use
+    /// [`fiber_local!`](crate::fiber_local)). weft's own functions are written so: each
+    /// of its thread-locals is read through a function that is never inlined, except
+    /// fork-join's: a `join`, `scope` or parallel iterator inlines a thread-local read,
+    /// so call those from a function of their own that does not wait, not beside a
+    /// wait (a `#[inline(never)]` helper).
+    ///
     /// An [`EnterGuard`](crate::EnterGuard) is such a thread-bound value, and so is a
     /// [`block_on`](crate::Handle::block_on) of another runtime while it waits (it holds
     /// one): the entered runtime is current on the thread that entered it, so after a
@@ -448,7 +459,9 @@ impl LockDepth {
 }
 
 /// Runs `f` on the running fiber's count of weft locks held and their names (or the
-/// thread's, off fibers); `None` once the thread's are gone.
+/// thread's, off fibers); `None` once the thread's are gone. Never inlined: it reads
+/// thread-locals (see `worker::current_cell`).
+#[inline(never)]
 fn with_held<R>(
     f: impl FnOnce(&std::cell::Cell<u32>, &std::cell::RefCell<Vec<&'static str>>) -> R,
 ) -> Option<R> {

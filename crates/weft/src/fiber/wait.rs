@@ -174,7 +174,7 @@ fn on_worker<F: Future>(
     // The fibers' budget of ready waits for a task or job that waits: a loop of waits
     // ready at their first poll never let the worker run anything else (found in
     // review).
-    if may_yield && READY_IN_A_ROW.with(ReadyStreak::take_spent) {
+    if may_yield && ready_in_a_row(ReadyStreak::take_spent) {
         core.budget_yield();
     }
     let signal = core.wait_signal();
@@ -189,7 +189,7 @@ fn on_worker<F: Future>(
         signal.reset();
         if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
             if may_yield {
-                READY_IN_A_ROW.with(|s| s.record(at_once));
+                ready_in_a_row(|s| s.record(at_once));
             }
             return v;
         }
@@ -227,6 +227,13 @@ thread_local! {
     static SIGNAL: StdArc<ThreadSignal> = StdArc::new(ThreadSignal(Parker::new()));
     /// Whether a `block_thread` using [`SIGNAL`] runs on this thread.
     static SIGNAL_IN_USE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// This thread's `READY_IN_A_ROW`, read afresh (never inlined: see
+/// `worker::current_cell`).
+#[inline(never)]
+fn ready_in_a_row<R>(f: impl FnOnce(&ReadyStreak) -> R) -> R {
+    READY_IN_A_ROW.with(f)
 }
 
 /// Clears [`SIGNAL_IN_USE`] when the outermost wait ends (also when a poll panics).
@@ -492,6 +499,36 @@ impl Backoff {
         self.step += 1;
         true
     }
+}
+
+/// [`spin_try`], and on a fiber whose worker has other work ready, rounds of letting
+/// that work run first (a yield) and trying again, for `budget` after the first spin
+/// failed; `None` once it is time to wait in line.
+pub(crate) fn spin_yield_try<R>(
+    mut attempt: impl FnMut() -> Option<R>,
+    budget: std::time::Duration,
+) -> Option<R> {
+    let mut since = None;
+    loop {
+        if let Some(r) = spin_try(&mut attempt) {
+            return Some(r);
+        }
+        let since = *since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= budget || !yield_to_ready_work() {
+            return None;
+        }
+    }
+}
+
+/// Suspends the current fiber behind the work ready on its worker; `false` (and no
+/// yield) off a fiber, where it may not suspend, or when nothing else is ready.
+fn yield_to_ready_work() -> bool {
+    if !worker::with_current(|c| c.is_some_and(|c| c.has_ready_work())) {
+        return false;
+    }
+    crate::fiber::future::suspendable().is_some_and(|fiber| {
+        crate::fiber::future::suspend_on(fiber, pin!(crate::task::yield_now())).is_some()
+    })
 }
 
 /// Tries `attempt` at once, then retries it while backing off; `None` once it is

@@ -125,10 +125,10 @@ where
     RB: Send,
 {
     // SAFETY: the core lives as long as its worker thread, which is this thread.
-    match unsafe { worker::current_ptr().as_ref() } {
+    match unsafe { worker::current_ptr_in_join().as_ref() } {
         Some(core) => {
             core.absorb_plain();
-            match crate::runtime::entered_on_worker() {
+            match crate::runtime::entered_on_worker_in_join() {
                 None => join_on(core, a, b, share),
                 // Inside a `block_on` of another runtime (or an enter guard): each half
                 // enters it again wherever it runs, so that what it spawns, stolen or
@@ -310,6 +310,16 @@ fn target_pool() -> Arc<Shared> {
         .clone()
 }
 
+/// This thread's parker for [`in_worker`]. Never inlined: it reads a thread-local (see
+/// `worker::current_cell`).
+#[inline(never)]
+fn thread_parker() -> Arc<Parker> {
+    thread_local! {
+        static PARKER: Arc<Parker> = Arc::new(Parker::new());
+    }
+    PARKER.with(|p| p.clone())
+}
+
 /// Runs `op` on a worker of the target pool and blocks this thread until it is done
 /// (with `None` if that pool no longer runs jobs).
 fn in_worker<R, OP>(op: OP) -> R
@@ -317,12 +327,14 @@ where
     OP: FnOnce(Option<&Core>) -> R + Send,
     R: Send,
 {
-    thread_local! {
-        static PARKER: Arc<Parker> = Arc::new(Parker::new());
-    }
     let pool = target_pool();
-    let parker = PARKER.with(|p| p.clone());
-    let job = StackJob::new(|_| worker::with_current(op), &parker);
+    let parker = thread_parker();
+    let job = StackJob::new(
+        // SAFETY: set by `Core::run` for the core's life on this thread (null off a
+        // worker); nothing suspends a job, so it stays on this thread while it runs.
+        |_| op(unsafe { worker::current_ptr_in_join().as_ref() }),
+        &parker,
+    );
     // SAFETY: we wait for the latch below before `job` leaves this frame.
     let job_ref = unsafe { job.as_job_ref() };
     if !pool.inject_job(job_ref) {

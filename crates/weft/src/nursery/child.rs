@@ -27,6 +27,14 @@ thread_local! {
     static CURRENT_TASK: RefCell<Option<Arc<dyn Hold>>> = const { RefCell::new(None) };
 }
 
+/// `CURRENT_TASK.try_with`, never inlined (see `scheduler::worker::current_cell`).
+#[inline(never)]
+fn current_task<R>(
+    f: impl FnOnce(&RefCell<Option<Arc<dyn Hold>>>) -> R,
+) -> Result<R, std::thread::AccessError> {
+    CURRENT_TASK.try_with(f)
+}
+
 crate::fiber_local! {
     /// The fiber child running on this fiber, for the same purpose.
     static CURRENT_FIBER: RefCell<Option<Arc<dyn Hold>>> = RefCell::new(None);
@@ -35,7 +43,7 @@ crate::fiber_local! {
 /// The nursery child whose code runs here: the task child being polled or dropped on
 /// this thread, else the fiber child this fiber runs.
 pub(crate) fn enclosing() -> Option<Arc<dyn Hold>> {
-    if let Some(h) = CURRENT_TASK.try_with(|c| c.borrow().clone()).ok().flatten() {
+    if let Some(h) = current_task(|c| c.borrow().clone()).ok().flatten() {
         return Some(h);
     }
     CURRENT_FIBER
@@ -51,19 +59,14 @@ impl Enter {
     fn new(me: &Arc<dyn Hold>) -> Enter {
         // `try_with`: a child dropped while this thread's locals are torn down simply
         // has no enclosing child.
-        Enter(
-            CURRENT_TASK
-                .try_with(|c| c.replace(Some(me.clone())))
-                .ok()
-                .flatten(),
-        )
+        Enter(current_task(|c| c.replace(Some(me.clone()))).ok().flatten())
     }
 }
 
 impl Drop for Enter {
     fn drop(&mut self) {
         let prev = self.0.take();
-        let mine = CURRENT_TASK.try_with(|c| c.replace(prev)).ok().flatten();
+        let mine = current_task(|c| c.replace(prev)).ok().flatten();
         drop(mine);
     }
 }

@@ -99,6 +99,7 @@ impl fmt::Debug for EnterGuard<'_> {
 /// Pushes an entry for `handle`; its id, or 0 when this thread's thread-locals are
 /// already destroyed (a `block_on` in a late thread-local destructor still runs its
 /// future; only `spawn` and the like find no current runtime there).
+#[inline(never)]
 fn push(handle: Handle) -> u64 {
     // Unique across threads (task ids are): a guard kept by a fiber that moved to
     // another thread (`fiber_migration`) must find no entry there, not another's.
@@ -134,8 +135,9 @@ pub(crate) fn enter_for_thread(handle: Handle) {
 
 /// The runtime entered on this thread that is current for what runs now, if any (see
 /// `ENTERED`).
+#[inline(never)]
 fn entered(on_worker: bool) -> Option<Handle> {
-    if ENTERED_LEN.with(Cell::get) == 0 {
+    if entered_len() == 0 {
         return None;
     }
     ENTERED
@@ -158,7 +160,17 @@ fn entered(on_worker: bool) -> Option<Handle> {
 /// worker's runtime without `Handle::try_current` (see [`with_worker_pool`]; fork-join).
 #[inline]
 pub(crate) fn entered_on_worker() -> Option<Handle> {
-    // `entered` looks too; here the nearly-always case stays inline at the callers.
+    // `entered` looks too; here the nearly-always case stays short at the callers.
+    if entered_len() == 0 {
+        return None;
+    }
+    entered(true)
+}
+
+/// [`entered_on_worker`] with its count read inline, for fork-join's join only (see
+/// `worker::current_ptr_in_join`).
+#[inline(always)]
+pub(crate) fn entered_on_worker_in_join() -> Option<Handle> {
     if ENTERED_LEN.with(Cell::get) == 0 {
         return None;
     }
@@ -177,7 +189,17 @@ pub(crate) fn with_worker_pool<R>(core: &worker::Core, f: impl FnOnce(&Arc<Share
     }
 }
 
+/// How many entries `ENTERED` holds. The functions that touch this module's
+/// thread-locals are never inlined: a migrating fiber may resume on another thread
+/// inside a function that waits, after which an address computed before the wait is
+/// the first thread's (see `worker::current_cell`).
+#[inline(never)]
+fn entered_len() -> usize {
+    ENTERED_LEN.with(Cell::get)
+}
+
 impl Drop for EnterGuard<'_> {
+    #[inline(never)]
     fn drop(&mut self) {
         if self.id == 0 {
             return;

@@ -12,7 +12,7 @@ pub use crate::scheduler::Pool;
 pub use builder::Builder;
 pub use drain::ShutdownReport;
 pub use dump::Dump;
-pub(crate) use handle::{enter, entered_on_worker, with_worker_pool};
+pub(crate) use handle::{enter, entered_on_worker, entered_on_worker_in_join, with_worker_pool};
 pub use handle::{spawn, spawn_blocking, spawn_on, EnterGuard, Handle, TryCurrentError};
 
 use std::future::Future;

@@ -140,7 +140,7 @@ impl BlockingPool {
     }
 
     fn run(self: Arc<Self>) {
-        ON_POOL.with(|p| p.set(&*self as *const Self as usize));
+        set_on_pool(&*self as *const Self as usize);
         (self.on_start)();
         let mut s = self.state.lock().unwrap();
         loop {
@@ -193,7 +193,7 @@ impl BlockingPool {
         // Called on one of this pool's own threads (the runtime dropped inside a
         // `spawn_blocking` closure): that thread leaves only after this returns, so it
         // is not waited for (without a timeout that wait would never end).
-        let me = usize::from(ON_POOL.with(|p| p.get()) == self as *const Self as usize);
+        let me = usize::from(on_pool() == self as *const Self as usize);
         let s = self.state.lock().unwrap();
         let running = |s: &mut State| s.threads > me;
         let s = match timeout {
@@ -207,6 +207,17 @@ impl BlockingPool {
 std::thread_local! {
     /// The blocking pool this thread belongs to (its address), or 0.
     static ON_POOL: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+// Never inlined: they read a thread-local (see `worker::current_cell`).
+#[inline(never)]
+fn on_pool() -> usize {
+    ON_POOL.with(|p| p.get())
+}
+
+#[inline(never)]
+fn set_on_pool(pool: usize) {
+    ON_POOL.with(|p| p.set(pool));
 }
 
 impl Schedule for Arc<BlockingPool> {

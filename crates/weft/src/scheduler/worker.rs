@@ -157,7 +157,8 @@ pub(crate) struct Core {
     lifo: Cell<Option<Notified>>,
     lifo_polls: Cell<u32>,
     /// Tasks that yielded: they run again once the local and global queues are empty,
-    /// so a worker full of yielding tasks still drains the injection queue promptly.
+    /// so a worker full of yielding tasks still drains the injection queue promptly,
+    /// or at the next fairness check, whichever comes first.
     deferred: Cell<Vec<Notified>>,
     /// Started fibers tied to this worker that are ready to run: taken from the inbox,
     /// evicted from the LIFO slot, or yielded. Never stealable.
@@ -213,12 +214,34 @@ thread_local! {
     static PLAIN_JOINS: Cell<i32> = const { Cell::new(0) };
 }
 
+/// This thread's `CURRENT` core pointer, read afresh: every access to it goes through
+/// here, never inlined. A fiber that migrates (`fiber_migration`) may resume on another
+/// thread inside any function that waits, and a compiler computes a thread-local's
+/// address once per function and reuses it after a call: inlined, a read after the
+/// wait would be of the first thread's core (review s34: a lock's spin read another
+/// worker's queues through it and tore them). A call computes it afresh.
+#[inline(never)]
+fn current_cell<R>(f: impl FnOnce(&Cell<*const Core>) -> R) -> R {
+    CURRENT.with(f)
+}
+
+/// This thread's `PLAIN_JOINS`, inlined: the one thread-local weft reads without a call,
+/// because a call on the plain join path made fork-join 1.25-1.6x slower (`fib32_1t`
+/// 8.3 against 5.3 ms, `tree_1023`; session 34), and so did an atomic in place of the
+/// `Cell` (8.1 ms). A migrating fiber's function that joins, waits and joins again could
+/// reach the previous thread's countdown after a move, which is why
+/// `fiber_migration`'s contract keeps fork-join out of functions that wait.
+#[inline(always)]
+fn plain_joins<R>(f: impl FnOnce(&Cell<i32>) -> R) -> R {
+    PLAIN_JOINS.with(f)
+}
+
 /// Consumes one plain join of this thread's allowance; false when the next join must
 /// take the slow path (no allowance: not a worker, too few private frames, or the
 /// heartbeat is due).
 #[inline(always)]
 pub(crate) fn take_plain_join() -> bool {
-    PLAIN_JOINS.with(|c| {
+    plain_joins(|c| {
         let n = c.get() - 1;
         if n > 0 {
             c.set(n);
@@ -234,6 +257,15 @@ pub(crate) fn take_plain_join() -> bool {
 /// (see [`with_current`]); the wake path uses it to keep the thread-local read small.
 #[inline]
 pub(crate) fn current_ptr() -> *const Core {
+    current_cell(Cell::get)
+}
+
+/// [`current_ptr`] inlined, for fork-join's join only: nothing there waits in a way
+/// that suspends a fiber (a fiber inside a join may not suspend), so no thread change
+/// can come between the read and its use, and the call cost fork-join 15-20%
+/// (`fib32_1t`, session 34).
+#[inline(always)]
+pub(crate) fn current_ptr_in_join() -> *const Core {
     CURRENT.with(Cell::get)
 }
 
@@ -253,13 +285,11 @@ pub(crate) fn current_uid() -> Option<u64> {
 /// Runs `f` with the worker core of this thread, if it is a weft worker.
 #[inline]
 pub(crate) fn with_current<R>(f: impl FnOnce(Option<&Core>) -> R) -> R {
-    CURRENT.with(|c| {
-        let p = c.get();
-        // SAFETY: the pointer is set by `Core::run` for the life of the core on this
-        // thread and cleared before the core is dropped; null means "not a worker".
-        let core = unsafe { p.as_ref() };
-        f(core)
-    })
+    let p = current_ptr();
+    // SAFETY: the pointer is set by `Core::run` for the life of the core on this
+    // thread and cleared before the core is dropped; null means "not a worker".
+    let core = unsafe { p.as_ref() };
+    f(core)
 }
 /// The next count of joins between heartbeat checks, given that the last `joins` took
 /// `took`: aim at a check every half `HEARTBEAT`, growing at most twofold per check
@@ -383,7 +413,7 @@ impl Core {
     /// Returns true if this is a temporary worker that retired (see `park`): it left
     /// nothing behind, and the caller hands its slot back.
     pub(crate) fn run(&self) -> bool {
-        CURRENT.with(|c| c.set(self));
+        current_cell(|c| c.set(self));
         // A running worker is something for sysmon to watch (the first ring starts it).
         self.shared.doorbell.ring();
         loop {
@@ -393,7 +423,7 @@ impl Core {
             }
             if self.retiring.get() {
                 self.retire();
-                CURRENT.with(|c| c.set(std::ptr::null()));
+                current_cell(|c| c.set(std::ptr::null()));
                 return true;
             }
             if self.shared.is_shutdown() {
@@ -434,7 +464,7 @@ impl Core {
         self.shared.close_set_aside(self.index, true);
         self.finish_stacks();
         self.drain();
-        CURRENT.with(|c| c.set(std::ptr::null()));
+        current_cell(|c| c.set(std::ptr::null()));
         false
     }
 
@@ -592,11 +622,6 @@ impl Core {
         crate::scheduler::job::execute(job);
     }
 
-    /// Pushes a job onto this worker's deque, where thieves can take it, and wakes a
-    /// sleeper if the deque was empty.
-    /// Whether this worker has work ready to run (its LIFO slot, its ring, its pinned
-    /// fibers, its inbox, the pool's injection queue): a wait on it then suspends at
-    /// once instead of spinning for its partner.
     /// Whether the LIFO slot or the local queue holds a task.
     fn has_local_work(&self) -> bool {
         let lifo = self.lifo.take();
@@ -639,6 +664,8 @@ impl Core {
             || !self.shared.inject.is_empty()
     }
 
+    /// Pushes a job onto this worker's deque, where thieves can take it, and wakes a
+    /// sleeper if the deque was empty.
     pub(crate) fn push_job(&self, job: JobRef) {
         if self.jobs.push(job.as_ptr()) {
             self.shared.notify_parked();
@@ -787,8 +814,16 @@ impl Core {
         }
         if tick.is_multiple_of(self.global_interval.get()) {
             // About once per millisecond of task time: I/O readiness, the global
-            // queue, fibers handed to this worker and its own (fairness).
+            // queue, fibers handed to this worker and its own (fairness); and the
+            // fibers woken from elsewhere, then the tasks that yielded, go behind what
+            // the queues hold. Below they run only
+            // once every queue is empty, and two fibers or tasks waking each other
+            // keep the LIFO slot and the queues busy for ever (review s34: a yielding
+            // fiber beside such a pair never ran again, nor did a sleeper whose timer
+            // fired while it ran, which is rescheduled as a yield).
             self.shared.time.poll_io();
+            self.pull_inbox();
+            self.requeue_deferred();
             if let Some(t) = self
                 .next_global()
                 .or_else(|| self.next_handed())
@@ -809,6 +844,17 @@ impl Core {
             .or_else(|| self.next_handed())
             .or_else(|| self.next_global())
             .or_else(|| self.next_deferred())
+    }
+
+    /// At the fairness check: the fibers woken into the inbox go behind the private
+    /// queue now, not only once it is empty (which, refilled from the deferred list and
+    /// the LIFO slot's evictions, it may never be again: review s34b, fibers woken from
+    /// a plain thread starved beside two fibers waking each other and one yielding).
+    fn pull_inbox(&self) {
+        // SAFETY: see `pinned_mut`; `pop_batch` runs only our closure, which pushes
+        // through this same borrow.
+        let pinned = unsafe { self.pinned_mut() };
+        self.inbox().pop_batch(usize::MAX, |t| pinned.push_back(t));
     }
 
     /// The next fiber tied to this worker: from the private queue, refilled from the
@@ -861,9 +907,25 @@ impl Core {
     /// Moves the yielded tasks into the local queue (where peers may steal them) and
     /// returns the first.
     fn next_deferred(&self) -> Option<Notified> {
+        self.move_deferred(true)
+    }
+
+    /// Moves every yielded task behind the local queue (or this worker's fibers).
+    fn requeue_deferred(&self) {
+        let none = self.move_deferred(false);
+        debug_assert!(none.is_none());
+    }
+
+    /// Moves the yielded tasks into the local queue, but the first when `keep_first`,
+    /// which it returns (otherwise `None`, with every one moved).
+    fn move_deferred(&self, keep_first: bool) -> Option<Notified> {
         let mut deferred = self.deferred.take();
+        if deferred.is_empty() {
+            self.deferred.set(deferred);
+            return None;
+        }
         let mut drain = deferred.drain(..);
-        let first = drain.next();
+        let first = if keep_first { drain.next() } else { None };
         // A peer is worth a wake only for a task it could run: a fiber tied to this
         // worker is not one (two fibers yielding to each other paid a SeqCst fence per
         // yield here, and on a pool with a parked peer, a wake that found nothing).

@@ -484,6 +484,9 @@ mod thread_cache {
     }
 
     /// A cached stack; they all have the default size.
+    // Both never inlined: they read a thread-local (see
+    // `scheduler::worker::current_cell`).
+    #[inline(never)]
     pub(super) fn take() -> Option<Stack> {
         // `try_with` fails only while the thread is exiting: then there is no cache.
         let stack = CACHE.try_with(|c| c.0.borrow_mut().pop()).ok()??;
@@ -493,6 +496,7 @@ mod thread_cache {
 
     /// Caches `stack` if it has the default size and there is room, else hands it
     /// back.
+    #[inline(never)]
     pub(super) fn put(stack: Stack) -> Option<Stack> {
         if stack.usable_size() != default_size() {
             return Some(stack);

@@ -4,7 +4,7 @@ use std::cell::UnsafeCell;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
-use super::semaphore::{spin_try, wait_acquire, Sem, TryFail};
+use super::semaphore::{try_outside_line, wait_acquire, Sem, TryFail};
 use crate::base::Arc;
 
 /// A mutual-exclusion lock for every context (tokio's `Mutex`): async tasks `.await`
@@ -180,7 +180,7 @@ impl<T: ?Sized> Mutex<T> {
         // them first: a locker that stays out of the line keeps it short. Queued at once
         // behind them, lockers fed the fair lock's convoy (`tests/sync_mutex.rs`'s stress
         // of threads, fibers and tasks took 12-30 s instead of 3-6).
-        if let Some(g) = spin_try(|| self.try_lock().ok()) {
+        if let Some(g) = try_outside_line(|| self.try_lock().ok()) {
             return g;
         }
         match wait_acquire(&self.sem, 1) {

@@ -8,7 +8,7 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 
 use super::mutex::TryLockError;
-use super::semaphore::{spin_try, wait_acquire, Sem};
+use super::semaphore::{try_outside_line, wait_acquire, Sem};
 use crate::base::Arc;
 
 /// Readers a lock admits at once.
@@ -180,7 +180,7 @@ impl<T: ?Sized> RwLock<T> {
     /// assert_eq!(*l.read_blocking(), 1);
     /// ```
     pub fn read_blocking(&self) -> RwLockReadGuard<'_, T> {
-        if let Some(g) = spin_try(|| self.try_read().ok()) {
+        if let Some(g) = try_outside_line(|| self.try_read().ok()) {
             return g;
         }
         acquired!(wait_acquire(&self.sem, 1));
@@ -195,7 +195,7 @@ impl<T: ?Sized> RwLock<T> {
     /// assert_eq!(*l.read_blocking(), 2);
     /// ```
     pub fn write_blocking(&self) -> RwLockWriteGuard<'_, T> {
-        if let Some(g) = spin_try(|| self.try_write().ok()) {
+        if let Some(g) = try_outside_line(|| self.try_write().ok()) {
             return g;
         }
         acquired!(wait_acquire(&self.sem, MAX_READS as usize));

@@ -425,7 +425,29 @@ impl Drop for AcquireRaw<'_> {
     }
 }
 
-pub(crate) use crate::fiber::wait::spin_try;
+use crate::fiber::wait::spin_try;
+
+/// A blocking acquire's attempts before it queues: `attempt` at once, then while it
+/// backs off ([`spin_try`]), and on a fiber whose worker has other work ready, again
+/// after letting that work run, for up to [`OUTSIDE_LINE`].
+///
+/// Why a fiber yields instead of queueing as soon as its worker has work: a release
+/// hands the permits to the first in line, so once a line forms every holder's
+/// release is a hand-off, and the holder that locks again joins the back. With
+/// fibers tied to two workers the line's order alternates between them and stays so
+/// (each releaser queues again just behind the one it woke): every hand-off crossed
+/// cores, some 500 ns against a few dozen for a lock that stays on one worker
+/// (`fibers_mutex_16`: 380-650 ns an increment in such runs, may 200). A fiber that
+/// yields keeps out of the line while the line drains, and once it is empty the lock
+/// goes to whoever tries first, as an unqueued lock does (17-75 ns an increment, any
+/// run; session 34). Bounded in time, so a fiber kept from the lock by a tight
+/// re-locker elsewhere queues and is then served in turn.
+pub(crate) fn try_outside_line<R>(attempt: impl FnMut() -> Option<R>) -> Option<R> {
+    crate::fiber::wait::spin_yield_try(attempt, OUTSIDE_LINE)
+}
+
+/// How long a blocking acquire on a fiber keeps yielding before it queues.
+const OUTSIDE_LINE: std::time::Duration = std::time::Duration::from_micros(20);
 
 // ---- the public semaphore ----
 
@@ -754,7 +776,7 @@ impl Semaphore {
             Err(TryAcquireError::Closed) => Some(Err(AcquireError(()))),
             Err(TryAcquireError::NoPermits) => None,
         };
-        if let Some(r) = spin_try(attempt) {
+        if let Some(r) = try_outside_line(attempt) {
             return r;
         }
         match wait_acquire(&self.sem, n as usize) {

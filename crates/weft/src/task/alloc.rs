@@ -250,7 +250,9 @@ mod thread_cache {
         };
     }
 
-    /// Runs `f` on this thread's cache; `None` while the thread is exiting.
+    /// Runs `f` on this thread's cache; `None` while the thread is exiting. Never
+    /// inlined: it reads a thread-local (see `scheduler::worker::current_cell`).
+    #[inline(never)]
     fn with<R>(f: impl FnOnce(&mut Cache) -> R) -> Option<R> {
         CACHE
             .try_with(|owner| {

@@ -67,6 +67,14 @@ loom::thread_local! {
     static CURRENT: Cell<Current> = Cell::new(NONE);
 }
 
+/// This thread's `CURRENT`, read afresh: every access goes through here, never inlined,
+/// so that no function that waits on a fiber keeps the address it computed before the
+/// wait (a migrating fiber may resume on another thread; see `worker::current_cell`).
+#[inline(never)]
+fn cell<R>(f: impl FnOnce(&Cell<Current>) -> R) -> R {
+    CURRENT.with(f)
+}
+
 /// Restores the previous task and fiber when dropped (polls nest when a worker helps
 /// inside a blocking join).
 pub(crate) struct Enter {
@@ -78,7 +86,7 @@ pub(crate) struct Enter {
 #[inline]
 pub(crate) fn enter(task: NonNull<Header>) -> Enter {
     Enter {
-        prev: CURRENT.with(|c| {
+        prev: cell(|c| {
             let prev = c.get();
             c.set(Current {
                 task: Some(task),
@@ -97,13 +105,13 @@ pub(crate) fn enter(task: NonNull<Header>) -> Enter {
 /// stack stay as they are: the job runs on that stack).
 #[inline]
 pub(crate) fn enter_no_task() -> Enter {
-    let job = JOBS.with(|n| {
+    let job = jobs(|n| {
         let job = n.get().wrapping_add(1).max(1);
         n.set(job);
         job
     });
     Enter {
-        prev: CURRENT.with(|c| {
+        prev: cell(|c| {
             let prev = c.get();
             c.set(Current {
                 task: None,
@@ -120,10 +128,16 @@ thread_local! {
     static JOBS: Cell<u64> = const { Cell::new(0) };
 }
 
+/// `JOBS.with`, never inlined (see [`cell`]).
+#[inline(never)]
+fn jobs<R>(f: impl FnOnce(&Cell<u64>) -> R) -> R {
+    JOBS.with(f)
+}
+
 impl Drop for Enter {
     #[inline]
     fn drop(&mut self) {
-        CURRENT.with(|c| c.set(self.prev));
+        cell(|c| c.set(self.prev));
     }
 }
 
@@ -131,7 +145,7 @@ impl Drop for Enter {
 /// is alive: the poll holds the running reference.
 #[inline]
 pub(crate) fn with<R>(f: impl FnOnce(Option<&Header>) -> R) -> R {
-    let task = CURRENT.with(|c| c.get().task);
+    let task = cell(|c| c.get().task);
     // SAFETY: the pointer is set only for the duration of a poll, which holds the
     // task's running reference.
     f(task.map(|p| unsafe { p.as_ref() }))
@@ -161,7 +175,7 @@ fn enter_fiber_flagged(fiber: *const (), stack_frame: *const (), flags: usize) -
         0,
         "a fiber context is word-aligned"
     );
-    let prev = CURRENT.with(|c| {
+    let prev = cell(|c| {
         let prev = c.get();
         c.set(Current {
             fiber: fiber.map_addr(|a| a | flags),
@@ -184,13 +198,13 @@ fn enter_fiber_flagged(fiber: *const (), stack_frame: *const (), flags: usize) -
 /// caught now (by the task harness around a future's drop, say) is that unwind, not a
 /// panic, and must be resumed.
 pub(crate) fn fiber_force_unwinding() -> bool {
-    CURRENT.with(|c| c.get().fiber.addr() & FIBER_UNWINDING != 0)
+    cell(|c| c.get().fiber.addr() & FIBER_UNWINDING != 0)
 }
 
 /// Whether the running fiber may not suspend now ([`stay_resumed`]).
 #[inline]
 pub(crate) fn fiber_stays() -> bool {
-    CURRENT.with(|c| c.get().fiber.addr() & FIBER_STAYS != 0)
+    cell(|c| c.get().fiber.addr() & FIBER_STAYS != 0)
 }
 
 /// While the returned guard lives, a `wait` on the running fiber (if any) does not
@@ -200,7 +214,7 @@ pub(crate) fn fiber_stays() -> bool {
 /// and unwound there, cutting the drop short (found in review, session 31). Kept with
 /// the fiber's record, so a fiber resumed meanwhile (nested) does not inherit it.
 pub(crate) fn stay_resumed() -> Option<StayResumed> {
-    let was = CURRENT.with(|c| {
+    let was = cell(|c| {
         let mut cur = c.get();
         if cur.fiber.is_null() {
             return None;
@@ -220,7 +234,7 @@ pub(crate) struct StayResumed {
 
 impl Drop for StayResumed {
     fn drop(&mut self) {
-        CURRENT.with(|c| {
+        cell(|c| {
             let mut cur = c.get();
             cur.fiber = self.was;
             c.set(cur);
@@ -238,7 +252,7 @@ pub(crate) struct EnterFiber {
 impl Drop for EnterFiber {
     #[inline]
     fn drop(&mut self) {
-        CURRENT.with(|c| {
+        cell(|c| {
             let mut cur = c.get();
             cur.fiber = self.prev_fiber;
             cur.stack_frame = self.prev_stack_frame;
@@ -255,23 +269,23 @@ pub(crate) struct Saved(Current);
 
 /// Clears the current task, fiber and stacks, returning them for [`restore`].
 pub(crate) fn take() -> Saved {
-    Saved(CURRENT.with(|c| c.replace(NONE)))
+    Saved(cell(|c| c.replace(NONE)))
 }
 
 /// Puts back what [`take`] returned (after a switch back to the stack that took it).
 pub(crate) fn restore(saved: Saved) {
-    CURRENT.with(|c| c.set(saved.0));
+    cell(|c| c.set(saved.0));
 }
 
 /// The worker loop stack this thread runs on, or null (see `scheduler::stacks`).
 pub(crate) fn loop_stack() -> *const () {
-    CURRENT.with(|c| c.get().loop_stack)
+    cell(|c| c.get().loop_stack)
 }
 
 /// Records that this thread now runs on the worker loop stack `stack` (null: none),
 /// whose overflow report is `stack_frame`.
 pub(crate) fn set_loop_stack(stack: *const (), stack_frame: *const ()) {
-    CURRENT.with(|c| {
+    cell(|c| {
         let mut cur = c.get();
         cur.loop_stack = stack;
         cur.stack_frame = stack_frame;
@@ -294,7 +308,7 @@ pub(crate) struct Owner {
 
 /// This thread's [`Owner`] now.
 pub(crate) fn owner() -> Owner {
-    let cur = CURRENT.with(Cell::get);
+    let cur = cell(Cell::get);
     Owner {
         // SAFETY: the pointer is set only for the duration of a poll, which holds the
         // task's running reference.
@@ -308,7 +322,7 @@ pub(crate) fn owner() -> Owner {
 /// The context of the fiber running on this thread (a `fiber::FiberCtx`), or null.
 #[inline]
 pub(crate) fn fiber() -> *const () {
-    CURRENT.with(|c| untagged(c.get().fiber))
+    cell(|c| untagged(c.get().fiber))
 }
 
 /// The overflow report (a `stack::overflow::Frame`) of the stack this thread is on

@@ -142,6 +142,8 @@ pub(crate) struct Vtable {
 pub struct Id(pub(crate) u64);
 
 impl Id {
+    /// Never inlined: it reads a thread-local (see `scheduler::worker::current_cell`).
+    #[inline(never)]
     pub(crate) fn next() -> Id {
         use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
         static NEXT: AtomicU64 = AtomicU64::new(1);

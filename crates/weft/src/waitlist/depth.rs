@@ -14,6 +14,14 @@ thread_local! {
     static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
+/// `DEPTH.try_with`, never inlined (see `scheduler::worker::current_cell`).
+#[inline(never)]
+fn depth_cell<R>(
+    f: impl FnOnce(&std::cell::Cell<u32>) -> R,
+) -> Result<R, std::thread::AccessError> {
+    DEPTH.try_with(f)
+}
+
 static UNDER_LOCK_FLUSHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Whether lock-depth diagnostics (`WAKE-FLUSH-UNDER-LOCK`, `PARK-UNDER-LOCK`) are on:
@@ -94,7 +102,7 @@ impl<T> Lock<T> {
             LockGuard { lock: self }
         };
         if diagnostics_on() {
-            let _ = DEPTH.try_with(|d| d.set(d.get() + 1));
+            let _ = depth_cell(|d| d.set(d.get() + 1));
         }
         guard
     }
@@ -147,7 +155,7 @@ impl<T> Drop for LockGuard<'_, T> {
             .locked
             .store(false, std::sync::atomic::Ordering::Release);
         if diagnostics_on() {
-            let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+            let _ = depth_cell(|d| d.set(d.get().saturating_sub(1)));
         }
     }
 }
@@ -199,7 +207,7 @@ pub(super) fn check_flush() {
     if !diagnostics_on() {
         return;
     }
-    let depth = DEPTH.try_with(|d| d.get()).unwrap_or(0);
+    let depth = depth_cell(|d| d.get()).unwrap_or(0);
     let user = USER_LOCKS.get().map_or(0, |u| (u.depth)());
     if depth + user > 0 {
         UNDER_LOCK_FLUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -225,5 +233,5 @@ pub(crate) fn under_lock_flushes() -> u64 {
 /// The number of wait-list locks this thread holds (0 while diagnostics are off).
 #[allow(dead_code)]
 pub(crate) fn held() -> u32 {
-    DEPTH.try_with(|d| d.get()).unwrap_or(0)
+    depth_cell(|d| d.get()).unwrap_or(0)
 }

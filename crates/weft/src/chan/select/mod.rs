@@ -1614,6 +1614,7 @@ fn random() -> u64 {
 
 /// A per-thread xorshift generator for the random order of select's operations.
 #[cfg(not(loom))]
+#[inline(never)] // It reads a thread-local (see `scheduler::worker::current_cell`).
 fn random() -> u64 {
     thread_local! {
         static STATE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };

@@ -43,7 +43,7 @@ impl Core {
     /// allowance is followed by it.
     #[inline]
     pub(crate) fn absorb_plain(&self) {
-        let n = PLAIN_JOINS.with(|c| c.replace(0));
+        let n = plain_joins(|c| c.replace(0));
         if n > 0 {
             self.joins_until_check.set(n as u32);
         }
@@ -57,7 +57,7 @@ impl Core {
     pub(crate) fn grant_plain(&self) {
         if self.private_len.get() >= self.frames_before_plain.get() {
             let n = self.joins_until_check.get() as i32;
-            PLAIN_JOINS.with(|c| c.set(n));
+            plain_joins(|c| c.set(n));
         }
     }
 
