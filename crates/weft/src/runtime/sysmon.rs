@@ -26,6 +26,10 @@
 //!   outlasts a wake: see `Core::evict_lifo`). Likewise when a running worker's
 //!   stealable queue has held tasks at every look for [`STALE_AFTER`], however short
 //!   its polls (a fan-out of short tasks that the average said were not worth a wake).
+//!   And when the injection queue has held tasks at every look for [`STALE_AFTER`]
+//!   while one of the pool's workers sleeps and nobody searches (a spawn from outside
+//!   skips its wake for a searcher, which may then find the work not worth a wake and
+//!   block in its next poll), the sleeper is woken.
 //! * **Handed fibers.** Fibers handed, before they started, to a worker that has
 //!   polled nothing for [`STALE_AFTER`] go to the injection queue, where any worker
 //!   starts them (see `Core::fewer_fibers_elsewhere`).
@@ -126,6 +130,9 @@ struct PoolWatch {
     next_start: Instant,
     /// The cap was reported for the current stuck spell (`WEFT_DEBUG_SYSMON`).
     cap_logged: bool,
+    /// Since when the injection queue has held tasks at every look while a worker of
+    /// the pool slept.
+    inject_since: Option<Instant>,
 }
 
 /// A worker found stuck in one poll.
@@ -185,6 +192,7 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
         watch.resize_with(inner.pools.len(), || PoolWatch {
             next_start: now,
             cap_logged: false,
+            inject_since: None,
         });
         let mut all_parked = true;
         // No worker has polled a task since the last look (parked ones aside: the
@@ -294,6 +302,20 @@ pub(crate) fn run(rt: Weak<Inner>, mon: Arc<Sysmon>) {
                 }
             }
             let w = &mut watch[p];
+            if !any_parked || pool.inject.is_empty() {
+                w.inject_since = None;
+            } else if now - *w.inject_since.get_or_insert(now) >= STALE_AFTER
+                && pool.idle.num_searching() == 0
+            {
+                // Tasks in the injection queue beside a sleeper and nobody searching:
+                // a spawn or wake from outside skipped its wake for a searcher, which
+                // then judged the work not worth a wake (tiny tasks measured) and ran
+                // into a poll that blocked. Nobody else looks at that queue until the
+                // poll ends (found in a whole-suite run, `tests/stall.rs`). Wake the
+                // sleeper; at most one wake per `STALE_AFTER` per pool.
+                w.inject_since = Some(now);
+                pool.notify_parked();
+            }
             match stuck {
                 Some(st) if !any_parked => consider_start(&inner, &mon, p, st, w, now),
                 _ => w.cap_logged = false,
@@ -504,4 +526,46 @@ fn report(running: u64, pool: crate::Pool, worker: usize, stuck: Duration) {
          WEFT_DEBUG_STALL=0 turns this report off)",
         stuck.as_secs_f64()
     );
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    /// A task left in the injection queue with no wake (a spawn from outside skips its
+    /// wake while a worker searches; that searcher, having measured tiny tasks, may
+    /// judge it not worth a wake and then block in its next poll) while one worker is
+    /// stuck and the other sleeps: sysmon wakes the sleeper for it. Before, it waited
+    /// for the stuck poll to end (`tests/stall.rs`'s queued-behind test failed once
+    /// so in a whole-suite run, its second blocker never started).
+    #[test]
+    fn a_task_left_in_the_injection_queue_wakes_a_sleeper() {
+        let rt = crate::Builder::new().worker_threads(2).build().unwrap();
+        let pool = rt.handle().inner.pools[0].clone();
+        let (started_tx, started) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel::<()>();
+        let blocker = rt.spawn(async move {
+            started_tx.send(()).unwrap();
+            let _ = release_rx.recv_timeout(Duration::from_secs(20));
+        });
+        started.recv_timeout(Duration::from_secs(10)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !((0..2).any(|i| pool.idle.is_parked(i)) && pool.idle.num_searching() == 0) {
+            assert!(Instant::now() < deadline, "the other worker never slept");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let left = pool.spawn_without_a_wake(async { 7 });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !left.is_finished() {
+            assert!(
+                Instant::now() < deadline,
+                "a task left in the injection queue waited behind the stuck worker"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(left.join().unwrap(), 7);
+        drop(release);
+        blocker.join().unwrap();
+    }
 }

@@ -377,6 +377,24 @@ impl Shared {
         self.spawn_of_kind(future, false)
     }
 
+    /// Queues a new task on the injection queue and wakes nobody: where a spawn from
+    /// outside is left when its wake was skipped for a searcher that then found the
+    /// work not worth a wake (sysmon's rescue of the injection queue is tested so).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn spawn_without_a_wake<F>(self: &Arc<Self>, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let (task, handle) = new_task_of_kind(future, self.clone(), false);
+        if let Some(task) = bind_or_cancel(&self.owned, task) {
+            if let Err(task) = self.inject.push(task) {
+                cancel_queued(task);
+            }
+        }
+        handle
+    }
+
     /// [`spawn`](Self::spawn) for an async task (`fiber` false) or a fiber's future.
     pub(crate) fn spawn_of_kind<F>(
         self: &Arc<Self>,
