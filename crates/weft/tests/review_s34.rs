@@ -34,6 +34,8 @@
 //!   safety contract says so.
 
 mod common;
+use common::fiber_on as spawn_pinned;
+use common::migrating::{migrating, spawn_migrating};
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
@@ -46,31 +48,7 @@ use common::{
     counter, drop_within, join_within, live, load, on, spin_for, wait_until, watchdog, DropCounter,
     Tracked,
 };
-use weft::fiber::Builder as FiberBuilder;
 use weft::{Builder, JoinHandle, Pool, Runtime};
-
-/// A fiber builder with migration on.
-fn migrating() -> FiberBuilder {
-    // SAFETY: every fiber the tests spawn with it keeps only `Send` data across its
-    // waits and no pointer into thread-local storage (see the module docs).
-    unsafe { FiberBuilder::new().fiber_migration(true) }
-}
-
-/// Spawns a migrating fiber on `rt`.
-fn spawn_migrating<T: Send + 'static>(
-    rt: &Runtime,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> JoinHandle<T> {
-    on(rt, move || migrating().spawn(f))
-}
-
-/// Spawns a pinned (default) fiber on `rt`.
-fn spawn_pinned<T: Send + 'static>(
-    rt: &Runtime,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> JoinHandle<T> {
-    on(rt, move || weft::fiber::spawn(f))
-}
 
 fn rt_named(name: &str, workers: usize, interactive: usize) -> Runtime {
     Builder::new()

@@ -44,39 +44,19 @@
 //!   it in place, as documented on `weft::wait`).
 
 mod common;
+use common::fiber_on as spawn_pinned;
+use common::migrating::spawn_migrating;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use common::{counter, drop_within, join_within, load, on, spin_for, watchdog, DropCounter, Rng};
-use weft::fiber::Builder as FiberBuilder;
 use weft::sync::{Mutex, RwLock, Semaphore};
 use weft::{Builder, JoinHandle, Runtime};
 
 // ---------------------------------------------------------------------------------
 // Helpers.
-
-/// A fiber builder with migration on.
-fn migrating() -> FiberBuilder {
-    // SAFETY: every fiber the tests spawn with it keeps only `Send` data across its
-    // waits and reads no thread-local in a function that waits (see the module docs).
-    unsafe { FiberBuilder::new().fiber_migration(true) }
-}
-
-fn spawn_migrating<T: Send + 'static>(
-    rt: &Runtime,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> JoinHandle<T> {
-    on(rt, move || migrating().spawn(f))
-}
-
-fn spawn_pinned<T: Send + 'static>(
-    rt: &Runtime,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> JoinHandle<T> {
-    on(rt, move || weft::fiber::spawn(f))
-}
 
 /// A runtime of `n` default workers and no interactive pool.
 fn rt_of(n: usize) -> Runtime {

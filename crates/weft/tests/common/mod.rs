@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod child;
+pub mod migrating;
 pub mod net;
 pub mod placement;
 pub mod signal;
