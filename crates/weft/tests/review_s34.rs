@@ -1281,7 +1281,7 @@ fn panics_in_migrating_fibers_after_they_moved() {
 /// `workers` workers (each wake puts the partner in the waker's LIFO slot) for 800 ms;
 /// pinned fibers that sleep 1 ms in a loop, and a task doing the same, count their
 /// rounds and their longest sleep. Returns those (the task's last).
-fn ping_pong_with_sleepers(pair: Kind, workers: usize) -> Vec<(u32, Duration)> {
+fn ping_pong_with_sleepers(pair: Kind, workers: usize) -> Vec<(u64, Duration)> {
     let rt = common::workers(workers);
     let stop = Arc::new(AtomicBool::new(false));
     let (a_tx, a_rx) = weft::chan::bounded::<u64>(0);
@@ -1320,19 +1320,16 @@ fn ping_pong_with_sleepers(pair: Kind, workers: usize) -> Vec<(u32, Duration)> {
     for _ in 0..(2 * workers) {
         let stop = stop.clone();
         sleepers.push(spawn_pinned(&rt, move || {
-            let (mut n, mut worst) = (0u32, Duration::ZERO);
-            while !stop.load(SeqCst) {
-                let t = Instant::now();
-                weft::fiber::sleep(Duration::from_millis(1));
-                worst = worst.max(t.elapsed());
-                n += 1;
-            }
-            (n, worst)
+            common::time_rounds(
+                &stop,
+                || weft::fiber::sleep(Duration::from_millis(1)),
+                || {},
+            )
         }));
     }
     let stop2 = stop.clone();
     sleepers.push(rt.spawn(async move {
-        let (mut n, mut worst) = (0u32, Duration::ZERO);
+        let (mut n, mut worst) = (0u64, Duration::ZERO);
         while !stop2.load(SeqCst) {
             let t = Instant::now();
             weft::time::sleep(Duration::from_millis(1)).await;
@@ -2015,22 +2012,19 @@ fn yielders_behind_a_pair(pair: Kind) -> Vec<(String, u64)> {
 /// requeued the deferred list.
 #[test]
 fn yielders_run_beside_a_migrating_ping_pong_pair() {
-    watchdog(20, || {
-        let counts = yielders_behind_a_pair(Kind::Migrating);
-        for (who, n) in &counts {
-            assert!(
-                *n >= 100,
-                "{who}: {n} yields came back in 500 ms: {counts:?}"
-            );
-        }
-    })
+    every_yielder_runs_beside_a_pair(Kind::Migrating);
 }
 
 /// The same pair pinned, one member per worker: every yielder runs.
 #[test]
 fn yielders_run_beside_a_pinned_ping_pong_pair_split_over_two_workers() {
-    watchdog(20, || {
-        let counts = yielders_behind_a_pair(Kind::Pinned);
+    every_yielder_runs_beside_a_pair(Kind::Pinned);
+}
+
+/// [`yielders_behind_a_pair`] of `kind`: each yielder came back at least 100 times.
+fn every_yielder_runs_beside_a_pair(kind: Kind) {
+    watchdog(20, move || {
+        let counts = yielders_behind_a_pair(kind);
         for (who, n) in &counts {
             assert!(
                 *n >= 100,

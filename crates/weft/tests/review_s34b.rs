@@ -1314,27 +1314,19 @@ fn beside_a_pair(tasks: bool) {
         // queues), then sleeps 200 us: neither keeps the worker.
         let (l, s) = (locks.clone(), stop.clone());
         let locker = spawn_pinned(&rt, move || {
-            let (mut n, mut worst) = (0u64, Duration::ZERO);
-            while !s.load(SeqCst) {
-                let t = Instant::now();
-                l.hold(Lk::Mutex, 1, || {});
-                worst = worst.max(t.elapsed());
-                n += 1;
-                weft::fiber::sleep(Duration::from_micros(200));
-            }
-            (n, worst)
+            common::time_rounds(
+                &s,
+                || l.hold(Lk::Mutex, 1, || {}),
+                || weft::fiber::sleep(Duration::from_micros(200)),
+            )
         });
         let (l, s) = (locks.clone(), stop.clone());
         let mig_locker = spawn_migrating(&rt, move || {
-            let (mut n, mut worst) = (0u64, Duration::ZERO);
-            while !s.load(SeqCst) {
-                let t = Instant::now();
-                l.hold(Lk::Sem, 2, || {});
-                worst = worst.max(t.elapsed());
-                n += 1;
-                weft::fiber::sleep(Duration::from_micros(200));
-            }
-            (n, worst)
+            common::time_rounds(
+                &s,
+                || l.hold(Lk::Sem, 2, || {}),
+                || weft::fiber::sleep(Duration::from_micros(200)),
+            )
         });
         let s = stop.clone();
         let yielder = spawn_pinned(&rt, move || {
@@ -1347,14 +1339,7 @@ fn beside_a_pair(tasks: bool) {
         });
         let s = stop.clone();
         let sleeper = spawn_pinned(&rt, move || {
-            let (mut n, mut worst) = (0u64, Duration::ZERO);
-            while !s.load(SeqCst) {
-                let t = Instant::now();
-                weft::fiber::sleep(Duration::from_millis(1));
-                worst = worst.max(t.elapsed());
-                n += 1;
-            }
-            (n, worst)
+            common::time_rounds(&s, || weft::fiber::sleep(Duration::from_millis(1)), || {})
         });
         let s = stop.clone();
         let task_yielder = rt.spawn(async move {
@@ -1505,13 +1490,7 @@ fn child_process_entry() {
 }
 
 fn run_child(case: &str) -> common::child::Output {
-    let out = common::child::run(
-        "child_process_entry",
-        &[(CHILD, case), ("WEFT_DEBUG_LOCKS", "1")],
-        Duration::from_secs(20),
-    );
-    out.assert_finished();
-    out
+    common::child::run_case_with_lock_checks(CHILD, case)
 }
 
 /// Fibers hold weft mutex guards (fine across waits) while they yield-spin for a
@@ -1980,15 +1959,11 @@ fn lockers_beside_a_pair(tasks: bool) {
             .map(|_| {
                 let (l, s) = (locks.clone(), stop.clone());
                 spawn_pinned(&rt, move || {
-                    let (mut n, mut worst) = (0u64, Duration::ZERO);
-                    while !s.load(SeqCst) {
-                        let t = Instant::now();
-                        l.hold(Lk::Mutex, 1, || {});
-                        worst = worst.max(t.elapsed());
-                        n += 1;
-                        weft::fiber::sleep(Duration::from_micros(200));
-                    }
-                    (n, worst)
+                    common::time_rounds(
+                        &s,
+                        || l.hold(Lk::Mutex, 1, || {}),
+                        || weft::fiber::sleep(Duration::from_micros(200)),
+                    )
                 })
             })
             .collect();

@@ -30,13 +30,7 @@ fn child_process_entry() {
 }
 
 fn run_child(case: &str) -> common::child::Output {
-    let out = common::child::run(
-        "child_process_entry",
-        &[(CHILD, case), ("WEFT_DEBUG_LOCKS", "1")],
-        Duration::from_secs(20),
-    );
-    out.assert_finished();
-    out
+    common::child::run_case_with_lock_checks(CHILD, case)
 }
 
 /// A fiber holds `borrow()` across a blocking wait.

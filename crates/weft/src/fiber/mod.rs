@@ -316,11 +316,7 @@ fn target_pool() -> Option<Arc<Shared>> {
 /// # drop(rt);
 /// ```
 pub fn yield_now() {
-    // Checked up front: polling the yield wakes the fiber, which is pointless if it
-    // then may not suspend.
-    let suspended = future::suspendable()
-        .is_some_and(|fiber| future::suspend_on(fiber, pin!(crate::task::yield_now())).is_some());
-    if suspended {
+    if suspend_for_a_yield() {
         return;
     }
     if crate::scheduler::worker::current_ptr().is_null() {
@@ -330,6 +326,15 @@ pub fn yield_now() {
         // work first, as a fiber would have.
         wait::worker_yield();
     }
+}
+
+/// Suspends the running fiber behind the work ready on its worker (a yield); `false`,
+/// and no yield, off a fiber or where it may not suspend.
+pub(crate) fn suspend_for_a_yield() -> bool {
+    // Checked up front: polling the yield wakes the fiber, which is pointless if it
+    // then may not suspend.
+    future::suspendable()
+        .is_some_and(|fiber| future::suspend_on(fiber, pin!(crate::task::yield_now())).is_some())
 }
 
 /// Suspends the current fiber for `duration` (a timer of its runtime wakes it). Outside

@@ -526,9 +526,7 @@ fn yield_to_ready_work() -> bool {
     if !worker::with_current(|c| c.is_some_and(|c| c.has_ready_work())) {
         return false;
     }
-    crate::fiber::future::suspendable().is_some_and(|fiber| {
-        crate::fiber::future::suspend_on(fiber, pin!(crate::task::yield_now())).is_some()
-    })
+    crate::fiber::suspend_for_a_yield()
 }
 
 /// Tries `attempt` at once, then retries it while backing off; `None` once it is

@@ -860,13 +860,11 @@ impl Core {
     /// The next fiber tied to this worker: from the private queue, refilled from the
     /// inbox in one batch.
     fn next_pinned(&self) -> Option<Notified> {
-        // SAFETY: see `pinned_mut`; `pop_batch` runs only our closure, which pushes
-        // through this same borrow.
-        let pinned = unsafe { self.pinned_mut() };
-        if pinned.is_empty() {
-            self.inbox().pop_batch(usize::MAX, |t| pinned.push_back(t));
+        if self.pinned_is_empty() {
+            self.pull_inbox();
         }
-        pinned.pop_front()
+        // SAFETY: see `pinned_mut`; the borrow ends within this expression.
+        unsafe { self.pinned_mut() }.pop_front()
     }
 
     #[inline]

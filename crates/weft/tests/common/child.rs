@@ -75,6 +75,18 @@ pub fn run_case(var: &str, case: &str, limit: Duration) -> Output {
     run("child_process_entry", &[(var, case)], limit)
 }
 
+/// [`run_case`] with weft's lock diagnostics on (`WEFT_DEBUG_LOCKS=1`), 20 s at most;
+/// asserts that the child finished its case.
+pub fn run_case_with_lock_checks(var: &str, case: &str) -> Output {
+    let out = run(
+        "child_process_entry",
+        &[(var, case), ("WEFT_DEBUG_LOCKS", "1")],
+        Duration::from_secs(20),
+    );
+    out.assert_finished();
+    out
+}
+
 /// Runs the test `test` (its exact name) of this binary in a child process, with
 /// `vars` set and [`WEFT_VARS`] otherwise removed; kills it and panics with "hang"
 /// if it has not exited after `limit`.

@@ -177,6 +177,25 @@ pub fn on<R>(rt: &Runtime, f: impl FnOnce() -> R) -> R {
     rt.block_on(async move { f() })
 }
 
+/// Rounds of `timed`, each followed by `between`, until `stop` is set: how many, and
+/// the longest `timed` took (a fiber's progress and worst latency beside other work);
+/// what `timed` returns is dropped.
+pub fn time_rounds<R>(
+    stop: &std::sync::atomic::AtomicBool,
+    mut timed: impl FnMut() -> R,
+    mut between: impl FnMut(),
+) -> (u64, Duration) {
+    let (mut n, mut worst) = (0u64, Duration::ZERO);
+    while !stop.load(Ordering::SeqCst) {
+        let t = Instant::now();
+        drop(timed());
+        worst = worst.max(t.elapsed());
+        n += 1;
+        between();
+    }
+    (n, worst)
+}
+
 /// The panic message in a panic payload, if it is a string.
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> Option<String> {
     if let Some(s) = payload.downcast_ref::<&'static str>() {
