@@ -1290,6 +1290,36 @@ mod tests {
         check(|i| [i as u8; 100]);
     }
 
+    /// A ring long enough to be mapped, dropped after part of a first lap, leaves its
+    /// mapping to the next ring of its size on this thread (`Zeroed::recycle`), which
+    /// must start fresh: no value, no written stamp, every slot pushable in order.
+    #[test]
+    fn a_mapped_ring_made_from_a_recycled_mapping_starts_fresh() {
+        const CAP: usize = 1 << 17; // 2 MiB of joint slots: mapped.
+        for (pushes, pops) in [(1, 0), (3_000, 1_000), (5_000, 5_000)] {
+            let used = Ring::<u64>::new(CAP);
+            let at = used.slots.as_ptr() as usize;
+            for i in 0..pushes {
+                used.try_push(i as u64 + 1).unwrap();
+            }
+            for _ in 0..pops {
+                pop_value(&used);
+            }
+            drop(used);
+            let fresh = Ring::<u64>::new(CAP);
+            assert_eq!(fresh.slots.as_ptr() as usize, at, "the mapping was not reused");
+            assert!(fresh.is_empty() && !fresh.head_written());
+            assert_eq!(fresh.try_pop(), Pop::Empty, "after {pushes} pushes");
+            for i in 0..2 * pushes + 7 {
+                fresh.try_push(7 * i as u64).unwrap();
+            }
+            for i in 0..2 * pushes + 7 {
+                assert_eq!(pop_value(&fresh), 7 * i as u64);
+            }
+            assert_eq!(fresh.try_pop(), Pop::Empty);
+        }
+    }
+
     #[test]
     fn drop_drops_what_is_left_exactly_once() {
         let log = Arc::new(Mutex::new(Vec::new()));
