@@ -22,7 +22,7 @@
 //! about 40 % of `mpsc_uncontended_bounded`'s iteration (`perf`: `madvise` populating
 //! the pages ahead of the pushes, `munmap` with its TLB flush, the faults), where
 //! clearing the 80 KiB written costs a few microseconds and the next channel finds the
-//! pages already there. A thread so keeps at most [`mapped::MAX_DIRTY_BYTES`] of written
+//! pages already there. A thread so keeps at most [`MAPPED_MAX_DIRTY_BYTES`] of written
 //! pages (and the pages faulted in ahead of them, which are still zero) until its next
 //! channel of that size or its exit.
 
@@ -55,6 +55,12 @@ pub(crate) type ZeroedWords = Zeroed<AtomicUsize>;
 /// less than the `mmap` and `munmap` calls.
 #[cfg(all(unix, not(loom)))]
 const MAP_AT: usize = 1 << 20;
+
+/// The most bytes of a mapping that a recycle clears to keep it: clearing a page costs
+/// less than faulting it in again (a fifth of it, about, here), but the pages stay
+/// resident while the thread keeps the mapping.
+#[cfg(not(loom))]
+const MAPPED_MAX_DIRTY_BYTES: usize = 1 << 20;
 
 /// A boxed slice of `S`, every one all zero bytes at first.
 pub(crate) struct Zeroed<S> {
@@ -125,7 +131,7 @@ impl<S> Zeroed<S> {
     /// Drops the array, but first clears the elements in `dirty`; then an array whose
     /// elements need no drop goes to this thread's clean block (allocated, at most
     /// [`clean::MAX_BYTES`]) or clean mapping (mapped, at most
-    /// [`mapped::MAX_DIRTY_BYTES`] of it dirty), for the next [`new`](Zeroed::new) of
+    /// [`MAPPED_MAX_DIRTY_BYTES`] of it dirty), for the next [`new`](Zeroed::new) of
     /// its size to take without clearing or mapping it.
     ///
     /// # Safety
@@ -141,7 +147,7 @@ impl<S> Zeroed<S> {
             let kept = !std::mem::needs_drop::<S>()
                 && bytes != 0
                 && if self.mapped {
-                    dirty.len() * std::mem::size_of::<S>() <= mapped::MAX_DIRTY_BYTES
+                    dirty.len() * std::mem::size_of::<S>() <= MAPPED_MAX_DIRTY_BYTES
                 } else {
                     bytes <= clean::MAX_BYTES
                 };
@@ -175,54 +181,115 @@ impl<S> Zeroed<S> {
     }
 }
 
+/// A thread's one kept block of zero bytes, shared by the two caches below: where it
+/// is, and the key a request must match (its layout, or its length), which also says
+/// how the block is freed.
+#[cfg(not(loom))]
+mod kept {
+    use std::cell::Cell;
+    use std::ptr::NonNull;
+    use std::thread::LocalKey;
+
+    /// How a kept block is matched and freed.
+    pub(super) trait Key: Copy + PartialEq + 'static {
+        /// Frees the block at `at`.
+        ///
+        /// # Safety
+        /// The block was allocated (or mapped) as this key says, is owned by the
+        /// caller, and is freed once.
+        unsafe fn free(self, at: NonNull<u8>);
+    }
+
+    pub(super) struct Kept<K: Key> {
+        at: Cell<Option<(NonNull<u8>, K)>>,
+    }
+
+    impl<K: Key> Kept<K> {
+        pub(super) const fn new() -> Kept<K> {
+            Kept {
+                at: Cell::new(None),
+            }
+        }
+    }
+
+    impl<K: Key> Drop for Kept<K> {
+        fn drop(&mut self) {
+            if let Some((at, key)) = self.at.take() {
+                // SAFETY: `put` keeps only blocks its caller handed over as `key` says,
+                // each once.
+                unsafe { key.free(at) };
+            }
+        }
+    }
+
+    /// The block kept in `cache`, if its key is `key`; the caller's from then on.
+    // Both never inlined: they read a thread-local (see
+    // `scheduler::worker::current_cell`).
+    #[inline(never)]
+    pub(super) fn take<K: Key>(cache: &'static LocalKey<Kept<K>>, key: K) -> Option<NonNull<u8>> {
+        cache
+            .try_with(|c| match c.at.take() {
+                Some((at, k)) if k == key => Some(at),
+                other => {
+                    c.at.set(other);
+                    None
+                }
+            })
+            .ok()
+            .flatten()
+    }
+
+    /// Keeps the block at `at` in `cache` (freeing the one it replaces), or frees it
+    /// while the thread's storage is being torn down.
+    ///
+    /// # Safety
+    /// The block is all zero bytes, was allocated (or mapped) as `key` says, and is
+    /// owned by the caller, who hands it over.
+    #[inline(never)]
+    pub(super) unsafe fn put<K: Key>(cache: &'static LocalKey<Kept<K>>, at: NonNull<u8>, key: K) {
+        let free = match cache.try_with(|c| c.at.replace(Some((at, key)))) {
+            Ok(old) => old,
+            Err(_) => Some((at, key)),
+        };
+        if let Some((at, key)) = free {
+            // SAFETY: a block handed over as `key` says (the contract, or that of the
+            // `put` that kept it), no longer kept anywhere.
+            unsafe { key.free(at) };
+        }
+    }
+}
+
 /// Each thread's one clean block: an allocated array of all zero bytes that a
 /// [`Zeroed::recycle`] gave back, for the next [`Zeroed::new`] of the same layout.
 #[cfg(not(loom))]
 mod clean {
     use std::alloc::Layout;
-    use std::cell::Cell;
     use std::ptr::NonNull;
+
+    use super::kept::{self, Kept};
 
     /// The largest block kept (larger arrays are rare, and each thread keeps one).
     pub(super) const MAX_BYTES: usize = 64 << 10;
 
-    struct Block {
-        at: Cell<Option<(NonNull<u8>, Layout)>>,
-    }
-
-    impl Drop for Block {
-        fn drop(&mut self) {
-            if let Some((at, layout)) = self.at.take() {
-                // SAFETY: `put` keeps only blocks the global allocator gave with this
-                // layout, each once.
-                unsafe { std::alloc::dealloc(at.as_ptr(), layout) };
-            }
+    impl kept::Key for Layout {
+        unsafe fn free(self, at: NonNull<u8>) {
+            // SAFETY: the global allocator gave the block with this layout (the
+            // contract).
+            unsafe { std::alloc::dealloc(at.as_ptr(), self) };
         }
     }
 
     thread_local! {
-        static BLOCK: Block = const { Block { at: Cell::new(None) } };
+        static BLOCK: Kept<Layout> = const { Kept::new() };
     }
 
     /// The clean block as `len` elements of `S`, if it has exactly their layout.
-    // Both never inlined: they read a thread-local (see
-    // `scheduler::worker::current_cell`).
-    #[inline(never)]
     pub(super) fn take<S>(len: usize) -> Option<NonNull<[S]>> {
         let layout = Layout::array::<S>(len).ok()?;
         if layout.size() == 0 || layout.size() > MAX_BYTES {
             return None;
         }
-        let at = BLOCK
-            .try_with(|b| match b.at.take() {
-                Some((at, l)) if l == layout => Some(at),
-                other => {
-                    b.at.set(other);
-                    None
-                }
-            })
-            .ok()
-            .flatten()?;
+        let at = kept::take(&BLOCK, layout)?;
         let words = NonNull::slice_from_raw_parts(at.cast::<S>(), len);
         // SAFETY: the block is `len` elements of `S` long (its layout) and ours now.
         debug_assert!(
@@ -240,20 +307,10 @@ mod clean {
     /// `words` is all zero bytes, was allocated by the global allocator as
     /// `Box<[S]>` (`Layout::array::<S>(len)`), is not empty, and is owned by the caller,
     /// who hands it over.
-    #[inline(never)]
     pub(super) unsafe fn put<S>(words: NonNull<[S]>) {
         let layout = Layout::array::<S>(words.len()).expect("a live array's layout");
-        let at = words.cast::<u8>();
-        let old = BLOCK.try_with(|b| b.at.replace(Some((at, layout))));
-        let free = match old {
-            Ok(old) => old,
-            Err(_) => Some((at, layout)),
-        };
-        if let Some((at, layout)) = free {
-            // SAFETY: a block from the global allocator with this layout (the
-            // contract, or `Block`'s invariant), no longer kept anywhere.
-            unsafe { std::alloc::dealloc(at.as_ptr(), layout) };
-        }
+        // SAFETY: the contract, with the layout it was allocated with.
+        unsafe { kept::put(&BLOCK, words.cast::<u8>(), layout) };
     }
 }
 
@@ -262,51 +319,34 @@ mod clean {
 /// bytes (a mapping is page-aligned, so it suits any element type `map` accepts).
 #[cfg(all(unix, not(loom)))]
 mod mapped {
-    use std::cell::Cell;
     use std::ptr::NonNull;
 
-    /// The most bytes of a mapping that a recycle clears to keep it: clearing a page
-    /// costs less than faulting it in again (a fifth of it, about, here), but the
-    /// pages stay resident while the thread keeps the mapping.
-    pub(crate) const MAX_DIRTY_BYTES: usize = 1 << 20;
+    use super::kept::{self, Kept};
 
-    struct Kept {
-        at: Cell<Option<(NonNull<u8>, usize)>>,
-    }
+    /// A mapping's length in bytes.
+    #[derive(Clone, Copy, PartialEq)]
+    struct Len(usize);
 
-    impl Drop for Kept {
-        fn drop(&mut self) {
-            if let Some((at, bytes)) = self.at.take() {
-                // SAFETY: `put` keeps only mappings made by `map` with this address
-                // and length, each once.
-                unsafe { libc::munmap(at.as_ptr().cast(), bytes) };
-            }
+    impl kept::Key for Len {
+        unsafe fn free(self, at: NonNull<u8>) {
+            // SAFETY: `map` made the mapping with this address and length (the
+            // contract). `munmap` fails only at the process's mapping limit; the pages
+            // then stay mapped, a leak, as in `Zeroed`'s `Drop`.
+            unsafe { libc::munmap(at.as_ptr().cast(), self.0) };
         }
     }
 
     thread_local! {
-        static KEPT: Kept = const { Kept { at: Cell::new(None) } };
+        static KEPT: Kept<Len> = const { Kept::new() };
     }
 
     /// The clean mapping as `len` elements of `S`, if it is exactly their size.
-    // Both never inlined: they read a thread-local (see
-    // `scheduler::worker::current_cell`).
-    #[inline(never)]
     pub(super) fn take<S>(len: usize) -> Option<NonNull<[S]>> {
         let bytes = std::alloc::Layout::array::<S>(len).ok()?.size();
         if bytes < super::MAP_AT || std::mem::align_of::<S>() > 4096 {
             return None;
         }
-        let at = KEPT
-            .try_with(|k| match k.at.take() {
-                Some((at, b)) if b == bytes => Some(at),
-                other => {
-                    k.at.set(other);
-                    None
-                }
-            })
-            .ok()
-            .flatten()?;
+        let at = kept::take(&KEPT, Len(bytes))?;
         // The mapping is page-aligned (so aligned for `S`, checked above), `bytes`
         // long, all zero bytes, and ours now.
         Some(NonNull::slice_from_raw_parts(at.cast::<S>(), len))
@@ -318,18 +358,9 @@ mod mapped {
     /// # Safety
     /// The `bytes` bytes at `at` are all zero, were mapped by `map` with exactly this
     /// address and length, and are owned by the caller, who hands them over.
-    #[inline(never)]
     pub(super) unsafe fn put(at: NonNull<u8>, bytes: usize) {
-        let old = KEPT.try_with(|k| k.at.replace(Some((at, bytes))));
-        let unmap = match old {
-            Ok(old) => old,
-            Err(_) => Some((at, bytes)),
-        };
-        if let Some((at, bytes)) = unmap {
-            // SAFETY: a mapping made by `map` with this address and length (the
-            // contract, or `Kept`'s invariant), no longer kept anywhere.
-            unsafe { libc::munmap(at.as_ptr().cast(), bytes) };
-        }
+        // SAFETY: the contract, with the length it was mapped with.
+        unsafe { kept::put(&KEPT, at, Len(bytes)) };
     }
 }
 
@@ -511,7 +542,7 @@ mod tests {
             .flat_map(|p| &p.0)
             .all(|x| x.load(Relaxed) == 0));
         // Dirty past the limit: unmapped, so the next array of that size is fresh.
-        let dirty = mapped::MAX_DIRTY_BYTES / 8 + 1;
+        let dirty = MAPPED_MAX_DIRTY_BYTES / 8 + 1;
         for p in &again[..dirty / 2 + 1] {
             p.0[0].store(1, Relaxed);
             p.0[1].store(1, Relaxed);

@@ -1307,7 +1307,11 @@ mod tests {
             }
             drop(used);
             let fresh = Ring::<u64>::new(CAP);
-            assert_eq!(fresh.slots.as_ptr() as usize, at, "the mapping was not reused");
+            assert_eq!(
+                fresh.slots.as_ptr() as usize,
+                at,
+                "the mapping was not reused"
+            );
             assert!(fresh.is_empty() && !fresh.head_written());
             assert_eq!(fresh.try_pop(), Pop::Empty, "after {pushes} pushes");
             for i in 0..2 * pushes + 7 {
