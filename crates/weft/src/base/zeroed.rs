@@ -22,9 +22,12 @@
 //! about 40 % of `mpsc_uncontended_bounded`'s iteration (`perf`: `madvise` populating
 //! the pages ahead of the pushes, `munmap` with its TLB flush, the faults), where
 //! clearing the 80 KiB written costs a few microseconds and the next channel finds the
-//! pages already there. A thread so keeps at most [`MAPPED_MAX_DIRTY_BYTES`] of written
-//! pages (and the pages faulted in ahead of them, which are still zero) until its next
-//! channel of that size or its exit.
+//! pages already there. A thread so keeps one mapping at most, until its next array of
+//! that size or its exit, resident as far as it was touched: at most
+//! [`MAPPED_MAX_DIRTY_BYTES`] written, and the pages faulted in ahead of the writes,
+//! still zero, which for a ring of up to 8 MiB is the whole of it (such rings are
+//! faulted in when made: `chan/flavors/ring.rs`, `POPULATE_MAX_BYTES`). So a thread
+//! holds up to some 9 MiB for its next channel, as an allocator holds freed blocks.
 
 use std::ops::Deref;
 
@@ -57,8 +60,8 @@ pub(crate) type ZeroedWords = Zeroed<AtomicUsize>;
 const MAP_AT: usize = 1 << 20;
 
 /// The most bytes of a mapping that a recycle clears to keep it: clearing a page costs
-/// less than faulting it in again (a fifth of it, about, here), but the pages stay
-/// resident while the thread keeps the mapping.
+/// less than faulting it in again (a fifth of it, about, here), but the cleared pages
+/// stay resident while the thread keeps the mapping, as do those faulted in unwritten.
 #[cfg(not(loom))]
 const MAPPED_MAX_DIRTY_BYTES: usize = 1 << 20;
 
