@@ -473,8 +473,8 @@ mod tests {
 
     /// A recycled array comes back, all zero, as the next array of its layout made on
     /// the same thread: only its dirty elements are cleared, so what lay outside them
-    /// must have been zero (the contract). Other layouts, mapped arrays and other
-    /// threads do not get it.
+    /// must have been zero (the contract). Other layouts and other threads do not get
+    /// it.
     #[test]
     fn recycled_arrays_come_back_clean_for_the_same_layout_on_the_same_thread() {
         let w = ZeroedWords::new(100);
@@ -503,7 +503,8 @@ mod tests {
 
     /// A mapped array comes back, cleared where it was dirty, as the next mapped array
     /// of its size in bytes made on the same thread (whatever the element type); one
-    /// dirty beyond `MAX_DIRTY_BYTES` is unmapped instead, and no other thread gets it.
+    /// dirty beyond `MAPPED_MAX_DIRTY_BYTES` is unmapped instead, and no other thread
+    /// gets it.
     #[test]
     fn recycled_mappings_come_back_clean_when_little_was_written() {
         let words = 2 * MAP_AT / 8;
