@@ -199,7 +199,7 @@ impl<T: ?Sized> Mutex<T> {
     /// assert!(m.try_lock().is_ok());
     /// ```
     pub fn try_lock(&self) -> Result<MutexGuard<'_, T>, TryLockError> {
-        match self.sem.try_acquire(1) {
+        match self.sem.try_acquire_sole() {
             Ok(()) => Ok(MutexGuard { lock: self }),
             Err(TryFail::NoPermits | TryFail::Closed) => Err(TryLockError(())),
         }
@@ -235,7 +235,7 @@ impl<T: ?Sized> Mutex<T> {
     /// drop(g);
     /// ```
     pub fn try_lock_owned(self: Arc<Self>) -> Result<OwnedMutexGuard<T>, TryLockError> {
-        match self.sem.try_acquire(1) {
+        match self.sem.try_acquire_sole() {
             Ok(()) => Ok(OwnedMutexGuard { lock: self }),
             Err(_) => Err(TryLockError(())),
         }
@@ -293,7 +293,7 @@ impl<T: ?Sized> DerefMut for MutexGuard<'_, T> {
 
 impl<T: ?Sized> Drop for MutexGuard<'_, T> {
     fn drop(&mut self) {
-        self.lock.sem.release(1);
+        self.lock.sem.release_sole();
     }
 }
 
@@ -340,7 +340,7 @@ impl<T: ?Sized> DerefMut for OwnedMutexGuard<T> {
 
 impl<T: ?Sized> Drop for OwnedMutexGuard<T> {
     fn drop(&mut self) {
-        self.lock.sem.release(1);
+        self.lock.sem.release_sole();
     }
 }
 
