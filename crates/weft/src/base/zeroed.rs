@@ -164,18 +164,14 @@ impl<S> Zeroed<S> {
             unsafe { std::ptr::write_bytes(first.add(dirty.start), 0, dirty.len()) };
             if this.mapped {
                 #[cfg(unix)]
-                // SAFETY: the mapping is all zero bytes now (the contract for the
-                // rest), was made by `map` with this address and length (or came from
-                // the cache, which holds only such mappings), and `this` is never
-                // dropped, so it is handed on once.
+                // SAFETY: all zero now (the contract for the rest), mapped by `map` at
+                // this address and length (or kept so), handed on once (`this` stays).
                 unsafe {
                     mapped::put(this.words.cast::<u8>(), bytes)
                 };
             } else {
-                // SAFETY: the array is all zero bytes now (the contract for the rest);
-                // it came from `Box::new_zeroed_slice` (or from this cache, which only
-                // holds such blocks), and `this` is never dropped, so it is handed on
-                // once.
+                // SAFETY: all zero now (the contract for the rest), from
+                // `Box::new_zeroed_slice` (or kept so), handed on once (`this` stays).
                 unsafe { clean::put(this.words) };
             }
         }
