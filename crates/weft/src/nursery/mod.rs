@@ -330,9 +330,12 @@ impl NurseryOptions {
         E: Send + 'static,
     {
         let inner = Arc::new(Inner::new(runtime()));
+        // Ended when this frame is left, by a return or by unwinding: a body that
+        // panicked, an owner fiber cancelled at a wait (found in review: the watcher
+        // task stayed parked on its timer until the deadline).
         let watcher = watch(&inner, self.deadline);
         let out = run_blocking(inner, body);
-        watcher.abort();
+        drop(watcher);
         match out {
             Outcome::Done(r) => Ok(r),
             Outcome::Elapsed => Err(Elapsed::new()),
@@ -340,21 +343,29 @@ impl NurseryOptions {
     }
 }
 
+/// The task that cancels a nursery at its deadline; dropping this cancels the task.
+pub(crate) struct Watcher(AbortHandle);
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Starts the task that cancels the nursery at `deadline`.
-fn watch<E: Send + 'static>(inner: &Arc<Inner<E>>, deadline: Instant) -> AbortHandle {
+fn watch<E: Send + 'static>(inner: &Arc<Inner<E>>, deadline: Instant) -> Watcher {
     let Some(handle) = inner.handle.as_ref() else {
         panic!("weft: a nursery with a deadline needs a weft runtime");
     };
     // Weak: the watcher must not keep a finished nursery alive until the deadline.
     let weak = Arc::downgrade(inner);
-    handle
-        .spawn(async move {
-            crate::time::sleep_until(deadline).await;
-            if let Some(inner) = weak.upgrade() {
-                inner.expire();
-            }
-        })
-        .abort_handle()
+    let task = handle.spawn(async move {
+        crate::time::sleep_until(deadline).await;
+        if let Some(inner) = weak.upgrade() {
+            inner.expire();
+        }
+    });
+    Watcher(task.abort_handle())
 }
 
 /// Runs an async nursery: `body` gets the [`Nursery`] and spawns children into it;

@@ -7,8 +7,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use super::state::{Failure, Inner};
+use super::Watcher;
 use crate::base::Arc;
-use crate::task::AbortHandle;
 
 /// How a nursery ended, once every child has: a panic is resumed before this is made.
 pub(crate) enum Outcome<T, E> {
@@ -42,12 +42,12 @@ pub(crate) struct Run<B: Future<Output = Result<T, E>>, T, E> {
     result: Option<Result<T, E>>,
     body_panic: Option<Box<dyn Any + Send>>,
     /// The deadline's watcher task (cancelled when the nursery ends).
-    watcher: Option<AbortHandle>,
+    watcher: Option<Watcher>,
     done: bool,
 }
 
 impl<B: Future<Output = Result<T, E>>, T, E> Run<B, T, E> {
-    pub(crate) fn new(inner: Arc<Inner<E>>, body: B, watcher: Option<AbortHandle>) -> Self {
+    pub(crate) fn new(inner: Arc<Inner<E>>, body: B, watcher: Option<Watcher>) -> Self {
         Run {
             inner,
             body: Some(Box::pin(body)),
@@ -120,9 +120,7 @@ impl<B: Future<Output = Result<T, E>>, T, E> Future for Run<B, T, E> {
             return Poll::Pending;
         }
         this.done = true;
-        if let Some(w) = this.watcher.take() {
-            w.abort();
-        }
+        this.watcher = None;
         let result = this.result.take();
         let panic = this.body_panic.take();
         Poll::Ready(conclude(&this.inner, result, panic))
@@ -139,8 +137,6 @@ impl<B: Future<Output = Result<T, E>>, T, E> Drop for Run<B, T, E> {
         // this runs as a child of another nursery, that child stays alive until these
         // children ended: structure holds across a dropped async nursery.
         self.inner.abandon(super::child::enclosing());
-        if let Some(w) = self.watcher.take() {
-            w.abort();
-        }
+        self.watcher = None;
     }
 }

@@ -11,7 +11,10 @@ pub enum MissedTickBehavior {
     /// Fire the missed ticks at once, one after another, until caught up.
     #[default]
     Burst,
-    /// Restart the schedule from now: the next tick is one period after this one.
+    /// Restart the schedule from now: the next tick is one period after this one. A
+    /// tick counts as missed when it comes more than 5 ms (or a period, if that is
+    /// shorter) after its time: the timer wheel's millisecond makes every tick a little
+    /// late.
     Delay,
     /// Drop the missed ticks and keep to the original schedule.
     Skip,
@@ -20,7 +23,8 @@ pub enum MissedTickBehavior {
 /// Ticks every `period`, the first tick at once.
 ///
 /// # Panics
-/// If `period` is zero, or outside a weft runtime.
+/// If `period` is zero. The first tick panics if the interval was neither created nor
+/// polled inside a weft runtime (as [`sleep`](super::sleep)).
 ///
 /// ```
 /// use std::time::Duration;
@@ -42,7 +46,8 @@ pub fn interval(period: Duration) -> Interval {
 /// Ticks every `period`, the first tick at `start`.
 ///
 /// # Panics
-/// If `period` is zero, or outside a weft runtime.
+/// If `period` is zero. The first tick panics if the interval was neither created nor
+/// polled inside a weft runtime (as [`sleep`](super::sleep)).
 ///
 /// ```
 /// use std::time::Duration;
@@ -85,20 +90,23 @@ impl Interval {
         }
         let scheduled = self.sleep.deadline();
         let now = Instant::now();
+        let on_time = later(scheduled, self.period);
         let next = match self.missed {
-            MissedTickBehavior::Burst => scheduled + self.period,
-            MissedTickBehavior::Delay if now > scheduled + self.period => now + self.period,
-            MissedTickBehavior::Delay => scheduled + self.period,
-            MissedTickBehavior::Skip => {
-                let mut next = scheduled + self.period;
-                if next <= now {
-                    // Jump whole periods past now, keeping the phase.
-                    let behind = now.duration_since(next).as_nanos();
-                    let periods = behind / self.period.as_nanos() + 1;
-                    next += self.period * periods as u32;
-                }
-                next
+            MissedTickBehavior::Burst => on_time,
+            MissedTickBehavior::Delay if now > later(scheduled, self.period.min(LATE_SLACK)) => {
+                later(now, self.period)
             }
+            MissedTickBehavior::Delay => on_time,
+            MissedTickBehavior::Skip if on_time <= now => {
+                // Jump whole periods past now, keeping the phase. Counted in `u128`
+                // nanoseconds: a tiny period far behind is more than `u32::MAX` periods
+                // (a 1 ns period 4.3 s behind), and a count cut to `u32` wrapped into a
+                // tick in the past (found in review, `tests/review_s38_sync.rs`).
+                let period = self.period.as_nanos();
+                let periods = now.duration_since(on_time).as_nanos() / period + 1;
+                later(on_time, nanos(periods.saturating_mul(period)))
+            }
+            MissedTickBehavior::Skip => on_time,
         };
         self.sleep.reset(next);
         Poll::Ready(scheduled)
@@ -121,7 +129,25 @@ impl Interval {
 
     /// Restarts the schedule: the next tick is one period from now.
     pub fn reset(&mut self) {
-        self.sleep.reset(Instant::now() + self.period);
+        self.sleep.reset(later(Instant::now(), self.period));
+    }
+}
+
+/// How late a tick may come before [`MissedTickBehavior::Delay`] counts it as missed.
+const LATE_SLACK: Duration = Duration::from_millis(5);
+
+/// `t + d`, or a point that never comes if that is past what an `Instant` holds (an
+/// interval of `Duration::MAX` ticks once, as a sleep of that length never ends).
+fn later(t: Instant, d: Duration) -> Instant {
+    t.checked_add(d).unwrap_or_else(super::sleep::far_future)
+}
+
+/// `n` nanoseconds as a `Duration` (saturating at `Duration::MAX`).
+fn nanos(n: u128) -> Duration {
+    const PER_SEC: u128 = 1_000_000_000;
+    match u64::try_from(n / PER_SEC) {
+        Ok(secs) => Duration::new(secs, (n % PER_SEC) as u32),
+        Err(_) => Duration::MAX,
     }
 }
 
