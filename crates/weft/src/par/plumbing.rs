@@ -275,12 +275,15 @@ where
         Some((a, reducer)) => reducer.reduce(a, r),
     };
     loop {
-        if len >= 2 * chunk && len / 2 >= splitter.min && someone_hungry() {
+        // Saturating: `with_min_len(usize::MAX)` ("never split") makes `chunk` that
+        // large, and `2 * chunk` overflowed (found in review: a panic in debug builds,
+        // a split past the end in release).
+        if len >= chunk.saturating_mul(2) && len / 2 >= splitter.min && someone_hungry() {
             let rest = bridge_helper(len, false, splitter.with_one_split(), producer, consumer);
             return append(acc, rest);
         }
         // The rest after a chunk must still hold `min` items.
-        if len < chunk + splitter.min {
+        if len < chunk.saturating_add(splitter.min) {
             return append(acc, producer.fold_with(consumer.into_folder()).complete());
         }
         let (head, tail) = producer.split_at(chunk);

@@ -195,7 +195,9 @@ macro_rules! range_impls {
             }
 
             fn split_at(self, index: usize) -> (Self, Self) {
-                debug_assert!(index <= self.len);
+                // A user's producer callback may ask past the end: refuse rather than
+                // yield integers outside the range.
+                assert!(index <= self.len, "split_at past the end of a range piece");
                 let mid = if index < self.len {
                     self.start.wrapping_add(index as $t)
                 } else {

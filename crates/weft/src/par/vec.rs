@@ -90,6 +90,12 @@ impl<'data, T: Send> Producer for DrainProducer<'data, T> {
     }
 
     fn split_at(mut self, index: usize) -> (Self, Self) {
+        // Checked before the slots are taken out of `self`: a panic after that would
+        // leak every item left (a user's producer callback may ask past the end).
+        assert!(
+            index <= self.slots.len(),
+            "split_at past the end of a vec piece"
+        );
         // Same hand-over: the two halves own disjoint parts of the slots.
         let slots = mem::take(&mut self.slots);
         let (left, right) = slots.split_at_mut(index);
