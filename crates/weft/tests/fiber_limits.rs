@@ -421,14 +421,15 @@ fn child_stack_sizes() {
     );
     // The default size (from WEFT_STACK_SIZE, or 2 MiB).
     reserve_and_run(&rt, None, default + page, 0);
-    // Tiny requests are raised to 16 KiB, enough for 8 KiB of locals.
-    reserve_and_run(&rt, Some(0), 16 * 1024 + page, 8 * 1024);
+    // Tiny requests are raised to 64 KiB, enough for 8 KiB of locals (and for a panic
+    // that prints its backtrace).
+    reserve_and_run(&rt, Some(0), 64 * 1024 + page, 8 * 1024);
     // The same rounded size reuses the finished fiber's stack: nothing new reserved.
     reserve_and_run(&rt, Some(1), 0, 8 * 1024);
-    reserve_and_run(&rt, Some(16 * 1024 - 1), 0, 8 * 1024);
+    reserve_and_run(&rt, Some(64 * 1024 - 1), 0, 8 * 1024);
     // Sizes round up to whole pages.
-    let odd = 16 * 1024 + 1;
-    reserve_and_run(&rt, Some(odd), 16 * 1024 + page + page, 8 * 1024);
+    let odd = 64 * 1024 + 1;
+    reserve_and_run(&rt, Some(odd), 64 * 1024 + page + page, 8 * 1024);
     // The default size again: reused (from the worker's cache).
     reserve_and_run(&rt, None, 0, 8 * 1024);
     println!("CHILD stack_sizes=ok");

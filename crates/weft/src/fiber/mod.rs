@@ -188,7 +188,8 @@ impl Builder {
     }
 
     /// The fiber's stack size in bytes: rounded up to whole pages and to at least
-    /// 16 KiB; more than 1 GiB is an error ([`SpawnErrorKind::StackSize`]).
+    /// 64 KiB (room for a panic to print its backtrace); more than 1 GiB is an error
+    /// ([`SpawnErrorKind::StackSize`]).
     ///
     /// ```
     /// let _b = weft::fiber::Builder::new().stack_size(64 * 1024);

@@ -52,6 +52,7 @@ use crate::base::Arc;
 use crate::scheduler::job::{FnContext, StackJob};
 use crate::scheduler::worker::{self, Core};
 use crate::scheduler::Shared;
+use crate::task::waker::drop_payload;
 
 /// Runs `a` and `b`, potentially in parallel, and returns both results.
 ///
@@ -225,9 +226,11 @@ where
     }
     #[cold]
     fn run_after_panic<B: FnOnce(FnContext) -> RB, RB>(b: B) {
-        drop(catch_unwind(AssertUnwindSafe(|| {
-            b(FnContext { migrated: false })
-        })));
+        // `a`'s panic is unwinding: `b`'s, if any, is dropped under a catch (a payload
+        // whose `Drop` panicked here aborted the process).
+        if let Err(p) = catch_unwind(AssertUnwindSafe(|| b(FnContext { migrated: false }))) {
+            drop_payload(p);
+        }
     }
     let ctx = FnContext { migrated: false };
     let mut guard = RunOnUnwind(Some(b));
@@ -273,7 +276,10 @@ where
 {
     fn drop(&mut self) {
         let (core, job) = (self.core, self.job);
-        drop(catch_unwind(AssertUnwindSafe(|| finish_b(core, job))));
+        // As in `join_plain`: `b`'s payload is dropped under a catch while `a` unwinds.
+        if let Err(p) = catch_unwind(AssertUnwindSafe(|| finish_b(core, job))) {
+            drop_payload(p);
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use crate::base::Arc;
 use crate::scheduler::job::{execute, HeapJob};
 use crate::scheduler::latch::OnceLatch;
 use crate::scheduler::worker::{self, Core};
+use crate::task::waker::drop_payload;
 
 /// A fork-join scope; see [`scope`].
 pub struct Scope<'scope> {
@@ -96,16 +97,20 @@ where
         c.scope_entered(false);
     }
     let panic = scope.panic.swap(std::ptr::null_mut(), Ordering::AcqRel);
-    let result = match result {
-        Ok(r) => r,
-        Err(p) => resume_unwind(p),
-    };
-    if !panic.is_null() {
-        // SAFETY: stored by `record_panic` from `Box::into_raw`, taken once.
-        let p = unsafe { Box::from_raw(panic) };
-        resume_unwind(*p);
+    // SAFETY: stored by `record_panic` from `Box::into_raw`, taken once.
+    let job_panic = (!panic.is_null()).then(|| *unsafe { Box::from_raw(panic) });
+    match (result, job_panic) {
+        (Ok(r), None) => r,
+        (Ok(_), Some(p)) => resume_unwind(p),
+        (Err(p), job_panic) => {
+            // The body's panic is the one resumed; a job's is dropped (it leaked, found
+            // in review).
+            if let Some(j) = job_panic {
+                drop_payload(j);
+            }
+            resume_unwind(p)
+        }
     }
-    result
 }
 
 impl<'scope> Scope<'scope> {
@@ -165,8 +170,11 @@ impl<'scope> Scope<'scope> {
             )
             .is_err()
         {
+            // Dropped under a catch: a payload whose `Drop` panics unwound out of the job
+            // before its `job_done`, and the scope then returned while other jobs still
+            // ran on its frame (found in review, `tests/review_s38_runtime.rs`).
             // SAFETY: not published; we still own it.
-            drop(unsafe { Box::from_raw(boxed) });
+            drop_payload(*unsafe { Box::from_raw(boxed) });
         }
     }
 

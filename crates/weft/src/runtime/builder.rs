@@ -212,13 +212,16 @@ impl Builder {
         self
     }
 
-    /// Names the worker threads: `{name}-{index}`.
+    /// Names the worker threads: `{name}-{index}`. A name with a NUL byte makes
+    /// [`build`](Self::build) fail with `InvalidInput`.
     pub fn thread_name(&mut self, name: impl Into<String>) -> &mut Self {
         self.thread_name = name.into();
         self
     }
 
     /// Runs `f` on each worker thread (default and interactive pools) when it starts.
+    /// If `f` panics, the panic is printed (by the panic hook) and the thread goes on
+    /// to work.
     pub fn on_thread_start<F: Fn() + Send + Sync + 'static>(&mut self, f: F) -> &mut Self {
         self.on_thread_start = Some(StdArc::new(f));
         self
@@ -267,6 +270,19 @@ impl Builder {
         Ok(n)
     }
 
+    /// The thread name prefix: refused if it holds a NUL byte, which no thread name may
+    /// (std's `thread::Builder::spawn` panics on one: a runtime half started then waited
+    /// for ever for a worker that never ran, found in review).
+    pub(crate) fn resolved_thread_name(&self) -> io::Result<&str> {
+        if self.thread_name.contains('\0') {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "weft: thread_name must not contain a NUL byte",
+            ));
+        }
+        Ok(&self.thread_name)
+    }
+
     /// The blocking-pool cap this builder will use.
     pub(crate) fn resolved_max_blocking_threads(&self) -> io::Result<usize> {
         if self.max_blocking_threads == 0 {
@@ -280,9 +296,9 @@ impl Builder {
 
     /// Starts the worker threads.
     ///
-    /// Errors: a worker count of zero or over 4096, an interactive count over 4096, or
-    /// a blocking cap of zero (`InvalidInput`), or the system refusing to start a
-    /// thread.
+    /// Errors: a worker count of zero or over 4096, an interactive count over 4096, a
+    /// blocking cap of zero or a thread name with a NUL byte (`InvalidInput`), or the
+    /// system refusing to start a thread.
     ///
     /// ```
     /// let err = weft::Builder::new().worker_threads(0).build().unwrap_err();

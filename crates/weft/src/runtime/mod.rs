@@ -115,7 +115,10 @@ impl WorkerThreads {
                 // alternate signal stack.
                 crate::stack::overflow::ensure_altstack();
                 if let Some(f) = &this.start {
-                    f();
+                    // A hook that panics (the panic hook has printed it) does not end the
+                    // worker: a base worker that died here left a runtime that built
+                    // fine and never ran a task (found in review).
+                    crate::task::waker::ignore_panic(|| f());
                 }
                 let core = Core::new(index, shared.clone(), parts);
                 if core.run() {
@@ -286,6 +289,7 @@ impl Runtime {
         }
         let interactive = interactive?;
         let max_blocking_threads = b.resolved_max_blocking_threads()?;
+        b.resolved_thread_name()?;
         let stall = b.resolved_stall_report();
         let extra = [
             b.resolved_extra_workers(workers),

@@ -112,7 +112,7 @@ impl fmt::Display for SpawnError {
             Repr::StackSize { requested } => write!(
                 f,
                 "weft: cannot spawn a fiber with a stack of {requested} bytes: the allowed \
-                 range is {MIN_STACK_SIZE} bytes (16 KiB) to {MAX_STACK_SIZE} bytes (1 GiB); \
+                 range is {MIN_STACK_SIZE} bytes (64 KiB) to {MAX_STACK_SIZE} bytes (1 GiB); \
                  smaller sizes are rounded up to the minimum"
             ),
             Repr::MapLimit { limit } => {
@@ -180,7 +180,7 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains(&usize::MAX.to_string()), "{msg}");
         assert!(
-            msg.contains("16384 bytes (16 KiB) to 1073741824 bytes (1 GiB)"),
+            msg.contains("65536 bytes (64 KiB) to 1073741824 bytes (1 GiB)"),
             "{msg}"
         );
     }

@@ -28,9 +28,12 @@ use error::SpawnError;
 
 /// The stack size of a fiber unless its builder or `WEFT_STACK_SIZE` says otherwise.
 pub(crate) const DEFAULT_STACK_SIZE: usize = 2 * 1024 * 1024;
-/// The smallest stack handed out: smaller requests are rounded up to it, since a few
-/// frames of formatting or unwinding need several KiB.
-pub(crate) const MIN_STACK_SIZE: usize = 16 * 1024;
+/// The smallest stack handed out: smaller requests are rounded up to it. A panic
+/// needs room to format and unwind, and with `RUST_BACKTRACE` set to print its
+/// backtrace, which overflowed 16 KiB (found in review: a panicking fiber of the old
+/// minimum aborted the process instead of returning its panic). Only touched pages
+/// are resident, so a larger minimum costs address space.
+pub(crate) const MIN_STACK_SIZE: usize = 64 * 1024;
 /// The largest stack size accepted; larger requests are an error
 /// ([`SpawnErrorKind::StackSize`](super::error::SpawnErrorKind::StackSize)).
 pub(crate) const MAX_STACK_SIZE: usize = 1 << 30;
@@ -291,7 +294,7 @@ pub(crate) static LIVE_FIBERS: AtomicUsize = AtomicUsize::new(0);
 /// let rt = weft::Runtime::new().unwrap();
 /// weft::fiber::spawn(|| ()).join().unwrap();
 /// let s = weft::fiber::stats();
-/// assert!(s.stack_bytes_reserved >= s.pooled_stacks as u64 * 16 * 1024);
+/// assert!(s.stack_bytes_reserved >= s.pooled_stacks as u64 * 64 * 1024);
 /// # drop(rt);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -543,7 +543,9 @@ pub(crate) mod tests {
             let stderr = stderr_of(&out);
             assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{stderr}");
             assert!(
-                stderr.contains("weft: fiber 'deep' (id 42) overflowed its stack of 16384 bytes"),
+                stderr.contains(&format!(
+                    "weft: fiber 'deep' (id 42) overflowed its stack of {MIN_STACK_SIZE} bytes"
+                )),
                 "{stderr}"
             );
             assert!(stderr.contains("WEFT_STACK_SIZE"), "{stderr}");

@@ -223,7 +223,12 @@ where
         let id = self.header.id;
         let result = match self.set_stage(Stage::Consumed) {
             Some(payload) if result.is_ok() => Err(JoinError::panic(id, payload)),
-            _ => result,
+            Some(payload) => {
+                // The task's own panic is the one it reports.
+                waker::drop_payload(payload);
+                result
+            }
+            None => result,
         };
         self.stage.with_mut(|stage| {
             // SAFETY: still the RUNNING owner; the stage holds nothing to drop.
@@ -237,7 +242,9 @@ where
         let prev = self.header.state.transition_to_complete();
         if !prev.is_join_interested() {
             // Nobody will read it.
-            let _ = self.set_stage(Stage::Consumed);
+            if let Some(payload) = self.set_stage(Stage::Consumed) {
+                waker::drop_payload(payload);
+            }
         } else if prev.has_join_waker() {
             self.join_waker.with(|w| {
                 // SAFETY: JOIN_WAKER was set, so the handle wrote the waker before it

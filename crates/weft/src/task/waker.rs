@@ -77,11 +77,21 @@ pub(crate) fn ignore_panic(f: impl FnOnce()) -> bool {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(()) => false,
         Err(payload) => {
-            if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-                std::mem::forget(again);
-            }
+            drop_payload(payload);
             true
         }
+    }
+}
+
+/// Drops a caught panic's payload where a second panic has nobody to go to (a worker,
+/// a scope's bookkeeping): a payload whose `Drop` panics is caught, and that panic's
+/// own payload leaked. Safe code can make such payloads; dropped plainly, one killed
+/// a worker thread in the middle of completing its task (found in review,
+/// `tests/review_s38_runtime.rs`).
+#[cold]
+pub(crate) fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
+    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(again);
     }
 }
 
