@@ -56,6 +56,7 @@ fn child_process_entry() {
         "start_hook_panics" => child_start_hook_panics(),
         "tiny_fiber_panics" => child_tiny_fiber_panics(),
         "many_fibers" => child_many_fibers(),
+        "join_both_panic" => child_join_both_panic(),
         other => panic!("unknown child case {other:?}"),
     }
     println!("CHILD done=ok");
@@ -300,6 +301,38 @@ fn child_scope_early_return() {
     let r = try_join(h, 5);
     println!("CHILD scope={}", r.as_ref().map_or("lost".into(), outcome));
     assert!(finished.load(SeqCst));
+}
+
+/// `weft::join` where both halves panic and `b`'s payload's `Drop` panics: `a`'s panic
+/// comes back to the caller. `b`'s payload used to be dropped plainly by the guard that
+/// finishes `b` while `a` unwinds (`FinishOnUnwind`, `join_plain`'s `run_after_panic`),
+/// and its panic escaping a destructor during unwinding aborted the process. From a
+/// worker (a task) and from a plain thread (the job goes to the pool).
+fn child_join_both_panic() {
+    let rt = lone_worker();
+    let both = || {
+        catch_unwind(AssertUnwindSafe(|| {
+            weft::join(|| panic!("a panics"), || -> () { panic_any(Bomb(1)) })
+        }))
+        .map_err(|p| common::panic_message(&*p).unwrap_or_default())
+    };
+    let h = rt.spawn(async move { both().unwrap_err() });
+    let task = match try_join(h, 5) {
+        Some(Ok(m)) => m,
+        Some(Err(e)) => outcome::<()>(&Err(e)),
+        None => "lost".into(),
+    };
+    println!("CHILD task={task}");
+    let _in = rt.enter();
+    println!("CHILD thread={}", both().unwrap_err());
+}
+
+#[test]
+fn join_with_both_halves_panicking_and_a_bad_payload_returns_a_panic() {
+    let out = run_child("join_both_panic", &[]);
+    out.assert_finished();
+    assert_eq!(out.report("task"), Some("a panics"), "{}", out.context());
+    assert_eq!(out.report("thread"), Some("a panics"), "{}", out.context());
 }
 
 #[test]
