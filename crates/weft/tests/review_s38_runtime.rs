@@ -112,11 +112,12 @@ fn try_join<T: Send + 'static>(h: weft::JoinHandle<T>, secs: u64) -> Option<Resu
 // =================================================================================
 // Bugs found by this review (each test fails until its bug is fixed).
 
-/// BUG: `Builder::thread_name` with an interior NUL byte. `std::thread::Builder::spawn`
-/// panics on such a name; `WorkerThreads::spawn` (runtime/mod.rs) has already counted
-/// the thread as running (`*running += 1`) when it calls `spawn`, so the panic leaves
-/// the count at 1, and the `Runtime` that `Runtime::start` drops while the panic
-/// unwinds waits in `shutdown` for that thread for ever: `build()` never returns.
+/// Was a bug, fixed in 62ec005; before the fix: `Builder::thread_name` with an interior NUL
+/// byte. `std::thread::Builder::spawn` panics on such a name; `WorkerThreads::spawn`
+/// (runtime/mod.rs) has already counted the thread as running (`*running += 1`) when it
+/// calls `spawn`, so the panic leaves the count at 1, and the `Runtime` that
+/// `Runtime::start` drops while the panic unwinds waits in `shutdown` for that thread for
+/// ever: `build()` never returns.
 fn child_nul_thread_name() {
     let r = catch_unwind(|| {
         Builder::new()
@@ -166,12 +167,13 @@ impl Drop for PanicsTwice {
     }
 }
 
-/// BUG: `Cell::complete` (task/raw.rs) drops the future with `set_stage`, which catches
-/// a panic of that drop and returns its payload; when the task's result is already a
-/// panic, that second payload is dropped plainly (the `_ => result` arm), outside any
-/// `catch_unwind`. A payload whose own `Drop` panics unwinds out of the worker's poll:
-/// the worker thread dies in the middle of `complete`, the task never completes (its
-/// `JoinHandle` waits for ever) and nothing else runs on that worker.
+/// Was a bug, fixed in 62ec005; before the fix: `Cell::complete` (task/raw.rs) drops the
+/// future with `set_stage`, which catches a panic of that drop and returns its payload;
+/// when the task's result is already a panic, that second payload is dropped plainly (the
+/// `_ => result` arm), outside any `catch_unwind`. A payload whose own `Drop` panics
+/// unwinds out of the worker's poll: the worker thread dies in the middle of `complete`,
+/// the task never completes (its `JoinHandle` waits for ever) and nothing else runs on that
+/// worker.
 fn child_bad_future_drop() {
     let rt = lone_worker();
     let h = rt.spawn(PanicsTwice(Some(Bomb(1))));
@@ -209,12 +211,13 @@ fn a_panicking_future_whose_drop_panics_with_a_bad_payload_keeps_its_worker() {
     );
 }
 
-/// BUG: a detached task (its `JoinHandle` dropped) that panics with a payload whose
-/// `Drop` panics with a payload whose `Drop` panics too. `Cell::complete` (task/raw.rs)
-/// drops the unread result with `let _ = self.set_stage(Stage::Consumed)`: the first
-/// drop panic is caught, and its payload is then dropped plainly, outside any
-/// `catch_unwind`, on the worker, which dies (`waker::ignore_panic` handles this very
-/// case for wakers by forgetting the second payload).
+/// Was a bug, fixed in 62ec005; before the fix: a detached task (its `JoinHandle` dropped)
+/// that panics with a payload whose `Drop` panics with a payload whose `Drop` panics too.
+/// `Cell::complete` (task/raw.rs) drops the unread result with `let _ =
+/// self.set_stage(Stage::Consumed)`: the first drop panic is caught, and its payload is
+/// then dropped plainly, outside any `catch_unwind`, on the worker, which dies
+/// (`waker::ignore_panic` handles this very case for wakers by forgetting the second
+/// payload).
 fn child_bad_detached_payload() {
     let rt = lone_worker();
     let (go_tx, go_rx) = mpsc::channel::<()>();
@@ -247,14 +250,14 @@ fn a_detached_task_whose_payload_drop_panics_twice_keeps_its_worker() {
     );
 }
 
-/// BUG: a `scope` whose second panicking job has a payload whose `Drop` panics.
-/// `Scope::record_panic` (forkjoin/scope.rs) drops the losing payload plainly, in the
-/// job, after the job's `catch_unwind`; the drop's panic skips `scope.job_done()`, and
-/// when the job ran on the scope's own worker (helping in `scope.done.wait`) the panic
-/// unwinds out of `run_scope` while other jobs of the scope still run and hold a
-/// pointer to its frame (`ScopePtr`): the scope "returns" before its jobs finished,
-/// and they then write into a dead stack frame. Here the job still running blocks
-/// until released; the child checks whether the scope ended first, and if so exits
+/// Was a bug, fixed in 62ec005; before the fix: a `scope` whose second panicking job has a
+/// payload whose `Drop` panics. `Scope::record_panic` (forkjoin/scope.rs) drops the losing
+/// payload plainly, in the job, after the job's `catch_unwind`; the drop's panic skips
+/// `scope.job_done()`, and when the job ran on the scope's own worker (helping in
+/// `scope.done.wait`) the panic unwinds out of `run_scope` while other jobs of the scope
+/// still run and hold a pointer to its frame (`ScopePtr`): the scope "returns" before its
+/// jobs finished, and they then write into a dead stack frame. Here the job still running
+/// blocks until released; the child checks whether the scope ended first, and if so exits
 /// at once, before that job can touch the dead frame.
 fn child_scope_early_return() {
     let rt = Builder::new()
@@ -349,10 +352,11 @@ fn a_scope_returns_only_after_its_jobs_even_when_a_payload_drop_panics() {
     assert_eq!(out.report("scope"), Some("ok:true"), "{}", out.context());
 }
 
-/// BUG: a `scope` whose body panics and one of whose jobs panics too. `run_scope`
-/// (forkjoin/scope.rs) swaps the job's payload out of `scope.panic` and then resumes
-/// the body's panic (`Err(p) => resume_unwind(p)`) without freeing it: the job's
-/// payload (a `Box` made by `record_panic`) is leaked and never dropped.
+/// Was a bug, fixed in 62ec005; before the fix: a `scope` whose body panics and one of
+/// whose jobs panics too. `run_scope` (forkjoin/scope.rs) swaps the job's payload out of
+/// `scope.panic` and then resumes the body's panic (`Err(p) => resume_unwind(p)`) without
+/// freeing it: the job's payload (a `Box` made by `record_panic`) is leaked and never
+/// dropped.
 #[test]
 fn a_scope_drops_a_jobs_panic_payload_when_its_body_panicked_too() {
     let drops = counter();
@@ -376,13 +380,13 @@ fn a_scope_drops_a_jobs_panic_payload_when_its_body_panicked_too() {
     );
 }
 
-/// BUG: an `on_thread_start` hook that panics on the only base worker. The worker
-/// thread dies before its loop starts (`WorkerThreads::spawn`, runtime/mod.rs, calls
-/// the hook outside any `catch_unwind`); `build()` has already returned `Ok`, and every
-/// task spawned afterwards waits for ever, with nothing on stderr but the hook's panic
-/// message. (A temporary worker's panicking hook is handled: `ThreadExit`; a base
-/// worker's is not.) Either `build()` should fail, or the runtime should still run
-/// tasks.
+/// Was a bug, fixed in 62ec005; before the fix: an `on_thread_start` hook that panics on
+/// the only base worker. The worker thread dies before its loop starts
+/// (`WorkerThreads::spawn`, runtime/mod.rs, calls the hook outside any `catch_unwind`);
+/// `build()` has already returned `Ok`, and every task spawned afterwards waits for ever,
+/// with nothing on stderr but the hook's panic message. (A temporary worker's panicking
+/// hook is handled: `ThreadExit`; a base worker's is not.) Either `build()` should fail, or
+/// the runtime should still run tasks.
 fn child_start_hook_panics() {
     let built = Builder::new()
         .worker_threads(1)
@@ -421,13 +425,12 @@ fn a_start_hook_that_panics_is_an_error_or_harmless_not_a_hang() {
     }
 }
 
-/// BUG (documented behaviour broken): a panic inside a fiber is returned through its
-/// handle, and a stack of any size is accepted (rounded up to 16 KiB, "since a few
-/// frames of formatting or unwinding need several KiB", stack/mod.rs
-/// `MIN_STACK_SIZE`). But with `RUST_BACKTRACE=1` (common in development and CI) the
-/// default panic hook captures and prints a backtrace on the fiber's stack, which
-/// overflows 16 KiB: the whole process aborts on the fiber's first panic. 32 KiB is
-/// enough.
+/// Was a bug, fixed in 62ec005 (documented behaviour broken); before the fix: a panic
+/// inside a fiber is returned through its handle, and a stack of any size is accepted
+/// (rounded up to 16 KiB, "since a few frames of formatting or unwinding need several KiB",
+/// stack/mod.rs `MIN_STACK_SIZE`). But with `RUST_BACKTRACE=1` (common in development and
+/// CI) the default panic hook captures and prints a backtrace on the fiber's stack, which
+/// overflows 16 KiB: the whole process aborts on the fiber's first panic. 32 KiB is enough.
 fn child_tiny_fiber_panics() {
     let rt = common::workers(1);
     let h = on(&rt, || {
