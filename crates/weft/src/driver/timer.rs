@@ -80,9 +80,12 @@ impl Driver {
     /// early.
     fn to_ms(&self, t: Instant) -> u64 {
         let d = t.saturating_duration_since(self.start);
-        let ms = d.as_millis() as u64;
+        // Saturating: a deadline 2^64 ms away wrapped (`as u64`) to one a few ms after
+        // the start, which fired at once and was armed again for ever (found in review:
+        // a sleep that spun a worker); the wheel clamps far deadlines anyway.
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         if d > Duration::from_millis(ms) {
-            ms + 1
+            ms.saturating_add(1)
         } else {
             ms
         }

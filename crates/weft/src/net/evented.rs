@@ -20,6 +20,12 @@ use crate::Handle;
 /// The runtime a new socket registers with: the current one, else the most recently
 /// started live one (the rule of `weft::fiber::spawn`).
 pub(crate) fn runtime_driver() -> io::Result<Arc<Driver>> {
+    Ok(socket_runtime()?.inner.time.clone())
+}
+
+/// The runtime whose driver [`runtime_driver`] returns (also where `lookup_host` runs
+/// its lookup): an error if there is none or it is shutting down.
+pub(crate) fn socket_runtime() -> io::Result<Handle> {
     let handle = Handle::try_current()
         .ok()
         .or_else(crate::runtime::latest)
@@ -29,7 +35,7 @@ pub(crate) fn runtime_driver() -> io::Result<Arc<Driver>> {
     if handle.inner.pools[0].is_shutdown() {
         return Err(crate::driver::readiness::shutdown_error());
     }
-    Ok(handle.inner.time.clone())
+    Ok(handle)
 }
 
 /// A mio source registered with a runtime's I/O driver. Deregistered when dropped.
@@ -66,6 +72,24 @@ impl<E: Source> Evented<E> {
     }
 
     /// The socket.
+    /// After this socket's own `shutdown(how)`: wakes the waits of the directions it
+    /// closed, which then find EOF or `BrokenPipe`. Linux sends no event for them on a
+    /// Unix socket (no `EPOLLOUT` for a shut send side), so a writer blocked on a full
+    /// buffer waited for ever (found in review).
+    pub(crate) fn closed_by_shutdown(&self, how: std::net::Shutdown) {
+        use crate::driver::readiness::{READ_CLOSED, WRITE_CLOSED};
+        let bits = match how {
+            std::net::Shutdown::Read => READ_CLOSED,
+            std::net::Shutdown::Write => WRITE_CLOSED,
+            std::net::Shutdown::Both => READ_CLOSED | WRITE_CLOSED,
+        };
+        let mut wake = Vec::new();
+        self.sched.set_readiness(bits, &mut wake);
+        for w in wake {
+            crate::driver::wake_guarded(w);
+        }
+    }
+
     pub(crate) fn get(&self) -> &E {
         self.io
             .as_ref()

@@ -30,7 +30,9 @@ pub use udp::UdpSocket;
 pub use unix::{UnixDatagram, UnixListener, UnixStream};
 
 /// Resolves `host` (for example `"localhost:80"`) on the blocking pool, so the lookup
-/// never stalls a worker.
+/// never stalls a worker. The pool is the current runtime's, or else (on a plain
+/// thread) the most recently started live runtime's, as for sockets; with none, an
+/// error.
 ///
 /// ```
 /// let rt = weft::Runtime::new().unwrap();
@@ -43,9 +45,11 @@ pub async fn lookup_host<T>(host: T) -> std::io::Result<impl Iterator<Item = std
 where
     T: std::net::ToSocketAddrs + Send + 'static,
 {
-    let addrs =
-        crate::spawn_blocking(move || host.to_socket_addrs().map(|a| a.collect::<Vec<_>>()))
-            .await
-            .map_err(|e| std::io::Error::other(e.to_string()))??;
+    // Not `crate::spawn_blocking`, which panics off a runtime (found in review: a
+    // lookup in `weft::wait` on a plain thread panicked where a socket's `bind` worked).
+    let addrs = evented::socket_runtime()?
+        .spawn_blocking(move || host.to_socket_addrs().map(|a| a.collect::<Vec<_>>()))
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))??;
     Ok(addrs.into_iter())
 }

@@ -47,6 +47,29 @@ pub(crate) fn each_addr<T>(
 pub struct Socket<E: Source> {
     io: Evented<E>,
     timeouts: Timeouts,
+    /// Shut for reading by its own `shutdown`: a datagram receive that would block
+    /// then returns 0, as a blocking one does (Linux answers a non-blocking receive on
+    /// a shut, empty datagram socket with `EAGAIN`, so its waiters waited for ever).
+    read_shut: std::sync::atomic::AtomicBool,
+}
+
+/// The sender address a datagram receive reports when it returns 0 for a socket shut
+/// for reading (see `Socket::shut_or`).
+pub(crate) trait NoPeer: Sized {
+    fn no_peer() -> io::Result<Self>;
+}
+
+impl NoPeer for SocketAddr {
+    fn no_peer() -> io::Result<Self> {
+        Ok(SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+}
+
+impl NoPeer for std::os::unix::net::SocketAddr {
+    /// Unnamed, as a blocking receive on such a socket reports.
+    fn no_peer() -> io::Result<Self> {
+        std::os::unix::net::UnixDatagram::unbound()?.local_addr()
+    }
 }
 
 impl<E: Source> Socket<E> {
@@ -89,6 +112,35 @@ impl<E: Source> Socket<E> {
         Socket {
             io,
             timeouts: Timeouts::default(),
+            read_shut: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// After a successful `shutdown(how)` of this socket: remembers a shut read side
+    /// and wakes the waits of the closed directions.
+    pub(crate) fn shut(&self, how: std::net::Shutdown) {
+        if how != std::net::Shutdown::Write {
+            self.read_shut
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        self.io.closed_by_shutdown(how);
+    }
+
+    /// A datagram receive's result: on a socket shut for reading, `WouldBlock` becomes
+    /// `eof` (0 bytes).
+    pub(crate) fn shut_or<R>(
+        &self,
+        r: io::Result<R>,
+        eof: impl FnOnce() -> io::Result<R>,
+    ) -> io::Result<R> {
+        match r {
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock
+                    && self.read_shut.load(std::sync::atomic::Ordering::Acquire) =>
+            {
+                eof()
+            }
+            r => r,
         }
     }
 
@@ -350,12 +402,20 @@ macro_rules! datagram_api {
         /// Receives a datagram from the connected peer into `buf` (what does not fit
         /// is lost).
         pub async fn recv(&self, buf: &mut [u8]) -> ::std::io::Result<usize> {
-            self.io.read(|s| s.recv(buf)).await
+            self.io
+                .read(|s| self.io.shut_or(s.recv(buf), || Ok(0)))
+                .await
         }
 
         /// Receives a datagram and the address it came from.
         pub async fn recv_from(&self, buf: &mut [u8]) -> ::std::io::Result<(usize, $addr)> {
-            self.io.read(|s| s.recv_from(buf)).await
+            self.io
+                .read(|s| {
+                    self.io.shut_or(s.recv_from(buf), || {
+                        Ok((0, <$addr as $crate::net::socket::NoPeer>::no_peer()?))
+                    })
+                })
+                .await
         }
 
         /// [`send`](Self::send), blocking as `weft::wait` does (a fiber suspends, a
@@ -367,13 +427,18 @@ macro_rules! datagram_api {
         /// [`recv`](Self::recv), blocking as `weft::wait` does, for at most the read
         /// timeout (then `WouldBlock`).
         pub fn recv_blocking(&self, buf: &mut [u8]) -> ::std::io::Result<usize> {
-            self.io.read_blocking(|s| s.recv(buf))
+            self.io
+                .read_blocking(|s| self.io.shut_or(s.recv(buf), || Ok(0)))
         }
 
         /// [`recv_from`](Self::recv_from), blocking as `weft::wait` does, for at most
         /// the read timeout (then `WouldBlock`).
         pub fn recv_from_blocking(&self, buf: &mut [u8]) -> ::std::io::Result<(usize, $addr)> {
-            self.io.read_blocking(|s| s.recv_from(buf))
+            self.io.read_blocking(|s| {
+                self.io.shut_or(s.recv_from(buf), || {
+                    Ok((0, <$addr as $crate::net::socket::NoPeer>::no_peer()?))
+                })
+            })
         }
 
         /// Sends to the connected peer without waiting: `WouldBlock` if the socket's
@@ -385,13 +450,17 @@ macro_rules! datagram_api {
         /// Receives a datagram from the connected peer without waiting: `WouldBlock`
         /// if none is there.
         pub fn try_recv(&self, buf: &mut [u8]) -> ::std::io::Result<usize> {
-            self.io.try_read(|s| s.recv(buf))
+            self.io.try_read(|s| self.io.shut_or(s.recv(buf), || Ok(0)))
         }
 
         /// Receives a datagram and its sender's address without waiting: `WouldBlock`
         /// if none is there.
         pub fn try_recv_from(&self, buf: &mut [u8]) -> ::std::io::Result<(usize, $addr)> {
-            self.io.try_read(|s| s.recv_from(buf))
+            self.io.try_read(|s| {
+                self.io.shut_or(s.recv_from(buf), || {
+                    Ok((0, <$addr as $crate::net::socket::NoPeer>::no_peer()?))
+                })
+            })
         }
     };
 }

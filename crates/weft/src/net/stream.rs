@@ -177,7 +177,9 @@ macro_rules! stream_api {
             /// Shuts down the read side, the write side or both (std's form). A reader
             /// blocked on this stream on another thread, fiber or task then reads EOF.
             pub fn shutdown(&self, how: ::std::net::Shutdown) -> ::std::io::Result<()> {
-                self.io.get().shutdown(how)
+                self.io.get().shutdown(how)?;
+                self.io.shut(how);
+                Ok(())
             }
 
             /// Reads what is there without waiting: `WouldBlock` if nothing is.

@@ -91,22 +91,44 @@ socket_common!(
     std::os::unix::net::UnixStream,
     new
 );
+/// The first and the longest pause between connects to a full backlog.
+const BACKLOG_FIRST_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
+const BACKLOG_LAST_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
 socket_io!(UnixStream, SocketAddr);
 stream_api!(UnixStream, mio::net::UnixStream);
 
 impl UnixStream {
-    /// Connects to the socket at `path`.
+    /// Connects to the socket at `path`. While the listener's backlog is full it
+    /// waits for room, as std's blocking connect does (see [`connect_blocking`]).
+    ///
+    /// [`connect_blocking`]: Self::connect_blocking
     pub async fn connect(path: impl AsRef<Path>) -> io::Result<UnixStream> {
-        let io = Socket::make(|| mio::net::UnixStream::connect(path))?;
-        io.finish_connect().await?;
-        Ok(UnixStream { io })
+        let path = path.as_ref();
+        let mut pause = BACKLOG_FIRST_PAUSE;
+        loop {
+            match Socket::make(|| mio::net::UnixStream::connect(path)) {
+                Ok(io) => {
+                    io.finish_connect().await?;
+                    return Ok(UnixStream { io });
+                }
+                // Linux answers a non-blocking connect to a full backlog with `EAGAIN`,
+                // and no event says when there is room (found in review: the connect
+                // failed at once with `WouldBlock`): try again after a pause.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let driver = super::evented::runtime_driver()?;
+                    crate::time::sleep_on(driver, std::time::Instant::now() + pause).await;
+                    pause = (pause * 2).min(BACKLOG_LAST_PAUSE);
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
-    /// Connects to the socket at `path`, blocking as `weft::wait` does.
+    /// Connects to the socket at `path`, blocking as `weft::wait` does; like std's, it
+    /// waits while the listener's backlog is full.
     pub fn connect_blocking(path: impl AsRef<Path>) -> io::Result<UnixStream> {
-        let io = Socket::make(|| mio::net::UnixStream::connect(path))?;
-        io.finish_connect_blocking()?;
-        Ok(UnixStream { io })
+        crate::wait(Self::connect(path))
     }
 
     /// Two connected streams, in the current runtime (or the most recently started
@@ -208,9 +230,13 @@ impl UnixDatagram {
         self.io.try_write(|s| s.send_to(buf, target.as_ref()))
     }
 
-    /// Shuts down the read side, the write side or both.
+    /// Shuts down the read side, the write side or both. Sends blocked on this socket
+    /// elsewhere then fail with `BrokenPipe`, and receives with nothing queued return
+    /// 0 bytes (as std's blocking ones do).
     pub fn shutdown(&self, how: std::net::Shutdown) -> io::Result<()> {
-        self.io.get().shutdown(how)
+        self.io.get().shutdown(how)?;
+        self.io.shut(how);
+        Ok(())
     }
 
     /// Takes the pending error (`SO_ERROR`), if any.
