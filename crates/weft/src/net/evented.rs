@@ -71,7 +71,6 @@ impl<E: Source> Evented<E> {
         })
     }
 
-    /// The socket.
     /// After this socket's own `shutdown(how)`: wakes the waits of the directions it
     /// closed, which then find EOF or `BrokenPipe`. Linux sends no event for them on a
     /// Unix socket (no `EPOLLOUT` for a shut send side), so a writer blocked on a full
@@ -90,6 +89,7 @@ impl<E: Source> Evented<E> {
         }
     }
 
+    /// The socket.
     pub(crate) fn get(&self) -> &E {
         self.io
             .as_ref()
