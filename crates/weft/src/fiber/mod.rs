@@ -542,7 +542,7 @@ pub(crate) fn before_park(ctx: &FiberCtx) {
             ctx.id.get(),
             ctx.name
                 .as_deref()
-                .map(|n| format!(" ('{n}')"))
+                .map(|n| format!(" ('{}')", n.escape_debug()))
                 .unwrap_or_default(),
             ctx.lock_depth.get(),
             ctx.lock_names.borrow().join(", ")

@@ -184,7 +184,9 @@ impl<R: AsyncRead + Unpin + ?Sized> Future for ReadExact<'_, R> {
                         "the stream ended before the buffer was filled",
                     )))
                 }
-                Poll::Ready(Ok(n)) => this.filled += n,
+                // Clamped to the room left, as `read_to_end` does: a reader that
+                // claims more than it was given overflowed the count (found in review).
+                Poll::Ready(Ok(n)) => this.filled += n.min(this.buf.len() - this.filled),
                 Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,

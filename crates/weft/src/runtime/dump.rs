@@ -120,7 +120,9 @@ impl fmt::Display for Dump {
             let kind = if e.fiber { "fiber" } else { "task" };
             write!(f, "  {kind} {}", e.id)?;
             if let Some(name) = &e.name {
-                write!(f, " '{name}'")?;
+                // Escaped: a name with a newline broke the one line per entry (found
+                // in review: a fiber's name could forge a task's line).
+                write!(f, " '{}'", name.escape_debug())?;
             }
             match e.state {
                 State::Scheduled => f.write_str(": scheduled")?,

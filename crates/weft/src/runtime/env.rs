@@ -7,9 +7,22 @@
 /// The most workers one runtime may have.
 pub(crate) const MAX_WORKERS: usize = 4096;
 
+/// `var`'s value, or `None` if it is unset or not UTF-8 (reported: such a value was
+/// taken for unset without a word, found in review).
+pub(crate) fn read(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(raw) => Some(raw),
+        Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(raw)) => {
+            eprintln!("weft: ignoring {var}={raw:?}: not UTF-8");
+            None
+        }
+    }
+}
+
 /// A positive count from `var`, or `None` (unset, or malformed and reported).
 pub(crate) fn count(var: &str) -> Option<usize> {
-    let raw = std::env::var(var).ok()?;
+    let raw = read(var)?;
     match parse_count(&raw) {
         Ok(n) => Some(n),
         Err(why) => {
@@ -21,8 +34,9 @@ pub(crate) fn count(var: &str) -> Option<usize> {
 
 /// A count from `var` where zero is allowed (`None` if unset or malformed).
 pub(crate) fn count_or_zero(var: &str) -> Option<usize> {
-    let raw = std::env::var(var).ok()?;
-    if raw.trim() == "0" {
+    let raw = read(var)?;
+    // The number, not the text: `00` and `+0` are zero too.
+    if raw.trim().parse::<usize>() == Ok(0) {
         return Some(0);
     }
     count(var)
@@ -43,15 +57,15 @@ fn parse_count(raw: &str) -> Result<usize, String> {
 pub(crate) fn flag_default(var: &str, default: bool) -> bool {
     match std::env::var(var) {
         Ok(raw) if raw.trim().is_empty() => default,
-        Ok(_) => flag(var),
-        Err(_) => default,
+        Ok(_) | Err(std::env::VarError::NotUnicode(_)) => flag(var),
+        Err(std::env::VarError::NotPresent) => default,
     }
 }
 
 /// A boolean flag: `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`; anything else is
 /// reported and treated as unset.
 pub(crate) fn flag(var: &str) -> bool {
-    let Ok(raw) = std::env::var(var) else {
+    let Some(raw) = read(var) else {
         return false;
     };
     match raw.trim().to_ascii_lowercase().as_str() {

@@ -4,7 +4,7 @@ mod builder;
 pub(crate) mod closing;
 mod drain;
 mod dump;
-mod env;
+pub(crate) mod env;
 mod handle;
 pub(crate) mod sysmon;
 

@@ -510,7 +510,7 @@ fn describe(running: u64) -> String {
     let id = running & !FIBER_BIT;
     if running & FIBER_BIT != 0 {
         match crate::task::diag::name_of(id) {
-            Some(name) => format!("fiber '{name}' (id {id})"),
+            Some(name) => format!("fiber '{}' (id {id})", name.escape_debug()),
             None => format!("fiber {id}"),
         }
     } else {
