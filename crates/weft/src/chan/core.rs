@@ -58,6 +58,16 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Release, SeqCst};
 /// allocates nothing per message); larger ones buffer in a list of blocks.
 const RING_MAX: usize = 1 << 20;
 
+/// The most bytes of values a ring holds: a capacity whose values take more buffers
+/// in a list of blocks too. A ring of `(1 << 20)` 32 KiB values asked for 32 GiB at
+/// creation, and a failed allocation aborts the process (found in review).
+const RING_MAX_BYTES: usize = 256 << 20;
+
+/// Whether a bounded channel of `cap` values of type `T` gets a ring.
+fn ring_fits<T>(cap: usize) -> bool {
+    cap <= RING_MAX && cap.saturating_mul(std::mem::size_of::<T>()) <= RING_MAX_BYTES
+}
+
 pub(crate) struct Chan<T> {
     /// Set while the lock's state is in use (see the module doc): operations then take
     /// the lock. Read by every operation, written only when that changes.
@@ -329,7 +339,7 @@ impl<T> Chan<T> {
     pub(crate) fn new(cap: Option<usize>) -> Chan<T> {
         let buffer = match cap {
             Some(0) => Buffer::None,
-            Some(c) if c <= RING_MAX => Buffer::Ring(Ring::new(c)),
+            Some(c) if ring_fits::<T>(c) => Buffer::Ring(Ring::new(c)),
             _ => Buffer::List(List::new()),
         };
         Chan {
@@ -753,6 +763,19 @@ impl<T> Chan<T> {
     /// oldest first.
     fn drain_locked(&self, st: &mut State<T>) -> VecDeque<T> {
         let mut all = std::mem::take(&mut st.front);
+        // The slot a value passes through is a local the size of `T`: only in a frame
+        // of its own, entered when there are values. In this frame it overflowed a
+        // small stack for every drop of a channel of big values, empty ones too
+        // (found in review: a 2 MiB value type on a 1 MiB thread stack).
+        if !self.buffer.is_empty() {
+            self.drain_buffer_into(&mut all);
+        }
+        all.append(&mut st.over);
+        all
+    }
+
+    #[inline(never)]
+    fn drain_buffer_into(&self, all: &mut VecDeque<T>) {
         // Each value copied once, into the deque (`pop_settled` hands it up through an
         // `Option`, and a large `T` was copied even for the `None` that ends the loop).
         let mut out = MaybeUninit::uninit();
@@ -760,8 +783,6 @@ impl<T> Chan<T> {
             // SAFETY: `pop_settled_into` said it moved a value into `out`.
             all.push_back(unsafe { out.assume_init_read() });
         }
-        all.append(&mut st.over);
-        all
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -2007,17 +2028,23 @@ impl<T> State<T> {
     }
 }
 
-/// Drops `buf`'s values one by one; if one's `Drop` panics, the rest are leaked, never
-/// dropped twice.
+/// Drops `buf`'s values one by one, in place; if one's `Drop` panics, the rest are
+/// leaked, never dropped twice. In place: a loop that moved each value into a local
+/// had a frame the size of `T`, which overflowed a small stack for a channel of big
+/// values even when it held none (found in review).
 pub(crate) fn drop_leaking_on_panic<T>(buf: VecDeque<T>) {
     if buf.is_empty() {
         return;
     }
-    let mut it = std::mem::ManuallyDrop::new(buf.into_iter());
-    for v in it.by_ref() {
-        drop(v);
+    let mut all = Vec::from(buf);
+    let (ptr, len) = (all.as_mut_ptr(), all.len());
+    // SAFETY: the vector no longer counts its values, so neither this loop's unwinding
+    // nor its end drops one of them twice; its buffer is freed when it goes.
+    unsafe { all.set_len(0) };
+    for i in 0..len {
+        // SAFETY: `i < len`: an initialised value, dropped once (the loop moves on).
+        unsafe { std::ptr::drop_in_place(ptr.add(i)) };
     }
-    drop(std::mem::ManuallyDrop::into_inner(it));
 }
 
 impl<T> Drop for Chan<T> {

@@ -109,7 +109,10 @@ impl<T: Send + 'static> OrderedSender<T> {
         self.queue(crate::fiber::spawn(f))
     }
 
-    /// As [`spawn`](Self::spawn), waiting for room as a future (a `Send` one).
+    /// As [`spawn`](Self::spawn), waiting for room as a future (a `Send` one). The work
+    /// starts at the call; if the future is dropped before the work's handle is queued
+    /// (a timeout around it, say), the work is cancelled, since nobody could see its
+    /// result.
     ///
     /// ```
     /// let rt = weft::Runtime::new().unwrap();
@@ -127,11 +130,16 @@ impl<T: Send + 'static> OrderedSender<T> {
         F: Future<Output = T> + Send + 'static,
     {
         let h = handle().spawn(future);
+        // Cancels the work if this future goes before it is queued or joined (found in
+        // review: the work ran on, detached, its result lost unseen).
+        let guard = AbortUnlessDone(Some(h.abort_handle()));
         async move {
-            match self.tx.send(h).await {
+            let r = match self.tx.send(h).await {
                 Ok(()) => Ok(()),
                 Err(SendError(h)) => Err(SendError(h.await)),
-            }
+            };
+            guard.done();
+            r
         }
     }
 
@@ -237,12 +245,34 @@ impl<T> Drop for PutBack<'_, T> {
 impl<T> Drop for OrderedReceiver<T> {
     fn drop(&mut self) {
         // Close first: a spawn from now on joins its own work; then cancel what is
-        // queued.
+        // queued. All of it before any handle is dropped: dropping a handle drops a
+        // finished output, whose `Drop` may panic, and the rest then went uncancelled
+        // (found in review).
         self.rx.close();
-        for (_, h) in self.head.lock().back.drain(..) {
+        let mut queued: Vec<JoinHandle<T>> =
+            self.head.lock().back.drain(..).map(|(_, h)| h).collect();
+        while let Ok(h) = self.rx.try_recv() {
+            queued.push(h);
+        }
+        for h in &queued {
             h.abort();
         }
-        while let Ok(h) = self.rx.try_recv() {
+        drop(queued);
+    }
+}
+
+/// Aborts a spawned task when dropped, unless [`done`](Self::done) was called.
+struct AbortUnlessDone(Option<crate::task::AbortHandle>);
+
+impl AbortUnlessDone {
+    fn done(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for AbortUnlessDone {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
             h.abort();
         }
     }
