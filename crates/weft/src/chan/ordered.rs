@@ -50,13 +50,13 @@ pub type OrderedSendError<T> = SendError<Result<T, JoinError>>;
 
 /// Starts work and queues its handle (see [`ordered`]).
 pub struct OrderedSender<T> {
-    tx: Sender<JoinHandle<T>>,
+    tx: Sender<Queued<T>>,
 }
 
 /// Yields the results of the work sent to an [`ordered`] channel, in send order.
 /// Dropping it cancels the work still queued.
 pub struct OrderedReceiver<T> {
-    rx: Receiver<JoinHandle<T>>,
+    rx: Receiver<Queued<T>>,
     /// The handle a cancelled `recv` was joining: the next receive joins it first.
     head: Mutex<Head<T>>,
 }
@@ -129,25 +129,29 @@ impl<T: Send + 'static> OrderedSender<T> {
     where
         F: Future<Output = T> + Send + 'static,
     {
-        let h = handle().spawn(future);
-        // Cancels the work if this future goes before it is queued or joined (found in
-        // review: the work ran on, detached, its result lost unseen).
-        let guard = AbortUnlessDone(Some(h.abort_handle()));
+        // A `Queued` handle: if this future goes before the channel took it, the work
+        // is cancelled with it (found in review: the work ran on, detached, its result
+        // lost unseen). Once taken, it is the channel's, whatever becomes of this
+        // future.
+        let h = Queued(Some(handle().spawn(future)));
         async move {
-            let r = match self.tx.send(h).await {
+            match self.tx.send(h).await {
                 Ok(()) => Ok(()),
-                Err(SendError(h)) => Err(SendError(h.await)),
-            };
-            guard.done();
-            r
+                Err(SendError(mut h)) => {
+                    // Joined through the wrapper: dropped while joining, it cancels.
+                    let r = h.0.as_mut().expect("not taken yet").await;
+                    drop(h.into_inner());
+                    Err(SendError(r))
+                }
+            }
         }
     }
 
     fn queue(&self, h: JoinHandle<T>) -> Result<(), OrderedSendError<T>> {
-        match self.tx.send_blocking(h) {
+        match self.tx.send_blocking(Queued(Some(h))) {
             Ok(()) => Ok(()),
             // Spec 003's send-failure rule: join the work before reporting.
-            Err(SendError(h)) => Err(SendError(h.join())),
+            Err(SendError(h)) => Err(SendError(h.into_inner().join())),
         }
     }
 }
@@ -185,7 +189,7 @@ impl<T: Send + 'static> OrderedReceiver<T> {
             let (seq, h) = match held {
                 Some(held) => held,
                 None => {
-                    let h = self.rx.recv().await?;
+                    let h = self.rx.recv().await?.into_inner();
                     let mut head = self.head.lock();
                     head.next += 1;
                     (head.next, h)
@@ -252,7 +256,7 @@ impl<T> Drop for OrderedReceiver<T> {
         let mut queued: Vec<JoinHandle<T>> =
             self.head.lock().back.drain(..).map(|(_, h)| h).collect();
         while let Ok(h) = self.rx.try_recv() {
-            queued.push(h);
+            queued.push(h.into_inner());
         }
         for h in &queued {
             h.abort();
@@ -261,16 +265,18 @@ impl<T> Drop for OrderedReceiver<T> {
     }
 }
 
-/// Aborts a spawned task when dropped, unless [`done`](Self::done) was called.
-struct AbortUnlessDone(Option<crate::task::AbortHandle>);
+/// A queued handle: dropped before a receiver took it out (by a send future dropped
+/// before the channel took it, or by the channel's drain), it cancels its work, whose
+/// result nobody could see any more.
+struct Queued<T>(Option<JoinHandle<T>>);
 
-impl AbortUnlessDone {
-    fn done(mut self) {
-        self.0 = None;
+impl<T> Queued<T> {
+    fn into_inner(mut self) -> JoinHandle<T> {
+        self.0.take().expect("a queued handle is taken once")
     }
 }
 
-impl Drop for AbortUnlessDone {
+impl<T> Drop for Queued<T> {
     fn drop(&mut self) {
         if let Some(h) = self.0.take() {
             h.abort();

@@ -116,10 +116,16 @@ impl<E: MioStream> Socket<E> {
             .write_blocking_with(buf, self.timeouts().write(), |s, b| s.write_out(b))
     }
 
-    /// Shuts the write side; a peer that already went counts as shut.
+    /// Shuts the write side; a peer that already went counts as shut. Writers blocked
+    /// on this stream are woken, as by `shutdown` (`Socket::shut`; found in review:
+    /// `poll_close` and a dropped write half missed it).
     pub(crate) fn shutdown_write(&self) -> io::Result<()> {
         match self.get().shutdown_side(Shutdown::Write) {
             Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
+            Ok(()) => {
+                self.shut(Shutdown::Write);
+                Ok(())
+            }
             r => r,
         }
     }
