@@ -14,7 +14,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use common::{panic_message, watchdog};
-use weft::chan::{self, RecvError, SendTimeoutError, TryRecvError, TrySendError};
+use weft::chan::{self, SendTimeoutError, TryRecvError, TrySendError};
 
 fn rt(n: usize) -> weft::Runtime {
     weft::Builder::new()
@@ -164,11 +164,8 @@ fn spawn_async_completing_normally_loses_no_result() {
             }
         });
         let mut got = Vec::new();
-        loop {
-            match within(&rt, 5, rx.recv()) {
-                Ok(r) => got.push(r.expect("work cancelled")),
-                Err(RecvError) => break,
-            }
+        while let Ok(r) = within(&rt, 5, rx.recv()) {
+            got.push(r.expect("work cancelled"));
         }
         common::join_within(producer, 5).unwrap();
         assert_eq!(got, (0..40).collect::<Vec<_>>());
