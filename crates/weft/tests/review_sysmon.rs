@@ -786,10 +786,10 @@ fn child_panicking_start_hook() {
         h.join().unwrap();
     }
     stuck.join().unwrap();
-    // The dead thread does not count as a live temporary worker.
-    wait_until("the dead temporary worker is counted out", || {
-        let s = rt.stats();
-        s.temp_workers_started >= 1 && s.temp_workers_started == s.temp_workers_retired
+    // The hook's panic is caught (since session 38) and the temporary worker works on;
+    // it used to die, and was then counted out.
+    wait_until("a temporary worker started", || {
+        rt.stats().temp_workers_started >= 1
     });
     // Work still runs afterwards.
     rt.spawn(async {}).join().unwrap();
@@ -799,8 +799,8 @@ fn child_panicking_start_hook() {
     println!("CHILD done=ok");
 }
 
-/// A temporary worker whose `on_thread_start` hook panics: the runtime goes on with
-/// its base worker, and dropping it does not wait for ever for the dead thread.
+/// A temporary worker whose `on_thread_start` hook panics: the panic is printed and
+/// caught, the runtime goes on, and dropping it does not wait for ever.
 #[test]
 fn a_panicking_start_hook_on_a_temporary_worker() {
     with_timeout(|| {

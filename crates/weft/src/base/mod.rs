@@ -30,6 +30,20 @@ pub(crate) use std::sync::atomic::{
 pub(crate) use plain_mutex::Mutex;
 pub(crate) use plain_mutex::MutexGuard;
 
+/// `var`'s value, or `None` if it is unset or not UTF-8 (reported on stderr: such a
+/// value was taken for unset without a word, found in review). Every `WEFT_*` variable
+/// is read through this.
+pub(crate) fn env_var(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(raw) => Some(raw),
+        Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(raw)) => {
+            eprintln!("weft: ignoring {var}={raw:?}: not UTF-8");
+            None
+        }
+    }
+}
+
 /// A mutex without poisoning: a panic while a weft lock is held is a weft bug, and every
 /// critical section leaves its data consistent at each step, so the data is still
 /// usable.

@@ -7,22 +7,9 @@
 /// The most workers one runtime may have.
 pub(crate) const MAX_WORKERS: usize = 4096;
 
-/// `var`'s value, or `None` if it is unset or not UTF-8 (reported: such a value was
-/// taken for unset without a word, found in review).
-pub(crate) fn read(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(raw) => Some(raw),
-        Err(std::env::VarError::NotPresent) => None,
-        Err(std::env::VarError::NotUnicode(raw)) => {
-            eprintln!("weft: ignoring {var}={raw:?}: not UTF-8");
-            None
-        }
-    }
-}
-
 /// A positive count from `var`, or `None` (unset, or malformed and reported).
 pub(crate) fn count(var: &str) -> Option<usize> {
-    let raw = read(var)?;
+    let raw = crate::base::env_var(var)?;
     match parse_count(&raw) {
         Ok(n) => Some(n),
         Err(why) => {
@@ -34,7 +21,7 @@ pub(crate) fn count(var: &str) -> Option<usize> {
 
 /// A count from `var` where zero is allowed (`None` if unset or malformed).
 pub(crate) fn count_or_zero(var: &str) -> Option<usize> {
-    let raw = read(var)?;
+    let raw = crate::base::env_var(var)?;
     // The number, not the text: `00` and `+0` are zero too.
     if raw.trim().parse::<usize>() == Ok(0) {
         return Some(0);
@@ -65,7 +52,7 @@ pub(crate) fn flag_default(var: &str, default: bool) -> bool {
 /// A boolean flag: `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`; anything else is
 /// reported and treated as unset.
 pub(crate) fn flag(var: &str) -> bool {
-    let Some(raw) = read(var) else {
+    let Some(raw) = crate::base::env_var(var) else {
         return false;
     };
     match raw.trim().to_ascii_lowercase().as_str() {

@@ -4,7 +4,7 @@ mod builder;
 pub(crate) mod closing;
 mod drain;
 mod dump;
-pub(crate) mod env;
+mod env;
 mod handle;
 pub(crate) mod sysmon;
 

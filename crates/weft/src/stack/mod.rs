@@ -80,7 +80,7 @@ pub(crate) fn default_size() -> usize {
 
 /// `WEFT_STACK_SIZE` in bytes, or `None` (unset, or malformed and reported).
 fn size_from_env() -> Option<usize> {
-    let raw = crate::runtime::env::read("WEFT_STACK_SIZE")?;
+    let raw = crate::base::env_var("WEFT_STACK_SIZE")?;
     match parse_size(&raw) {
         Ok(bytes) => Some(bytes),
         Err(why) => {
