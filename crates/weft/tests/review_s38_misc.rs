@@ -15,16 +15,16 @@
 mod common;
 
 use std::ffi::OsStr;
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use common::child::Output;
 use common::{wait_until, watchdog};
 use weft::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use weft::{fiber, Builder, Handle};
@@ -32,20 +32,6 @@ use weft::{fiber, Builder, Handle};
 const CHILD: &str = "WEFT_REVIEW_S38_MISC_CHILD";
 /// Not a weft variable: asks the `report` child to say whether a sysmon thread runs.
 const CHECK_SYSMON: &str = "S38_MISC_CHECK_SYSMON";
-
-/// weft's own variables, removed for every child (each sets only what it tests).
-const WEFT_VARS: &[&str] = &[
-    "WEFT_WORKERS",
-    "WEFT_INTERACTIVE",
-    "WEFT_STACK_SIZE",
-    "WEFT_STATS",
-    "WEFT_VERBOSE",
-    "WEFT_DEBUG_STALL",
-    "WEFT_DEBUG_LOCKS",
-    "WEFT_DEBUG_DEADLOCK",
-    "WEFT_DEBUG_SYSMON",
-    "WEFT_MAX_EXTRA_WORKERS",
-];
 
 // ---------------------------------------------------------------------------------
 // Child processes
@@ -64,92 +50,20 @@ fn child_process_entry() {
     println!("CHILD done=ok");
 }
 
-/// What a child did.
-struct Out {
-    status: std::process::ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl Out {
-    fn context(&self) -> String {
-        format!(
-            "child status {}\nstdout:\n{}\nstderr:\n{}",
-            self.status, self.stdout, self.stderr
-        )
-    }
-
-    fn report(&self, key: &str) -> Option<&str> {
-        self.stdout
-            .lines()
-            .find_map(|l| l.split(&format!("CHILD {key}=")).nth(1))
-            .map(str::trim)
-    }
-
-    fn number(&self, key: &str) -> usize {
-        self.report(key)
-            .unwrap_or_else(|| panic!("no {key} report\n{}", self.context()))
-            .parse()
-            .unwrap()
-    }
-
-    fn assert_finished(&self) {
-        assert!(self.status.success(), "{}", self.context());
-        assert_eq!(self.report("done"), Some("ok"), "{}", self.context());
-    }
+/// The `key` a child reported, as a number.
+fn number(out: &Output, key: &str) -> usize {
+    out.report(key)
+        .unwrap_or_else(|| panic!("no {key} report\n{}", out.context()))
+        .parse()
+        .unwrap()
 }
 
 /// Runs case `case` in a child process with `vars` (raw bytes: a value may be
 /// non-UTF-8) set and weft's other variables removed; kills it after 10 s.
-fn run_child(case: &str, vars: &[(&str, &[u8])]) -> Out {
-    let limit = Duration::from_secs(10);
-    let start = Instant::now();
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "child_process_entry",
-        "--exact",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env("RUST_BACKTRACE", "0")
-    .env(CHILD, case)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    for var in WEFT_VARS {
-        cmd.env_remove(var);
-    }
-    for (k, v) in vars {
-        cmd.env(k, OsStr::from_bytes(v));
-    }
-    let mut child = cmd.spawn().unwrap();
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            let _ = pipe.read_to_end(&mut bytes);
-            String::from_utf8_lossy(&bytes).into_owned()
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().unwrap()));
-    let err = drain(Box::new(child.stderr.take().unwrap()));
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "hang: child {case} with {vars:?} did not exit within {limit:?}\nstderr:\n{}",
-                err.join().unwrap()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    Out {
-        status,
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-    }
+fn run_child(case: &str, vars: &[(&str, &[u8])]) -> Output {
+    let mut all: Vec<(&str, &[u8])> = vec![(CHILD, case.as_bytes())];
+    all.extend_from_slice(vars);
+    common::child::run_with_bytes("child_process_entry", &all, Duration::from_secs(10))
 }
 
 fn page_size() -> usize {
@@ -251,10 +165,10 @@ fn env_unusual_but_valid_spellings_are_accepted() {
     );
     out.assert_finished();
     let ctx = out.context();
-    assert_eq!(out.number("workers"), 3, "{ctx}");
-    assert_eq!(out.number("interactive"), 2, "{ctx}");
-    assert_eq!(out.number("stack"), 128 * 1024, "{ctx}");
-    assert_eq!(out.number("deadlock_watcher"), 1, "{ctx}");
+    assert_eq!(number(&out, "workers"), 3, "{ctx}");
+    assert_eq!(number(&out, "interactive"), 2, "{ctx}");
+    assert_eq!(number(&out, "stack"), 128 * 1024, "{ctx}");
+    assert_eq!(number(&out, "deadlock_watcher"), 1, "{ctx}");
     assert!(out.stderr.contains("weft: starting runtime"), "{ctx}");
     assert!(out.stderr.contains("weft blocking pool"), "{ctx}");
     assert!(!out.stderr.contains("ignoring"), "{ctx}");
@@ -279,9 +193,9 @@ fn env_malformed_values_are_reported_and_ignored() {
     );
     out.assert_finished();
     let ctx = out.context();
-    assert_eq!(out.number("workers"), out.number("available"), "{ctx}");
-    assert_eq!(out.number("interactive"), 1, "{ctx}");
-    assert_eq!(out.number("stack"), MIB2, "{ctx}");
+    assert_eq!(number(&out, "workers"), number(&out, "available"), "{ctx}");
+    assert_eq!(number(&out, "interactive"), 1, "{ctx}");
+    assert_eq!(number(&out, "stack"), MIB2, "{ctx}");
     for var in [
         "WEFT_WORKERS",
         "WEFT_INTERACTIVE",
@@ -297,7 +211,7 @@ fn env_malformed_values_are_reported_and_ignored() {
             "{var} not reported\n{ctx}"
         );
     }
-    assert_eq!(out.number("deadlock_watcher"), 0, "{ctx}");
+    assert_eq!(number(&out, "deadlock_watcher"), 0, "{ctx}");
     assert!(!out.stderr.contains("weft: starting runtime"), "{ctx}");
     assert!(!out.stderr.contains("weft blocking pool"), "{ctx}");
 }
@@ -317,9 +231,9 @@ fn env_out_of_range_values_are_reported_and_ignored() {
     );
     out.assert_finished();
     let ctx = out.context();
-    assert_eq!(out.number("workers"), out.number("available"), "{ctx}");
-    assert_eq!(out.number("interactive"), 1, "{ctx}");
-    assert_eq!(out.number("stack"), MIB2, "{ctx}");
+    assert_eq!(number(&out, "workers"), number(&out, "available"), "{ctx}");
+    assert_eq!(number(&out, "interactive"), 1, "{ctx}");
+    assert_eq!(number(&out, "stack"), MIB2, "{ctx}");
     for var in [
         "WEFT_WORKERS",
         "WEFT_INTERACTIVE",
@@ -343,9 +257,9 @@ fn env_out_of_range_values_are_reported_and_ignored() {
     );
     out.assert_finished();
     let ctx = out.context();
-    assert_eq!(out.number("workers"), out.number("available"), "{ctx}");
-    assert_eq!(out.number("interactive"), 0, "{ctx}");
-    assert_eq!(out.number("stack"), MIB2, "{ctx}");
+    assert_eq!(number(&out, "workers"), number(&out, "available"), "{ctx}");
+    assert_eq!(number(&out, "interactive"), 0, "{ctx}");
+    assert_eq!(number(&out, "stack"), MIB2, "{ctx}");
     assert!(out.stderr.contains("ignoring WEFT_WORKERS="), "{ctx}");
     assert!(out.stderr.contains("ignoring WEFT_STACK_SIZE="), "{ctx}");
     assert!(!out.stderr.contains("WEFT_INTERACTIVE"), "{ctx}");
@@ -356,7 +270,7 @@ fn env_out_of_range_values_are_reported_and_ignored() {
 fn env_stack_size_at_the_limit_is_accepted() {
     let out = run_child("report", &[("WEFT_STACK_SIZE", b"1g")]);
     out.assert_finished();
-    assert_eq!(out.number("stack"), 1 << 30, "{}", out.context());
+    assert_eq!(number(&out, "stack"), 1 << 30, "{}", out.context());
     assert!(!out.stderr.contains("ignoring"), "{}", out.context());
 }
 
@@ -376,7 +290,7 @@ fn env_zero_spelled_00_or_plus_0_is_zero_where_zero_is_allowed() {
     out.assert_finished();
     let ctx = out.context();
     assert!(!out.stderr.contains("ignoring"), "{ctx}");
-    assert_eq!(out.number("interactive"), 0, "{ctx}");
+    assert_eq!(number(&out, "interactive"), 0, "{ctx}");
 }
 
 /// Was a bug, fixed in session 38; before the fix: a value that is not UTF-8 is malformed,
@@ -397,10 +311,10 @@ fn env_non_utf8_values_are_reported() {
     out.assert_finished();
     let ctx = out.context();
     // Ignored, as documented...
-    assert_eq!(out.number("workers"), out.number("available"), "{ctx}");
-    assert_eq!(out.number("interactive"), 1, "{ctx}");
-    assert_eq!(out.number("stack"), MIB2, "{ctx}");
-    assert_eq!(out.number("deadlock_watcher"), 0, "{ctx}");
+    assert_eq!(number(&out, "workers"), number(&out, "available"), "{ctx}");
+    assert_eq!(number(&out, "interactive"), 1, "{ctx}");
+    assert_eq!(number(&out, "stack"), MIB2, "{ctx}");
+    assert_eq!(number(&out, "deadlock_watcher"), 0, "{ctx}");
     // ...but also reported.
     for var in [
         "WEFT_WORKERS",
@@ -432,7 +346,7 @@ fn env_weft_debug_stall_malformed_reads_as_off_also_when_not_utf8() {
         );
         out.assert_finished();
         assert_eq!(
-            out.number("sysmon"),
+            number(&out, "sysmon"),
             usize::from(sysmon),
             "WEFT_DEBUG_STALL={:?}\n{}",
             OsStr::from_bytes(value),

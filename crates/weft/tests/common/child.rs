@@ -91,6 +91,13 @@ pub fn run_case_with_lock_checks(var: &str, case: &str) -> Output {
 /// `vars` set and [`WEFT_VARS`] otherwise removed; kills it and panics with "hang"
 /// if it has not exited after `limit`.
 pub fn run(test: &str, vars: &[(&str, &str)], limit: Duration) -> Output {
+    let vars: Vec<(&str, &[u8])> = vars.iter().map(|&(k, v)| (k, v.as_bytes())).collect();
+    run_with_bytes(test, &vars, limit)
+}
+
+/// [`run`] with variable values given as raw bytes (a value may be non-UTF-8).
+pub fn run_with_bytes(test: &str, vars: &[(&str, &[u8])], limit: Duration) -> Output {
+    use std::os::unix::ffi::OsStrExt;
     let start = Instant::now();
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
@@ -101,7 +108,7 @@ pub fn run(test: &str, vars: &[(&str, &str)], limit: Duration) -> Output {
         cmd.env_remove(var);
     }
     for (k, v) in vars {
-        cmd.env(k, v);
+        cmd.env(k, std::ffi::OsStr::from_bytes(v));
     }
     let mut child = cmd.spawn().unwrap();
     // Drain both pipes on threads so a chatty child cannot block on a full pipe.
