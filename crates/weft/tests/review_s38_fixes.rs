@@ -67,32 +67,7 @@ fn watchdog(secs: u64, what: &'static str) -> common::AbortGuard {
     common::abort_after(secs, what)
 }
 
-/// A directory of its own under the temp dir, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let d = std::env::temp_dir().join(format!(
-            "weft-s38fx-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::net::TempDir;
 
 /// Writes with `try_write` until `WouldBlock` (the send side is full, and the
 /// readiness word has been cleared by that `WouldBlock`); how many bytes went.

@@ -43,7 +43,7 @@ use common::{fiber_on, join_within, thread_within};
 use std::future::Future;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::Shutdown;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
@@ -79,32 +79,7 @@ impl<F: Future + Unpin> Future for Counted<F> {
     }
 }
 
-/// A directory of its own under the temp dir, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let d = std::env::temp_dir().join(format!(
-            "weft-s38n-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::net::TempDir;
 
 /// `n` bytes of a pattern that tells positions apart.
 fn pattern(n: usize) -> Vec<u8> {

@@ -78,3 +78,31 @@ pub fn weft_and_std(rt: &weft::Runtime) -> (weft::net::TcpStream, std::net::TcpS
     let (s, _) = l.accept().unwrap();
     (w, s)
 }
+
+/// A folder of its own under the temporary folder (the process id, `tag` and a count in
+/// its name), removed with everything in it when dropped: for Unix socket paths.
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "weft-test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn path(&self, file: &str) -> std::path::PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
