@@ -221,20 +221,23 @@ where
     fn complete(&self, result: Result<F::Output, JoinError>) {
         // The future is dropped before the output is published.
         let id = self.header.id;
-        let result = match (self.set_stage(Stage::Consumed), result) {
-            (Some(payload), Ok(out)) => {
+        let result = match self.set_stage(Stage::Consumed) {
+            // The usual case: `result` goes on untouched (no tuple to copy it through).
+            None => result,
+            Some(payload) => match result {
                 // The future's drop panicked after it returned: that panic is the
                 // result, and the output, unread, is dropped here under a catch (found
                 // in review: an output whose `Drop` panicked killed the worker).
-                waker::ignore_panic(move || drop(out));
-                Err(JoinError::panic(id, payload))
-            }
-            (Some(payload), result) => {
+                Ok(out) => {
+                    waker::ignore_panic(move || drop(out));
+                    Err(JoinError::panic(id, payload))
+                }
                 // The task's own panic is the one it reports.
-                waker::drop_payload(payload);
-                result
-            }
-            (None, result) => result,
+                Err(e) => {
+                    waker::drop_payload(payload);
+                    Err(e)
+                }
+            },
         };
         self.stage.with_mut(|stage| {
             // SAFETY: still the RUNNING owner; the stage holds nothing to drop.
