@@ -79,7 +79,7 @@ impl<F: Future + Unpin> Future for Counted<F> {
     }
 }
 
-use common::net::TempDir;
+use common::net::{full_backlog, TempDir};
 
 /// `n` bytes of a pattern that tells positions apart.
 fn pattern(n: usize) -> Vec<u8> {
@@ -692,35 +692,8 @@ fn unix_connect_to_a_full_backlog_waits_for_room() {
     let dir = TempDir::new("backlog");
     let path = dir.path("l.sock");
     let rt = rt(2);
-    let std_l = std::os::unix::net::UnixListener::bind(&path).unwrap();
-    nix::sys::socket::listen(&std_l, nix::sys::socket::Backlog::new(1).unwrap()).unwrap();
+    let (std_l, queued) = full_backlog(&path);
     let l = common::on(&rt, || UnixListener::from_std(std_l).unwrap());
-    // Fill the queue (its length may go one past the backlog) with non-blocking
-    // connects of our own, until the kernel says `EAGAIN`.
-    let mut queued = Vec::new();
-    let mut full = false;
-    for _ in 0..8 {
-        use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
-        let fd = socket(
-            AddressFamily::Unix,
-            SockType::Stream,
-            SockFlag::SOCK_NONBLOCK,
-            None,
-        )
-        .unwrap();
-        match connect(
-            std::os::fd::AsRawFd::as_raw_fd(&fd),
-            &UnixAddr::new(&path).unwrap(),
-        ) {
-            Ok(()) => queued.push(fd),
-            Err(e) => {
-                assert_eq!(e, nix::errno::Errno::EAGAIN, "{e}");
-                full = true;
-                break;
-            }
-        }
-    }
-    assert!(full, "a backlog of 1 took 8 connections");
     let p = path.clone();
     let task = rt.spawn(async move { UnixStream::connect(&p).await.map(|_| ()) });
     let p = path.clone();

@@ -116,16 +116,19 @@ impl<E: MioStream> Socket<E> {
             .write_blocking_with(buf, self.timeouts().write(), |s, b| s.write_out(b))
     }
 
-    /// Shuts the write side; a peer that already went counts as shut. Writers blocked
-    /// on this stream are woken, as by `shutdown` (`Socket::shut`; found in review:
-    /// `poll_close` and a dropped write half missed it).
+    /// The stream's `shutdown(how)`, then the wake of the waits it ends
+    /// ([`Socket::shut`]): every shutdown goes through here (found in review:
+    /// `poll_close` and a dropped write half once missed the wake).
+    pub(crate) fn shutdown_stream(&self, how: Shutdown) -> io::Result<()> {
+        self.get().shutdown_side(how)?;
+        self.shut(how);
+        Ok(())
+    }
+
+    /// Shuts the write side; a peer that already went counts as shut.
     pub(crate) fn shutdown_write(&self) -> io::Result<()> {
-        match self.get().shutdown_side(Shutdown::Write) {
+        match self.shutdown_stream(Shutdown::Write) {
             Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
-            Ok(()) => {
-                self.shut(Shutdown::Write);
-                Ok(())
-            }
             r => r,
         }
     }
@@ -183,9 +186,7 @@ macro_rules! stream_api {
             /// Shuts down the read side, the write side or both (std's form). A reader
             /// blocked on this stream on another thread, fiber or task then reads EOF.
             pub fn shutdown(&self, how: ::std::net::Shutdown) -> ::std::io::Result<()> {
-                self.io.get().shutdown(how)?;
-                self.io.shut(how);
-                Ok(())
+                self.io.shutdown_stream(how)
             }
 
             /// Reads what is there without waiting: `WouldBlock` if nothing is.

@@ -273,14 +273,14 @@ impl Builder {
     /// The thread name prefix: refused if it holds a NUL byte, which no thread name may
     /// (std's `thread::Builder::spawn` panics on one: a runtime half started then waited
     /// for ever for a worker that never ran, found in review).
-    pub(crate) fn resolved_thread_name(&self) -> io::Result<&str> {
+    pub(crate) fn check_thread_name(&self) -> io::Result<()> {
         if self.thread_name.contains('\0') {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "weft: thread_name must not contain a NUL byte",
             ));
         }
-        Ok(&self.thread_name)
+        Ok(())
     }
 
     /// The blocking-pool cap this builder will use.

@@ -289,7 +289,7 @@ impl Runtime {
         }
         let interactive = interactive?;
         let max_blocking_threads = b.resolved_max_blocking_threads()?;
-        b.resolved_thread_name()?;
+        b.check_thread_name()?;
         let stall = b.resolved_stall_report();
         let extra = [
             b.resolved_extra_workers(workers),

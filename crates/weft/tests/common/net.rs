@@ -106,3 +106,34 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Fills a Unix listener's backlog of 1 with non-blocking connects of our own until
+/// the kernel says `EAGAIN`; returns the listener and the queued sockets.
+pub fn full_backlog(
+    path: &std::path::Path,
+) -> (std::os::unix::net::UnixListener, Vec<std::os::fd::OwnedFd>) {
+    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    let l = std::os::unix::net::UnixListener::bind(path).unwrap();
+    nix::sys::socket::listen(&l, nix::sys::socket::Backlog::new(1).unwrap()).unwrap();
+    let mut queued = Vec::new();
+    for _ in 0..16 {
+        let fd = socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::SOCK_NONBLOCK,
+            None,
+        )
+        .unwrap();
+        match connect(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            &UnixAddr::new(path).unwrap(),
+        ) {
+            Ok(()) => queued.push(fd),
+            Err(e) => {
+                assert_eq!(e, nix::errno::Errno::EAGAIN, "{e}");
+                return (l, queued);
+            }
+        }
+    }
+    panic!("a backlog of 1 took 16 connections");
+}
