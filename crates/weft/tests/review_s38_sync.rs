@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use common::{watchdog, workers};
+use common::{watchdog, workers, Rng};
 use weft::time::{self, MissedTickBehavior};
 
 fn ms(n: u64) -> Duration {
@@ -297,18 +297,6 @@ where
             });
             Box::new(move || h.join().map_err(|_| "the thread panicked".to_string()))
         }
-    }
-}
-
-/// A small xorshift for pauses.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
     }
 }
 
