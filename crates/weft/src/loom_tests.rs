@@ -1085,7 +1085,7 @@ mod fiber {
 /// another thread against the dispatcher setting the stack aside and looking for ready
 /// ones, parking in between as a loop stack does until `any`. A lost wake deadlocks.
 fn model_set_aside_vs_wakes(waits: usize) {
-    use crate::scheduler::stacks::Stacks;
+    use crate::scheduler::stacks::{Look, Stacks};
     use std::task::Waker;
 
     loom::model(move || {
@@ -1103,8 +1103,7 @@ fn model_set_aside_vs_wakes(waits: usize) {
         }
         let mut resumed = Vec::new();
         while resumed.len() < waits {
-            stacks.start_looking();
-            if let Some(i) = stacks.take_ready() {
+            if let Look::Resume(i) = stacks.look(None) {
                 resumed.push(i);
                 continue;
             }
@@ -1128,6 +1127,69 @@ fn loom_wait_signal_two_ready_stacks_resumed_one_at_a_time() {
     model_set_aside_vs_wakes(2);
 }
 
+/// A dispatcher that waits for a wait of its own (one on the worker thread's stack,
+/// `Core::dispatch`) while a set-aside wait is ready, both woken from another thread
+/// (in either order): whatever the interleaving, the own wait returns and the set-aside
+/// one is resumed. A stack the dispatcher resumes, and the worker's loop once the own
+/// wait has returned, run until `any` and hand the thread back. Found as a rare hang:
+/// the own wait's wake landed between the dispatcher's first look at it and its clear
+/// of `any`, the dispatcher resumed the ready stack, and that stack ran on (parked)
+/// with `any` cleared while the thread's own wait was woken.
+fn model_own_wait_vs_set_aside(own_first: bool) {
+    use crate::scheduler::stacks::{Look, Stacks};
+    use std::task::Waker;
+
+    loom::model(move || {
+        let stacks: Stacks<usize> = Stacks::new();
+        let parker = Arc::new(Parker::new());
+        let mine = stacks.signal(&parker);
+        let other = stacks.signal(&parker);
+        stacks.set_aside(0, other.clone());
+        let mut wakers = vec![Waker::from(other.clone()), Waker::from(mine.clone())];
+        if own_first {
+            wakers.reverse();
+        }
+        let t = thread::spawn(move || {
+            for w in wakers {
+                w.wake();
+            }
+        });
+        let mut resumed = false;
+        // The dispatcher, on the thread's stack: a stack it resumes (or a spare) runs
+        // until `any` and hands the thread back.
+        loop {
+            match stacks.look(Some(&mine)) {
+                Look::Mine => break,
+                Look::Resume(_) => resumed = true,
+                Look::Nothing => {}
+            }
+            while !stacks.ready().any() {
+                parker.park();
+            }
+        }
+        // The worker's loop: runs until `any`, then dispatches for the set-aside waits.
+        while !resumed {
+            while !stacks.ready().any() {
+                parker.park();
+            }
+            if let Look::Resume(_) = stacks.look(None) {
+                resumed = true;
+            }
+        }
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn loom_wait_signal_own_wait_vs_set_aside() {
+    model_own_wait_vs_set_aside(false);
+}
+
+#[test]
+fn loom_wait_signal_own_wait_woken_first_vs_set_aside() {
+    model_own_wait_vs_set_aside(true);
+}
+
 /// The clear before each poll of a blocked wait (`WaitSignal::reset`) against a wake
 /// from another thread that publishes a value first: whatever the interleaving, the
 /// wait either sees the value or is left woken (found as a rare hang: a clear that
@@ -1135,7 +1197,7 @@ fn loom_wait_signal_two_ready_stacks_resumed_one_at_a_time() {
 /// the wait was set aside un-woken for ever). `woken_before` is the state the last
 /// poll left (a future that woke itself).
 fn model_reset_vs_wake(woken_before: bool) {
-    use crate::scheduler::stacks::Stacks;
+    use crate::scheduler::stacks::{Look, Stacks};
     use loom::sync::atomic::AtomicBool;
     use std::sync::atomic::Ordering::{Acquire, Release};
     use std::task::{Wake, Waker};
@@ -1165,8 +1227,7 @@ fn model_reset_vs_wake(woken_before: bool) {
             }
             stacks.set_aside(0, signal.clone());
             loop {
-                stacks.start_looking();
-                if stacks.take_ready().is_some() {
+                if let Look::Resume(_) = stacks.look(None) {
                     break;
                 }
                 if !stacks.ready().any() {

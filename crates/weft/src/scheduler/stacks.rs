@@ -43,7 +43,15 @@
 //! read by every loop stack between tasks and while parked, so a woken wait's stack is
 //! resumed as soon as the running loop stack finishes its current task. The
 //! dispatcher clears `any` with a swap before it looks, so a wake that lands after the
-//! look leaves it set. Checked by loom (`loom_wait_signal_*`).
+//! look leaves it set.
+//!
+//! A dispatcher that runs for a wait of its own (on the thread's stack) looks at that
+//! wait's signal again after the clear, before it resumes anything ([`Stacks::look`]):
+//! its wake sets `any` too, and a stack resumed after a clear that took it would run
+//! until the next `any` with the thread's own wait woken and left behind (found as a
+//! rare hang of an async task's blocking send on a rendezvous channel). If it finds
+//! the wait woken, it sets `any` again (the clear may have taken a set-aside wait's
+//! wake as well) and returns. Checked by loom (`loom_wait_signal_*`).
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
@@ -135,6 +143,16 @@ impl Wake for WaitSignal {
     }
 }
 
+/// What a dispatcher's [`look`](Stacks::look) found.
+pub(crate) enum Look<S> {
+    /// The wait the dispatcher runs for was woken: it returns.
+    Mine,
+    /// A set-aside stack whose wait was woken, taken out of its slot: to resume.
+    Resume(S),
+    /// Nothing ready.
+    Nothing,
+}
+
 /// What a loop stack hands back to the dispatcher that resumed it.
 pub(crate) enum Yielded {
     /// A wait on it is pending: set it aside until this signal fires.
@@ -198,8 +216,33 @@ impl<S> Stacks<S> {
     }
 
     /// The dispatcher is about to look for woken waits (see the module doc).
-    pub(crate) fn start_looking(&self) {
+    fn start_looking(&self) {
         self.ready.any.swap(false, SeqCst);
+    }
+
+    /// The dispatcher's look (see the module doc): what to do next for a dispatcher
+    /// that waits for `mine` (none for the worker's loop between tasks).
+    pub(crate) fn look(&self, mine: Option<&WaitSignal>) -> Look<S> {
+        if mine.is_some_and(WaitSignal::is_woken) {
+            return Look::Mine;
+        }
+        self.start_looking();
+        // Store buffering against `WaitSignal::wake_by_ref` (its swap, fence, then
+        // `any`), as in `set_aside`: either this sees the wake, or the wake's `any`
+        // lands after the clear. A wake of `mine` that came since the look above set
+        // `any` too, and the clear may have taken it. A stack resumed now would run until `any` and never hand
+        // the thread back for it (found as a rare hang of a task's blocking send on a
+        // rendezvous channel: `loom_wait_signal_own_wait_vs_set_aside`). The clear may
+        // have taken a set-aside wait's wake too: `any` is set again for the next look.
+        fence(SeqCst);
+        if mine.is_some_and(|m| m.woken.load(SeqCst)) {
+            self.ready.any.store(true, SeqCst);
+            return Look::Mine;
+        }
+        match self.take_ready() {
+            Some(stack) => Look::Resume(stack),
+            None => Look::Nothing,
+        }
     }
 
     /// Sets `stack` aside until `signal` fires (the dispatcher's half of the wake
@@ -223,7 +266,7 @@ impl<S> Stacks<S> {
     /// One set-aside stack whose wait was woken, taken out of its slot. When more are
     /// ready, `any` is set again: the stack resumed now hands the thread back as soon as
     /// its task's poll returns, so that none waits behind it for ever.
-    pub(crate) fn take_ready(&self) -> Option<S> {
+    fn take_ready(&self) -> Option<S> {
         let mut slots = self.ready.slots.lock();
         while let Some(slot) = slots.pop() {
             let mut v = self.set_aside.borrow_mut();

@@ -33,7 +33,7 @@ use corosensei::{Coroutine, CoroutineResult, Yielder};
 
 use super::clock;
 use super::queue::Local;
-use super::stacks::{LoopCtx, LoopStack, Stacks, WaitSignal, Yielded};
+use super::stacks::{Look, LoopCtx, LoopStack, Stacks, WaitSignal, Yielded};
 use super::{cancel_queued, Remote, Shared, WorkerParts};
 use crate::base::AtomicUsize;
 use crate::base::{fence, Arc};

@@ -168,15 +168,13 @@ impl Core {
     pub(super) fn dispatch(&self, mine: Option<&WaitSignal>) {
         let stacks = &self.stacks;
         loop {
-            if mine.is_some_and(WaitSignal::is_woken) {
-                return;
-            }
-            // `take_ready` sets `any` again while more stacks are ready: it must not be
-            // cleared by a dispatcher that leaves a ready one behind.
-            stacks.start_looking();
-            if let Some(stack) = stacks.take_ready() {
-                self.resume_stack(stack);
-                continue;
+            match stacks.look(mine) {
+                Look::Mine => return,
+                Look::Resume(stack) => {
+                    self.resume_stack(stack);
+                    continue;
+                }
+                Look::Nothing => {}
             }
             let Some(mine) = mine else {
                 return;
@@ -368,13 +366,12 @@ impl Core {
         // Waits that yielded before the shutdown began are ready now: nothing else
         // will run here before them.
         self.wake_yielders();
-        self.stacks.start_looking();
-        match self.stacks.take_ready() {
-            Some(stack) => {
+        match self.stacks.look(None) {
+            Look::Resume(stack) => {
                 self.resume_stack(stack);
                 true
             }
-            None => false,
+            Look::Mine | Look::Nothing => false,
         }
     }
 
