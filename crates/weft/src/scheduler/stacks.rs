@@ -227,17 +227,21 @@ impl<S> Stacks<S> {
             return Look::Mine;
         }
         self.start_looking();
-        // Store buffering against `WaitSignal::wake_by_ref` (its swap, fence, then
-        // `any`), as in `set_aside`: either this sees the wake, or the wake's `any`
-        // lands after the clear. A wake of `mine` that came since the look above set
-        // `any` too, and the clear may have taken it. A stack resumed now would run until `any` and never hand
-        // the thread back for it (found as a rare hang of a task's blocking send on a
-        // rendezvous channel: `loom_wait_signal_own_wait_vs_set_aside`). The clear may
-        // have taken a set-aside wait's wake too: `any` is set again for the next look.
-        fence(SeqCst);
-        if mine.is_some_and(|m| m.woken.load(SeqCst)) {
-            self.ready.any.store(true, SeqCst);
-            return Look::Mine;
+        if let Some(mine) = mine {
+            // A wake of `mine` that came since the look above set `any` too, and the
+            // clear may have taken it: a stack resumed now would run until the next
+            // `any` with this wait woken and left behind (found as a rare hang of a
+            // task's blocking send on a rendezvous channel;
+            // `loom_wait_signal_own_wait_*`). Store buffering against
+            // `WaitSignal::wake_by_ref` (its swap, fence, then `any`), as in
+            // `set_aside`: either this sees the wake, or its `any` lands after the
+            // clear. Found woken, `any` is set again: the clear may have taken a
+            // set-aside wait's wake too.
+            fence(SeqCst);
+            if mine.woken.load(SeqCst) {
+                self.ready.any.store(true, SeqCst);
+                return Look::Mine;
+            }
         }
         match self.take_ready() {
             Some(stack) => Look::Resume(stack),
