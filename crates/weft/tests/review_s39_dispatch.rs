@@ -14,25 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{fiber_on, join_within, thread_within, watchdog, workers, Rng};
+use common::{fiber_on, join_within, spin_for, thread_within, wait_until, watchdog, workers, Rng};
 use weft::chan::{self, Receiver, Sender};
 use weft::{JoinHandle, Runtime};
-
-/// Spins until `count` reaches `n`, failing with "hang" after `secs`.
-fn spin_until(count: &AtomicUsize, n: usize, secs: u64) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while count.load(SeqCst) < n {
-        assert!(Instant::now() < deadline, "hang: waiters did not start");
-        std::thread::yield_now();
-    }
-}
-
-/// Busy-waits for about `n` spin iterations (a gap shorter than a sleep).
-fn spin(n: u64) {
-    for _ in 0..n {
-        std::hint::spin_loop();
-    }
-}
 
 /// How the task on the worker's own stack waits in [`own_wait_round`] (its sending
 /// form is [`own_send_round`]).
@@ -79,10 +63,12 @@ fn own_wait_round(rt: &Runtime, rng: &mut Rng, own: OwnWait, others: usize) {
         }));
         b_txs.push((tx, rng.next()));
     }
-    spin_until(&started, 1 + others, 10);
+    wait_until("the waiting tasks to start", || {
+        started.load(SeqCst) > others
+    });
     // Let the waits register (most rounds), or not (some rounds).
-    spin(rng.below(4000));
-    let gap = rng.below(3000);
+    spin_for(Duration::from_nanos(rng.below(100_000)));
+    let gap = Duration::from_nanos(rng.below(75_000));
     let a_first = rng.below(2) == 0;
     let two_threads = rng.below(2) == 0;
     let wake_a = move || a_tx.send_blocking(a_val).expect("send to A failed");
@@ -104,7 +90,7 @@ fn own_wait_round(rt: &Runtime, rng: &mut Rng, own: OwnWait, others: usize) {
             while !g2.load(SeqCst) {
                 std::hint::spin_loop();
             }
-            spin(gap);
+            spin_for(gap);
             wake_bs();
         });
         go.store(true, SeqCst);
@@ -114,11 +100,11 @@ fn own_wait_round(rt: &Runtime, rng: &mut Rng, own: OwnWait, others: usize) {
         let t = std::thread::spawn(move || {
             if a_first {
                 wake_a();
-                spin(gap);
+                spin_for(gap);
                 wake_bs();
             } else {
                 wake_bs();
-                spin(gap);
+                spin_for(gap);
                 wake_a();
             }
         });
@@ -160,9 +146,11 @@ fn own_send_round(rt: &Runtime, rng: &mut Rng, others: usize) {
         }));
         b_rxs.push(rx);
     }
-    spin_until(&started, 1 + others, 10);
-    spin(rng.below(4000));
-    let gap = rng.below(3000);
+    wait_until("the waiting tasks to start", || {
+        started.load(SeqCst) > others
+    });
+    spin_for(Duration::from_nanos(rng.below(100_000)));
+    let gap = Duration::from_nanos(rng.below(75_000));
     let a_first = rng.below(2) == 0;
     let t = std::thread::spawn(move || {
         let take_bs = |rxs: Vec<Receiver<u64>>| -> Vec<u64> {
@@ -172,11 +160,11 @@ fn own_send_round(rt: &Runtime, rng: &mut Rng, others: usize) {
         };
         if a_first {
             let a = a_rx.recv_blocking().expect("recv from A failed");
-            spin(gap);
+            spin_for(gap);
             (a, take_bs(b_rxs))
         } else {
             let bs = take_bs(b_rxs);
-            spin(gap);
+            spin_for(gap);
             (a_rx.recv_blocking().expect("recv from A failed"), bs)
         }
     });
@@ -260,8 +248,8 @@ fn many_blocking_receivers_fed_in_random_order_one_worker() {
                 }));
                 txs.push(tx);
             }
-            spin_until(&started, N, 10);
-            spin(rng.below(2000));
+            wait_until("the waiting tasks to start", || started.load(SeqCst) >= N);
+            spin_for(Duration::from_nanos(rng.below(50_000)));
             let mut order: Vec<usize> = (0..2 * N).map(|i| i % N).collect();
             for i in (1..order.len()).rev() {
                 order.swap(i, rng.below(i as u64 + 1) as usize);
@@ -476,13 +464,15 @@ fn runtime_drop_with_blocking_waits_pending() {
                     rx_ends.push(rx);
                 }
             }
-            spin_until(&started, TASKS, 10);
-            spin(rng.below(20_000));
+            wait_until("the waiting tasks to start", || {
+                started.load(SeqCst) >= TASKS
+            });
+            spin_for(Duration::from_nanos(rng.below(500_000)));
             let handles = hs;
             let dropper = std::thread::spawn(move || {
                 drop(rt);
             });
-            spin(rng.below(50_000));
+            spin_for(Duration::from_nanos(rng.below(1_250_000)));
             // The partners: feed and drain some of the traffic, then close.
             let close_early = rng.below(2) == 0;
             let feed = std::thread::spawn(move || {

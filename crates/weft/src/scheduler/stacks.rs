@@ -215,28 +215,18 @@ impl<S> Stacks<S> {
         })
     }
 
-    /// The dispatcher is about to look for woken waits (see the module doc).
-    fn start_looking(&self) {
-        self.ready.any.swap(false, SeqCst);
-    }
-
     /// The dispatcher's look (see the module doc): what to do next for a dispatcher
     /// that waits for `mine` (none for the worker's loop between tasks).
     pub(crate) fn look(&self, mine: Option<&WaitSignal>) -> Look<S> {
         if mine.is_some_and(WaitSignal::is_woken) {
             return Look::Mine;
         }
-        self.start_looking();
+        self.ready.any.swap(false, SeqCst);
         if let Some(mine) = mine {
-            // A wake of `mine` that came since the look above set `any` too, and the
-            // clear may have taken it: a stack resumed now would run until the next
-            // `any` with this wait woken and left behind (found as a rare hang of a
-            // task's blocking send on a rendezvous channel;
-            // `loom_wait_signal_own_wait_*`). Store buffering against
-            // `WaitSignal::wake_by_ref` (its swap, fence, then `any`), as in
+            // The look again, after the clear (see the module doc). Store buffering
+            // against `WaitSignal::wake_by_ref` (its swap, fence, then `any`), as in
             // `set_aside`: either this sees the wake, or its `any` lands after the
-            // clear. Found woken, `any` is set again: the clear may have taken a
-            // set-aside wait's wake too.
+            // clear (`loom_wait_signal_own_wait_*`).
             fence(SeqCst);
             if mine.woken.load(SeqCst) {
                 self.ready.any.store(true, SeqCst);
