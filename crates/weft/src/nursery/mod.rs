@@ -265,7 +265,9 @@ impl Nursery<'static, ()> {
 /// A nursery with a deadline, from [`Nursery::with_deadline`] or
 /// [`Nursery::with_timeout`]. At the deadline the children are cancelled (and the async
 /// body is dropped); the nursery then gives `Err(Elapsed)`, unless it failed or
-/// finished first.
+/// finished first. Finished means the body returned and every child ended: an owner
+/// that looks only after the deadline (polled late, or woken by its last child as the
+/// deadline fires) still gets the result.
 ///
 /// ```
 /// # let rt = weft::Runtime::new().unwrap();
@@ -313,7 +315,9 @@ impl NurseryOptions {
     /// The blocking nursery ([`nursery_blocking`]) with this deadline: `Err(Elapsed)`
     /// if the deadline cancelled it, else what the nursery returns. The body itself
     /// runs on the caller's stack and is not interrupted; children it spawns after the
-    /// deadline are cancelled at once.
+    /// deadline are cancelled at once, and a value it returns after the deadline is
+    /// dropped (the deadline came first: `Err(Elapsed)`, as for the async form, whose
+    /// body is dropped at the deadline).
     ///
     /// ```
     /// # let rt = weft::Runtime::new().unwrap();
@@ -475,6 +479,7 @@ where
             if r.is_err() {
                 inner.cancel();
             }
+            inner.body_returned();
             (Some(r), None)
         }
         Err(p) => {

@@ -82,6 +82,9 @@ struct State<E> {
     failure: Option<Failure<E>>,
     /// The deadline cancelled the nursery (before any failure).
     elapsed: bool,
+    /// The body returned a value: with no child alive, the nursery's work is done, and
+    /// a deadline that passes before its owner looks again changes nothing.
+    body_returned: bool,
     /// The owner has taken the result: nothing is recorded any more.
     finished: bool,
     owner: Option<Waker>,
@@ -103,6 +106,7 @@ impl<E> Inner<E> {
                 cancelled: false,
                 failure: None,
                 elapsed: false,
+                body_returned: false,
                 finished: false,
                 owner: None,
             }),
@@ -200,11 +204,19 @@ impl<E> Inner<E> {
         cancel_all(aborts);
     }
 
+    /// The body returned a value (see [`expire`](Self::expire)).
+    pub(crate) fn body_returned(&self) {
+        self.state.lock().body_returned = true;
+    }
+
     /// The deadline passed: unless the nursery already failed or finished, it is
-    /// cancelled and will report that the deadline elapsed.
+    /// cancelled and will report that the deadline elapsed. Finished means its work is
+    /// done, whether or not its owner has looked yet: an owner polled late (a busy
+    /// worker, a slow executor) or woken by its last child as the deadline fires gets
+    /// the body's value, not `Elapsed` (found in review).
     pub(crate) fn expire(&self) {
         let mut st = self.state.lock();
-        if st.finished || st.failure.is_some() {
+        if st.finished || st.failure.is_some() || (st.body_returned && st.children.is_empty()) {
             return;
         }
         st.elapsed = true;
