@@ -684,3 +684,43 @@ fn aborted_owner_of_a_blocking_nursery_outlives_its_borrowing_children() {
         );
     });
 }
+
+/// A fiber-local whose initialiser reads its own key once (its recursion ends by
+/// itself): every use in the fiber sees one value, the inner initialiser's, and the
+/// outer one is dropped (before the fix: two entries, the first call saw the outer
+/// value and every later call the inner one).
+#[test]
+fn fiber_local_initialised_through_itself_has_one_value() {
+    static DEPTH: AtomicUsize = AtomicUsize::new(0);
+    static MADE: AtomicUsize = AtomicUsize::new(0);
+    fn make() -> usize {
+        let n = MADE.fetch_add(1, SeqCst);
+        if DEPTH.fetch_add(1, SeqCst) == 0 {
+            SELF_READ.with(|_| ());
+        }
+        DEPTH.fetch_sub(1, SeqCst);
+        n
+    }
+    weft::fiber_local!(static SELF_READ: usize = make());
+    watchdog(10, || {
+        let rt = workers(1);
+        let _g = rt.enter();
+        let seen = weft::fiber::spawn(|| {
+            let first = SELF_READ.with(|v| *v);
+            let later = SELF_READ.with(|v| *v);
+            (first, later)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(
+            MADE.load(SeqCst),
+            2,
+            "the outer and the inner initialiser ran"
+        );
+        assert_eq!(
+            seen.0, seen.1,
+            "the first use and a later one saw different values"
+        );
+        assert_eq!(seen.0, 1, "the inner initialiser's value stays");
+    });
+}

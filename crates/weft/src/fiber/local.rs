@@ -95,6 +95,10 @@ impl<T: 'static> LocalKey<T> {
 
     /// Runs `f` with this fiber's value, creating it on first use.
     ///
+    /// An initialiser that itself uses this key (recursion it must end by itself)
+    /// creates a value in that inner call; that value is the fiber's from then on, and
+    /// the one the outer initialiser returns is dropped.
+    ///
     /// # Panics
     /// Outside a fiber (use [`try_with`](Self::try_with) to test).
     ///
@@ -133,9 +137,18 @@ impl<T: 'static> LocalKey<T> {
             None => {
                 // Initialised outside the borrow: `init` may use other fiber-locals.
                 let value: Box<dyn Any> = Box::new((self.init)());
-                let ptr = &*value as *const dyn Any;
-                locals.0.borrow_mut().push((key, value));
-                ptr
+                // An `init` that used this very key made a value already (found in
+                // review: two entries, the caller's value and a later call's differed).
+                // That one stays: it may be borrowed further up this stack. This one
+                // is dropped, outside the borrow (its drop may use fiber-locals).
+                if let Some(p) = locals.find(key) {
+                    drop(value);
+                    p
+                } else {
+                    let ptr = &*value as *const dyn Any;
+                    locals.0.borrow_mut().push((key, value));
+                    ptr
+                }
             }
         };
         // SAFETY: values are boxed, so they stay put while the vector grows, and they
