@@ -265,9 +265,12 @@ impl Nursery<'static, ()> {
 /// A nursery with a deadline, from [`Nursery::with_deadline`] or
 /// [`Nursery::with_timeout`]. At the deadline the children are cancelled (and the async
 /// body is dropped); the nursery then gives `Err(Elapsed)`, unless it failed or
-/// finished first. Finished means the body returned and every child ended: an owner
-/// that looks only after the deadline (polled late, or woken by its last child as the
-/// deadline fires) still gets the result.
+/// finished first. Failed means a child's `Err` or panic, or the body's own `Err`
+/// (children still winding down from it do not turn it into `Elapsed`). Finished means
+/// the body returned and every child ended: an owner that looks only after the
+/// deadline (polled late, or woken by its last child as the deadline fires) still gets
+/// the result. Either way the nursery is closed at the deadline: a child spawned after
+/// it (through a `Nursery` that escaped the async body) is cancelled at once.
 ///
 /// ```
 /// # let rt = weft::Runtime::new().unwrap();
@@ -479,7 +482,7 @@ where
             if r.is_err() {
                 inner.cancel();
             }
-            inner.body_returned();
+            inner.body_returned(r.is_ok());
             (Some(r), None)
         }
         Err(p) => {

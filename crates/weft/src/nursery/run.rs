@@ -106,7 +106,7 @@ impl<B: Future<Output = Result<T, E>>, T, E> Future for Run<B, T, E> {
                         // cancelled, and (unless a child failed first) it is the result.
                         this.inner.cancel();
                     }
-                    this.inner.body_returned();
+                    this.inner.body_returned(r.is_ok());
                     this.result = Some(r);
                     // Whatever the body still holds (its `Nursery`) goes now.
                     this.drop_body();

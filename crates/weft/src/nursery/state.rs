@@ -82,12 +82,21 @@ struct State<E> {
     failure: Option<Failure<E>>,
     /// The deadline cancelled the nursery (before any failure).
     elapsed: bool,
-    /// The body returned a value: with no child alive, the nursery's work is done, and
-    /// a deadline that passes before its owner looks again changes nothing.
-    body_returned: bool,
+    /// The body returned: an `Err` ended the nursery (it failed first), and a value
+    /// with no child alive means its work is done; either way a deadline that passes
+    /// before the owner looks again does not make it `Elapsed`.
+    body: Body,
     /// The owner has taken the result: nothing is recorded any more.
     finished: bool,
     owner: Option<Waker>,
+}
+
+/// How far the body has gone.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Body {
+    Running,
+    Value,
+    Error,
 }
 
 /// What [`Inner::finish`] hands the owner.
@@ -106,7 +115,7 @@ impl<E> Inner<E> {
                 cancelled: false,
                 failure: None,
                 elapsed: false,
-                body_returned: false,
+                body: Body::Running,
                 finished: false,
                 owner: None,
             }),
@@ -204,19 +213,28 @@ impl<E> Inner<E> {
         cancel_all(aborts);
     }
 
-    /// The body returned a value (see [`expire`](Self::expire)).
-    pub(crate) fn body_returned(&self) {
-        self.state.lock().body_returned = true;
+    /// The body returned `Ok` (`ok`) or `Err` (see [`expire`](Self::expire)).
+    pub(crate) fn body_returned(&self, ok: bool) {
+        self.state.lock().body = if ok { Body::Value } else { Body::Error };
     }
 
     /// The deadline passed: unless the nursery already failed or finished, it is
-    /// cancelled and will report that the deadline elapsed. Finished means its work is
-    /// done, whether or not its owner has looked yet: an owner polled late (a busy
-    /// worker, a slow executor) or woken by its last child as the deadline fires gets
-    /// the body's value, not `Elapsed` (found in review).
+    /// cancelled and will report that the deadline elapsed. Failed includes the body's
+    /// own `Err` (it ended the nursery; children still winding down from that do not
+    /// make it `Elapsed`). Finished means its work is done, whether or not its owner
+    /// has looked yet: an owner polled late (a busy worker, a slow executor) or woken
+    /// by its last child as the deadline fires gets the body's value, not `Elapsed`
+    /// (found in review). The nursery is closed all the same: a child spawned after
+    /// the deadline through a `Nursery` that escaped the async body is cancelled at
+    /// once (found in review of that change: it ran unbounded, and the owner waited
+    /// for it for ever).
     pub(crate) fn expire(&self) {
         let mut st = self.state.lock();
-        if st.finished || st.failure.is_some() || (st.body_returned && st.children.is_empty()) {
+        if st.finished || st.failure.is_some() || st.body == Body::Error {
+            return;
+        }
+        if st.body == Body::Value && st.children.is_empty() {
+            st.cancelled = true;
             return;
         }
         st.elapsed = true;
