@@ -6,6 +6,13 @@
 //! extension traits, implemented for every `futures_io` type, give async code the
 //! names it knows. A tokio user renames `tokio::io::AsyncWriteExt` to
 //! `weft::io::AsyncWriteExt`.
+//!
+//! Two differences from tokio follow from weft's sockets also serving blocking code.
+//! `TcpStream::shutdown(&self, how)` is an inherent method (std's form), and an
+//! inherent method wins over a trait's: write `AsyncWriteExt::shutdown(&mut stream)`
+//! for the async one (`stream.shutdown().await` does not compile). And a module that
+//! imports `std::io::{Read, Write}` as well as these traits must name the trait for
+//! `read`, `write_all` or `flush` on a weft socket, which implements both.
 
 use std::future::Future;
 use std::io;
@@ -341,7 +348,9 @@ impl<W: AsyncWrite + Unpin + ?Sized> Future for WriteAll<'_, W> {
                         "the writer took no bytes",
                     )))
                 }
-                Poll::Ready(Ok(n)) => this.buf = &this.buf[n..],
+                // A writer that claims more than it was given took it all, as the read
+                // side clamps (it used to panic on the slice; found in review).
+                Poll::Ready(Ok(n)) => this.buf = &this.buf[n.min(this.buf.len())..],
                 Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
