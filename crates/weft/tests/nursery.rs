@@ -590,22 +590,28 @@ fn blocking_panics_are_resumed_after_every_child_ended() {
 
         // The body's panic: children that borrow the frame (one shielded, so it goes on
         // writing after the panic) have all ended when it is resumed.
+        // The body panics once both have started (a fixed pause let a loaded machine
+        // cancel them unstarted, which the test then took for a child outliving it).
         let ended = counter();
+        let started = counter();
         let mut late = [0u8; 2];
         let r = catch_unwind(AssertUnwindSafe(|| {
             weft::nursery_blocking(|n| {
                 let [a, b] = &mut late;
+                let s = started.clone();
                 n.spawn(async move {
+                    s.fetch_add(1, SeqCst);
                     weft::task::shield(weft::time::sleep(Duration::from_millis(20))).await;
                     *a = 1;
                     Ok(())
                 });
-                let e = ended.clone();
+                let (e, s) = (ended.clone(), started.clone());
                 n.spawn_fiber(move || {
                     *b = 1;
+                    s.fetch_add(1, SeqCst);
                     park_fiber(e)()
                 });
-                std::thread::sleep(Duration::from_millis(2));
+                wait_until("both children started", || started.load(SeqCst) == 2);
                 panic!("body boom");
                 #[allow(unreachable_code)]
                 Ok::<_, &str>(())
