@@ -195,3 +195,36 @@ fn an_idle_runtime_shuts_down_at_once() {
         assert!(start.elapsed() < Duration::from_secs(5));
     });
 }
+
+/// Tasks that each spawn their successor and complete keep one task alive at every
+/// moment, so the graceful wait lasts its whole timeout. It used to sum the owned
+/// lists shard by shard, and a successor linked into a shard already read, with its
+/// predecessor unlinked from one not yet read, read as none alive: the wait ended
+/// early (found by `review_shutdown` in a soak loop).
+#[test]
+fn a_chain_of_successors_keeps_the_graceful_wait_for_its_whole_timeout() {
+    fn link(n: Arc<AtomicUsize>) {
+        n.fetch_add(1, SeqCst);
+        weft::spawn(async move { link(n) });
+    }
+    with_timeout(|| {
+        let mut early = Vec::new();
+        for _ in 0..20 {
+            let rt = runtime();
+            let n = counter();
+            let c = n.clone();
+            rt.spawn(async move { link(c) }).join().unwrap();
+            wait_until("the chain runs", || load(&n) > 1_000);
+            let start = Instant::now();
+            rt.shutdown_graceful(Duration::from_millis(30));
+            let took = start.elapsed();
+            if took < Duration::from_millis(30) {
+                early.push(took);
+            }
+        }
+        assert!(
+            early.is_empty(),
+            "the wait ended before its timeout: {early:?}"
+        );
+    });
+}

@@ -118,7 +118,7 @@ impl Runtime {
             });
         }
         let mut pause = Duration::from_micros(50);
-        while inner.active_tasks() > 0 {
+        while inner.has_active_tasks() {
             let left = deadline.map_or(MAX_PAUSE, |d| d.saturating_duration_since(Instant::now()));
             if left.is_zero() {
                 break;

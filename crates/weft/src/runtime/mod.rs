@@ -217,6 +217,14 @@ impl Inner {
     pub(crate) fn active_tasks(&self) -> usize {
         self.pools.iter().map(|p| p.owned.len()).sum()
     }
+
+    /// Whether any task or fiber is live in any pool, exactly (every owned list
+    /// locked at once; see `OwnedTasks::lock_all`): `active_tasks` may read 0 while
+    /// tasks that spawn their successors keep one alive at every moment.
+    pub(crate) fn has_active_tasks(&self) -> bool {
+        let locked: Vec<_> = self.pools.iter().map(|p| p.owned.lock_all()).collect();
+        locked.iter().any(|l| l.len() > 0)
+    }
 }
 
 /// A set of worker threads running async tasks, with work stealing between them.

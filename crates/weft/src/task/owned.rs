@@ -21,6 +21,16 @@ struct Shard {
 // task is kept alive by the list's reference.
 unsafe impl Send for Shard {}
 
+/// Every shard of one list, locked ([`OwnedTasks::lock_all`]).
+pub(crate) struct Locked<'a>(Vec<crate::base::MutexGuard<'a, Shard>>);
+
+impl Locked<'_> {
+    /// How many tasks are linked, exactly.
+    pub(crate) fn len(&self) -> usize {
+        self.0.iter().map(|s| s.len).sum()
+    }
+}
+
 pub(crate) struct OwnedTasks {
     shards: Box<[CachePadded<Mutex<Shard>>]>,
     mask: usize,
@@ -109,10 +119,26 @@ impl OwnedTasks {
         self.shards.iter().all(|s| s.lock().head.is_none())
     }
 
-    /// How many tasks are linked (live, not yet completed), summed shard by shard: a
-    /// count that tasks completing meanwhile may make slightly stale, never torn.
+    /// How many tasks are linked (live, not yet completed), summed shard by shard: an
+    /// estimate (`Stats::active_tasks`). Tasks spawned and completed meanwhile may be
+    /// missed or counted on either side, so it may read 0 while a task is always
+    /// alive; [`lock_all`](Self::lock_all) is exact.
     pub(crate) fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len).sum()
+    }
+
+    /// Every shard locked at once, in order (nobody else holds two): a snapshot.
+    ///
+    /// Why a sum of [`len`](Self::len)s is not one: a task that spawns its successor
+    /// and then completes keeps one alive at every moment, yet the successor may be
+    /// linked into a shard already read and the task unlinked from one not yet read,
+    /// and the sum reads 0 (seen in a soak loop: `shutdown_graceful` returned before
+    /// its timeout while such chains ran, `review_shutdown`). With every lock held
+    /// that cannot be: a link waits for its shard's lock, and its spawner, still in the
+    /// spawn, cannot complete meanwhile. The same holds across pools when the caller
+    /// holds every pool's `Locked` at once.
+    pub(crate) fn lock_all(&self) -> Locked<'_> {
+        Locked(self.shards.iter().map(|s| s.lock()).collect())
     }
 
     /// Calls `f` on every linked task, one shard at a time under that shard's lock.
