@@ -364,6 +364,7 @@ fn watch<E: Send + 'static>(inner: &Arc<Inner<E>>, deadline: Instant) -> Watcher
     let Some(handle) = inner.handle.as_ref() else {
         panic!("weft: a nursery with a deadline needs a weft runtime");
     };
+    inner.set_deadline(deadline);
     // Weak: the watcher must not keep a finished nursery alive until the deadline.
     let weak = Arc::downgrade(inner);
     let task = handle.spawn(async move {
@@ -479,10 +480,10 @@ where
     let result = catch_unwind(AssertUnwindSafe(|| body(&n)));
     let (result, panic) = match result {
         Ok(r) => {
+            inner.body_returned(r.is_ok());
             if r.is_err() {
                 inner.cancel();
             }
-            inner.body_returned(r.is_ok());
             (Some(r), None)
         }
         Err(p) => {

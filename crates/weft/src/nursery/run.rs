@@ -101,12 +101,12 @@ impl<B: Future<Output = Result<T, E>>, T, E> Future for Run<B, T, E> {
             match catch_unwind(AssertUnwindSafe(|| body.as_mut().poll(cx))) {
                 Ok(Poll::Pending) => return Poll::Pending,
                 Ok(Poll::Ready(r)) => {
+                    this.inner.body_returned(r.is_ok());
                     if r.is_err() {
                         // The body's own error ends the nursery: its children are
                         // cancelled, and (unless a child failed first) it is the result.
                         this.inner.cancel();
                     }
-                    this.inner.body_returned(r.is_ok());
                     this.result = Some(r);
                     // Whatever the body still holds (its `Nursery`) goes now.
                     this.drop_body();

@@ -86,6 +86,9 @@ struct State<E> {
     /// with no child alive means its work is done; either way a deadline that passes
     /// before the owner looks again does not make it `Elapsed`.
     body: Body,
+    /// The deadline, if any (`set_deadline`): a body that returns after it finds the
+    /// nursery elapsed even if the watcher has not fired yet.
+    deadline: Option<std::time::Instant>,
     /// The owner has taken the result: nothing is recorded any more.
     finished: bool,
     owner: Option<Waker>,
@@ -116,6 +119,7 @@ impl<E> Inner<E> {
                 failure: None,
                 elapsed: false,
                 body: Body::Running,
+                deadline: None,
                 finished: false,
                 owner: None,
             }),
@@ -213,8 +217,22 @@ impl<E> Inner<E> {
         cancel_all(aborts);
     }
 
-    /// The body returned `Ok` (`ok`) or `Err` (see [`expire`](Self::expire)).
+    /// The deadline the watcher task will `expire` at.
+    pub(crate) fn set_deadline(&self, deadline: std::time::Instant) {
+        self.state.lock().deadline = Some(deadline);
+    }
+
+    /// The body returned `Ok` (`ok`) or `Err` (see [`expire`](Self::expire)); called
+    /// before the body's `Err` cancels the children (a cancellation of many children
+    /// takes a while, and a deadline that fired meanwhile took the `Err` for late:
+    /// found in review). A body that returns after the deadline is late whether or
+    /// not the watcher has fired yet (it may not have: its timer is late, or it was
+    /// spawned on the very worker a blocking body keeps busy; found in review).
     pub(crate) fn body_returned(&self, ok: bool) {
+        let deadline = self.state.lock().deadline;
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            self.expire();
+        }
         self.state.lock().body = if ok { Body::Value } else { Body::Error };
     }
 
