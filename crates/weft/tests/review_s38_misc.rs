@@ -1012,8 +1012,8 @@ fn write_all_on_a_writer_that_takes_nothing_ends_with_write_zero() {
 }
 
 /// A writer that claims to have taken more than it was given: `write_all` does not
-/// report success for it, and does not loop (it panics on the slice, as std's and
-/// tokio's `write_all` do).
+/// report success for it, and does not loop (an `InvalidData` error since session 40;
+/// it used to panic on the slice, as std's and tokio's `write_all` do).
 #[test]
 fn write_all_does_not_report_success_for_a_writer_that_claims_too_much() {
     watchdog(10, || {

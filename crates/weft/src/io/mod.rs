@@ -348,9 +348,16 @@ impl<W: AsyncWrite + Unpin + ?Sized> Future for WriteAll<'_, W> {
                         "the writer took no bytes",
                     )))
                 }
-                // A writer that claims more than it was given took it all, as the read
-                // side clamps (it used to panic on the slice; found in review).
-                Poll::Ready(Ok(n)) => this.buf = &this.buf[n.min(this.buf.len())..],
+                // A writer that claims more than it was given is broken: an error, not
+                // success (the bytes' fate is unknown) and not a panic on the slice (as
+                // std's and tokio's; found in review).
+                Poll::Ready(Ok(n)) if n > this.buf.len() => {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "the writer claimed more bytes than it was given",
+                    )))
+                }
+                Poll::Ready(Ok(n)) => this.buf = &this.buf[n..],
                 Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
