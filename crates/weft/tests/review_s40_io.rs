@@ -17,6 +17,8 @@
 
 mod common;
 
+use common::placement::ms;
+
 use std::future::Future;
 use std::io::{self, Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -28,10 +30,6 @@ use std::time::{Duration, Instant};
 
 use common::{poll_once, watchdog, workers};
 use weft::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 // ---------------------------------------------------------------------------------
 // Scripted readers and writers.

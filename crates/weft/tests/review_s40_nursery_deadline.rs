@@ -11,6 +11,8 @@
 
 mod common;
 
+use common::placement::ms;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
@@ -21,10 +23,6 @@ use std::time::{Duration, Instant};
 use common::{counter, load, poll_once, wait_until, watchdog, workers, DropCounter};
 use weft::time;
 use weft::Nursery;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 type Deadlined<T, E> = Result<Result<T, E>, time::Elapsed>;
 

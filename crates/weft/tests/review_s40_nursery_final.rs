@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::placement::ms;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
@@ -18,10 +20,6 @@ use common::DropCounter;
 use common::{counter, fiber_on, join_within, load, spin_for, wait_until, watchdog, workers};
 use weft::time;
 use weft::Nursery;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 type Deadlined<T, E> = Result<Result<T, E>, time::Elapsed>;
 
@@ -39,9 +37,7 @@ fn pending_child(
 
 /// Spins until `t` (a busy body: the deadline must not interrupt it).
 fn spin_until(t: Instant) {
-    while Instant::now() < t {
-        std::hint::spin_loop();
-    }
+    common::spin_for(t.saturating_duration_since(Instant::now()));
 }
 
 const MANY: usize = 20_000;

@@ -18,6 +18,8 @@
 
 mod common;
 
+use common::placement::ms;
+
 use std::future::Future;
 use std::io::{Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -34,19 +36,6 @@ use common::{
 use weft::sync::{Mutex, Notify, RwLock, Semaphore};
 use weft::time::{self, MissedTickBehavior};
 use weft::Runtime;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// Waits (1 ms steps) until `cond` holds; "hang" after `secs`.
-fn soon(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(Instant::now() < deadline, "hang: {what}");
-        std::thread::sleep(ms(1));
-    }
-}
 
 fn timers_settle(rt: &Runtime, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -195,7 +184,7 @@ fn sleeps_dropped_on_other_threads_as_they_fire_leave_nothing() {
         thread_within(dropper, 10);
         timers_settle(&rt, "sleeps dropped as they fire");
         drop(w);
-        soon(5, "the driver lets go of every waker", || {
+        common::wait_until("the driver lets go of every waker", || {
             Arc::strong_count(&flagged) == 1
         });
     });
@@ -427,7 +416,7 @@ fn timers_pending_returns_to_zero_after_cancellation_storms() {
                 let _ = rx.recv_timeout(ms(5_000));
             }));
         }
-        soon(5, "every waiter files its timer", || {
+        common::wait_until("every waiter files its timer", || {
             rt.stats().timers_pending >= 450
         });
         for h in &handles {
@@ -1036,10 +1025,10 @@ fn nurseries_dropped_or_aborted_mid_wait() {
                 Ok(())
             },
         ));
-        soon(5, "every child started", || load(&w.started) == 10);
+        common::wait_until("every child started", || load(&w.started) == 10);
         h.abort();
         assert!(join_within(h, 5).unwrap_err().is_cancelled());
-        soon(5, "every child dropped", || load(&w.drops) == 10);
+        common::wait_until("every child dropped", || load(&w.drops) == 10);
         drop(held);
         w.check(&rt, 10, "async nursery aborted");
 
@@ -1058,7 +1047,7 @@ fn nurseries_dropped_or_aborted_mid_wait() {
                 "fiber" => fiber_on(&rt, body),
                 _ => rt.spawn(async move { body() }),
             };
-            soon(5, "every child started", || load(&w.started) == 10);
+            common::wait_until("every child started", || load(&w.started) == 10);
             h.abort();
             let _ = join_within(h, 5);
             assert_eq!(
@@ -1246,10 +1235,10 @@ fn the_runtime_dropped_while_nurseries_wait_on_timers() {
                 Ok(())
             });
         });
-        soon(5, "every child started", || load(&started) == 12);
+        common::wait_until("every child started", || load(&started) == 12);
         common::drop_within(rt, Duration::from_secs(8), "nurseries waiting on timers");
         thread_within(plain, 5);
-        soon(5, "every child dropped", || load(&drops) == 12);
+        common::wait_until("every child dropped", || load(&drops) == 12);
     });
 }
 
@@ -1338,7 +1327,7 @@ fn drop_with_timers(mask: u32) {
                 park_on(to, Duration::from_secs(5)).unwrap_err();
             }));
         }
-        soon(5, "every waiter started", || load(&started) == n);
+        common::wait_until("every waiter started", || load(&started) == n);
         std::thread::sleep(ms(20));
         let t0 = Instant::now();
         common::drop_within(
@@ -1412,7 +1401,7 @@ fn runtime_drop_waits_for_a_nested_timed_wait() {
                 s.fetch_add(1, SeqCst);
                 let _ = rx.recv_timeout(ms(600));
             });
-            soon(5, "the nested wait started", || load(&started) == 1);
+            common::wait_until("the nested wait started", || load(&started) == 1);
             let t0 = Instant::now();
             let (done_tx, done_rx) = mpsc::channel();
             std::thread::spawn(move || {
@@ -1494,7 +1483,7 @@ fn wakers_that_use_the_timer_wheel_from_wake_and_drop() {
             }
         }
         std::thread::sleep(ms(30));
-        soon(5, "the fired sleeps woke their wakers", || {
+        common::wait_until("the fired sleeps woke their wakers", || {
             r.woke.load(SeqCst) >= 50
         });
         // Cancelled with the waker stored, and the rest woken by the runtime's drop.
@@ -1538,7 +1527,7 @@ fn a_nursery_that_finished_before_its_deadline_is_not_elapsed() {
         );
         // First poll: the body returns 42 at once; the child runs on a worker.
         let first = poll_once(fut.as_mut(), Waker::noop());
-        soon(5, "the child ran", || child_done.load(SeqCst));
+        common::wait_until("the child ran", || child_done.load(SeqCst));
         let finished_at = Instant::now();
         if let Poll::Ready(r) = first {
             assert_eq!(r, Ok(Ok(42)));
