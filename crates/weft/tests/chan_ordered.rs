@@ -285,6 +285,55 @@ fn dropping_the_receiver_cancels_queued_work() {
     })
 }
 
+/// Finished outputs whose `Drop` panics, queued when the receiver drops: every output
+/// is dropped and one panic reaches the dropper. (Dropped together, the second such
+/// panic came during the first one's unwind and aborted the process.)
+#[test]
+fn dropping_the_receiver_with_panicking_outputs_drops_each_and_resumes_one_panic() {
+    struct Bomb(Arc<AtomicUsize>);
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, SeqCst);
+            panic!("bomb");
+        }
+    }
+    watchdog(10, || {
+        let rt = rt2();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = ordered::<Bomb>(8);
+        for k in 0..4 {
+            let (d, n) = (dropped.clone(), done.clone());
+            if k % 2 == 0 {
+                let _g = rt.enter();
+                tx.spawn(async move {
+                    n.fetch_add(1, SeqCst);
+                    Bomb(d)
+                })
+                .unwrap();
+            } else {
+                let _g = rt.enter();
+                tx.spawn_fiber(move || {
+                    n.fetch_add(1, SeqCst);
+                    Bomb(d)
+                })
+                .unwrap();
+            }
+        }
+        wait_for("all four outputs", 5, || done.load(SeqCst) == 4);
+        // The outputs are stored just after the counter moves; give them a moment.
+        std::thread::sleep(Duration::from_millis(100));
+        let quiet = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(rx)));
+        std::panic::set_hook(quiet);
+        let p = out.expect_err("a panicking output's drop reaches the dropper");
+        assert_eq!(p.downcast_ref::<&str>(), Some(&"bomb"));
+        assert_eq!(dropped.load(SeqCst), 4, "every output dropped once");
+        drop(tx);
+    })
+}
+
 /// Receives dropped while they wait (timeouts) lose nothing: the next receive picks
 /// up where the dropped one was.
 #[test]

@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
 use super::{bounded, Receiver, RecvError, SendError, Sender};
 use crate::base::Mutex;
@@ -54,7 +55,9 @@ pub struct OrderedSender<T> {
 }
 
 /// Yields the results of the work sent to an [`ordered`] channel, in send order.
-/// Dropping it cancels the work still queued.
+/// Dropping it cancels the work still queued and drops the results already finished;
+/// if some of those panic as they drop, every one is still dropped and the first panic
+/// goes on from the receiver's drop.
 pub struct OrderedReceiver<T> {
     rx: Receiver<Queued<T>>,
     /// The handle a cancelled `recv` was joining: the next receive joins it first.
@@ -261,7 +264,27 @@ impl<T> Drop for OrderedReceiver<T> {
         for h in &queued {
             h.abort();
         }
-        drop(queued);
+        // Each handle drops on its own: a finished output whose `Drop` panics reaches
+        // us, and the rest dropped during that unwind would abort the process at a
+        // second such panic. Every output is dropped; the first panic goes on after.
+        let mut first = None;
+        for h in queued {
+            if let Err(p) = catch_unwind(AssertUnwindSafe(move || drop(h))) {
+                match first {
+                    None => first = Some(p),
+                    // A later payload is dropped (one whose own `Drop` panics is
+                    // leaked rather than unwinding past the handles still to drop).
+                    Some(_) => {
+                        if let Err(q) = catch_unwind(AssertUnwindSafe(move || drop(p))) {
+                            std::mem::forget(q);
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(p) = first {
+            resume_unwind(p);
+        }
     }
 }
 
