@@ -84,15 +84,21 @@ where
     scope.job_done();
     // Help with the scope's own jobs (they are on this worker's deque, newest first)
     // until they all finished; jobs below the mark belong to enclosing joins.
-    scope.done.wait(&parker, || {
-        match core.and_then(|c| c.pop_job_above(mark?)) {
-            Some(job) => {
-                execute(job);
-                true
+    let wait = || {
+        scope.done.wait(&parker, || {
+            match core.and_then(|c| c.pop_job_above(mark?)) {
+                Some(job) => {
+                    execute(job);
+                    true
+                }
+                None => false,
             }
-            None => false,
-        }
-    });
+        })
+    };
+    match core {
+        Some(c) => c.fork_join_wait(wait),
+        None => wait(),
+    }
     if let Some(c) = core {
         c.scope_entered(false);
     }

@@ -257,7 +257,9 @@ impl Inner {
 pub struct Runtime {
     handle: Handle,
     exits: std::sync::Arc<Exits>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    /// The base workers' threads, with their pool (its place in `Inner::pools`) and
+    /// index.
+    threads: Vec<(usize, usize, std::thread::JoinHandle<()>)>,
     print_stats: bool,
 }
 
@@ -405,11 +407,11 @@ impl Runtime {
             }));
         }
         let threads = rt.handle.inner.threads.clone();
-        for (shared, pool_locals) in locals {
+        for (k, (shared, pool_locals)) in locals.into_iter().enumerate() {
             for (index, parts) in pool_locals.into_iter().enumerate() {
                 // `rt` drops on an error and stops the workers already started.
                 if let Some(t) = threads.spawn(shared.clone(), index, parts)? {
-                    rt.threads.push(t);
+                    rt.threads.push((k, index, t));
                 }
             }
         }
@@ -550,31 +552,19 @@ impl Runtime {
         inner.closing.close();
         // Dropped from inside one of its own tasks: that worker cannot be waited for;
         // it leaves its loop when the current poll returns.
-        let on_own_worker = worker::with_current(|c| {
-            c.is_some_and(|c| inner.pools.iter().any(|p| c.belongs_to(p)))
+        let (on_own_worker, in_job) = worker::with_current(|c| match c {
+            Some(c) if inner.pools.iter().any(|p| c.belongs_to(p)) => (true, c.in_job()),
+            _ => (false, false),
         });
-        let others_left = usize::from(on_own_worker);
+        let own_left = usize::from(on_own_worker);
         // A timeout too long to be a deadline (`Duration::MAX`) means no deadline.
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        let running = self.exits.running.lock().unwrap();
-        let others_running = |n: &mut usize| *n > others_left;
-        let cv = &self.exits.cv;
-        let running = match deadline {
-            None => cv.wait_while(running, others_running).unwrap(),
-            Some(d) => {
-                let left = d.saturating_duration_since(Instant::now());
-                cv.wait_timeout_while(running, left, others_running)
-                    .unwrap()
-                    .0
-            }
-        };
-        let all_done = *running == 0;
-        let stopped = *running <= others_left;
-        drop(running);
+        let (stopped, all_done, waiting) = self.wait_for_workers(own_left, in_job, deadline);
         if stopped {
             let me = std::thread::current().id();
-            for t in self.threads.drain(..) {
-                if t.thread().id() != me {
+            for (pool, index, t) in self.threads.drain(..) {
+                // A worker left waiting for a fork-join job leaves its loop after it.
+                if t.thread().id() != me && !waiting.contains(&(pool, index)) {
                     let _ = t.join();
                 }
             }
@@ -597,8 +587,13 @@ impl Runtime {
             // thread runs on (dropped from inside one of its tasks) unwinds its own
             // when the current poll returns.
             let own = worker::with_current(|c| c.filter(|c| c.belongs_to(p)).map(|c| c.index()));
+            let k = inner.pools.iter().position(|q| Arc::ptr_eq(q, p));
             for i in (0..p.num_slots()).filter(|&i| Some(i) != own) {
-                p.close_set_aside(i, false);
+                // A worker left waiting for a fork-join job unwinds its own as it
+                // leaves, as this thread's does.
+                if !k.is_some_and(|k| waiting.contains(&(k, i))) {
+                    p.close_set_aside(i, false);
+                }
             }
             debug_assert!(
                 !all_done || p.owned.is_empty(),
@@ -612,6 +607,82 @@ impl Runtime {
             eprint!("{}", inner.stats());
         }
         marked
+    }
+}
+
+impl Runtime {
+    /// Waits until every worker but this thread's own (`own_left`: 1 when dropped
+    /// from inside one of its tasks) has left its loop, or `deadline` passes. Returns
+    /// whether they left, whether all did (this thread's worker too), and the workers
+    /// that were not waited for (pool, index).
+    ///
+    /// Dropped inside a fork-join job (`in_job`), a worker waiting in a `join` for its
+    /// thief or in a `scope` for its jobs may be waiting for this very job, which ends only after this returns: each waited for
+    /// the other for ever (found in review). Such workers are not waited for; like this
+    /// thread's own, each leaves its loop when its wait and its poll end, and unwinds
+    /// its fibers then. Entering such a wait signals nobody, so the count is read again
+    /// every millisecond. Once it says that every other running worker is in one, none
+    /// is left that could still be in plain user code: a waiting worker is running
+    /// (counted in `running`, which cannot fall while the lock is held), so the
+    /// waiting ones are at most the running ones.
+    fn wait_for_workers(
+        &self,
+        own_left: usize,
+        in_job: bool,
+        deadline: Option<Instant>,
+    ) -> (bool, bool, Vec<(usize, usize)>) {
+        let cv = &self.exits.cv;
+        let mut running = self.exits.running.lock().unwrap();
+        if !in_job {
+            let others_running = |n: &mut usize| *n > own_left;
+            running = match deadline {
+                None => cv.wait_while(running, others_running).unwrap(),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    cv.wait_timeout_while(running, left, others_running)
+                        .unwrap()
+                        .0
+                }
+            };
+            return (*running <= own_left, *running == 0, Vec::new());
+        }
+        let inner = &self.handle.inner;
+        let own = worker::with_current(|c| {
+            c.and_then(|c| {
+                let k = inner.pools.iter().position(|p| c.belongs_to(p))?;
+                Some((k, c.index()))
+            })
+        });
+        loop {
+            let waiting: Vec<(usize, usize)> = inner
+                .pools
+                .iter()
+                .enumerate()
+                .flat_map(|(k, p)| {
+                    (0..p.num_slots())
+                        .filter(move |&i| {
+                            p.remotes[i]
+                                .fork_join_waits
+                                .load(std::sync::atomic::Ordering::SeqCst)
+                                > 0
+                        })
+                        .map(move |i| (k, i))
+                })
+                .filter(|&w| Some(w) != own)
+                .collect();
+            if *running <= own_left + waiting.len() {
+                return (true, *running == 0, waiting);
+            }
+            let mut slice = Duration::from_millis(1);
+            if let Some(d) = deadline {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return (false, false, Vec::new());
+                }
+                slice = slice.min(left);
+            }
+            running = cv.wait_timeout(running, slice).unwrap().0;
+        }
     }
 }
 

@@ -85,6 +85,11 @@ pub(crate) struct Remote {
     pub(crate) leapfroggers: crate::base::AtomicUsize,
     /// The worker whose theft this worker is waiting on in `join` (`usize::MAX`: none).
     pub(crate) waiting_on: crate::base::AtomicUsize,
+    /// Fork-join waits in progress on this worker (a `join` waiting for its thief, a
+    /// `scope` for its jobs): such a worker cannot leave
+    /// its loop before that job ends, and the job may be what shuts the runtime down
+    /// (see `Runtime::shutdown`).
+    pub(crate) fork_join_waits: crate::base::AtomicUsize,
     /// Shutdown: tasks tied to this worker (suspended fibers, and what its inbox held)
     /// that only this worker may cancel, on its own thread, as it leaves (see
     /// [`Shared::set_aside`]).
@@ -242,6 +247,7 @@ impl Shared {
                     stalled: AtomicBool::new(false),
                     leapfroggers: crate::base::AtomicUsize::new(0),
                     waiting_on: crate::base::AtomicUsize::new(usize::MAX),
+                    fork_join_waits: crate::base::AtomicUsize::new(0),
                     set_aside: Mutex::new(SetAside {
                         tasks: Vec::new(),
                         closed: false,

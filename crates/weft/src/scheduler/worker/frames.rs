@@ -32,6 +32,26 @@ impl Core {
         self.jobs_running.set(if running { n + 1 } else { n - 1 });
     }
 
+    /// Whether a fork-join job runs on this worker (at any depth).
+    pub(crate) fn in_job(&self) -> bool {
+        self.jobs_running.get() > 0
+    }
+
+    /// Runs `wait`, a fork-join wait for a job that may run elsewhere, counted in
+    /// `Remote::fork_join_waits` while it lasts (unwinding included).
+    pub(crate) fn fork_join_wait<R>(&self, wait: impl FnOnce() -> R) -> R {
+        struct Counted<'a>(&'a crate::base::AtomicUsize);
+        impl Drop for Counted<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, SeqCst);
+            }
+        }
+        let waits = &self.remote().fork_join_waits;
+        waits.fetch_add(1, SeqCst);
+        let _counted = Counted(waits);
+        wait()
+    }
+
     /// A `scope` body starts (`true`) or ends on this worker.
     pub(crate) fn scope_entered(&self, entered: bool) {
         let n = self.scopes.get();
@@ -234,16 +254,18 @@ impl Core {
     /// it idle until the thief is done.
     pub(crate) fn wait_for_thief(&self, latch: &OnceLatch, thief: &AtomicUsize) {
         let mut leapfrog = None;
-        latch.wait(&self.parker, || {
-            let thief = thief.load(Relaxed);
-            if thief == usize::MAX {
-                return false;
-            }
-            if leapfrog.is_none() {
-                // Before the steal below: see `wake_leapfroggers`.
-                leapfrog = Some(self.leapfrog(thief));
-            }
-            self.help_thief(thief)
+        self.fork_join_wait(|| {
+            latch.wait(&self.parker, || {
+                let thief = thief.load(Relaxed);
+                if thief == usize::MAX {
+                    return false;
+                }
+                if leapfrog.is_none() {
+                    // Before the steal below: see `wake_leapfroggers`.
+                    leapfrog = Some(self.leapfrog(thief));
+                }
+                self.help_thief(thief)
+            })
         });
     }
 
