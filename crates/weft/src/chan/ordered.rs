@@ -4,10 +4,10 @@
 
 use std::fmt;
 use std::future::Future;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
 use super::{bounded, Receiver, RecvError, SendError, Sender};
 use crate::base::Mutex;
+use crate::task::waker::drop_each;
 use crate::task::{JoinError, JoinHandle};
 
 /// Creates an ordered task channel that queues at most `cap` handles of started
@@ -264,27 +264,9 @@ impl<T> Drop for OrderedReceiver<T> {
         for h in &queued {
             h.abort();
         }
-        // Each handle drops on its own: a finished output whose `Drop` panics reaches
-        // us, and the rest dropped during that unwind would abort the process at a
-        // second such panic. Every output is dropped; the first panic goes on after.
-        let mut first = None;
-        for h in queued {
-            if let Err(p) = catch_unwind(AssertUnwindSafe(move || drop(h))) {
-                match first {
-                    None => first = Some(p),
-                    // A later payload is dropped (one whose own `Drop` panics is
-                    // leaked rather than unwinding past the handles still to drop).
-                    Some(_) => {
-                        if let Err(q) = catch_unwind(AssertUnwindSafe(move || drop(p))) {
-                            std::mem::forget(q);
-                        }
-                    }
-                }
-            }
-        }
-        if let Some(p) = first {
-            resume_unwind(p);
-        }
+        // Each handle drops on its own (a finished output's `Drop` may panic; see
+        // `drop_each`).
+        drop_each(queued);
     }
 }
 

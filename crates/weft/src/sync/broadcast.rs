@@ -29,6 +29,7 @@ use std::task::{Context, Poll};
 
 use super::waiter::{wake_all, Waiter};
 use crate::base::Arc;
+use crate::task::waker::drop_each;
 use crate::waitlist::{Lock, Reason, WaitList, WakeBatch};
 
 /// The errors of [`broadcast`](self).
@@ -183,6 +184,13 @@ impl<T> State<T> {
     fn slot(&mut self, pos: u64) -> &mut Option<Slot<T>> {
         let i = (pos & (self.cap() - 1)) as usize;
         &mut self.slots[i]
+    }
+}
+
+impl<T> Drop for State<T> {
+    fn drop(&mut self) {
+        // The values nobody read, one at a time: see `drop_each`.
+        drop_each(self.slots.iter_mut().filter_map(|s| s.take()?.value));
     }
 }
 
@@ -456,7 +464,8 @@ impl<T> Drop for Receiver<T> {
             }
         }
         drop(st);
-        drop(freed);
+        // One at a time: see `drop_each`.
+        drop_each(freed);
     }
 }
 

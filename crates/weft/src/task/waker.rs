@@ -95,6 +95,26 @@ pub(crate) fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
     }
 }
 
+/// Drops every item on its own: a `Drop` that panics does not stop the rest, and the
+/// first panic goes on once all are dropped (later payloads go to [`drop_payload`]).
+/// Dropped together (a `Vec`, a boxed slice), a second panic came during the first
+/// one's unwind and aborted the process (found in review: the ordered channel's
+/// receiver, broadcast's receiver and ring).
+pub(crate) fn drop_each<T>(items: impl IntoIterator<Item = T>) {
+    let mut first = None;
+    for item in items {
+        if let Err(p) = catch_unwind(AssertUnwindSafe(move || drop(item))) {
+            match first {
+                None => first = Some(p),
+                Some(_) => drop_payload(p),
+            }
+        }
+    }
+    if let Some(p) = first {
+        std::panic::resume_unwind(p);
+    }
+}
+
 /// A waker about to be stored by code that holds a weft lock. A waker's `clone` is its
 /// owner's code, which may use the very object whose lock is held (a waker that sends
 /// on the channel it waits on, that arms a timer, ...): weft runs no such code under its
