@@ -106,16 +106,23 @@ impl Runtime {
         // Refuse outside spawns first, then mark what is alive: a spawn that saw the
         // flag down bound its task before, or it is refused; either way the marking
         // walk, which takes every shard lock after the flag went up, sees every task
-        // accepted from outside.
+        // accepted from outside. It marks with every shard of every pool locked at
+        // once (`OwnedTasks::lock_all`): shard by shard, a task that spawns its
+        // successor and completes could put the successor in a shard already walked
+        // and leave one not yet walked, and be missed from the count (seen in a soak:
+        // one of two such chains went uncounted).
         for p in &inner.pools {
             p.begin_draining();
         }
         let mut active = 0;
-        for p in &inner.pools {
-            p.owned.for_each(|h| {
-                h.flags.fetch_or(ACTIVE_AT_DRAIN, Relaxed);
-                active += 1;
-            });
+        {
+            let locked: Vec<_> = inner.pools.iter().map(|p| p.owned.lock_all()).collect();
+            for l in &locked {
+                l.for_each(|h| {
+                    h.flags.fetch_or(ACTIVE_AT_DRAIN, Relaxed);
+                    active += 1;
+                });
+            }
         }
         let mut pause = Duration::from_micros(50);
         while inner.has_active_tasks() {

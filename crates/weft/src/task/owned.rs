@@ -29,6 +29,29 @@ impl Locked<'_> {
     pub(crate) fn len(&self) -> usize {
         self.0.iter().map(|s| s.len).sum()
     }
+
+    /// Calls `f` on every linked task of the snapshot (see
+    /// [`OwnedTasks::for_each`] for what `f` may do).
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&Header)) {
+        for s in &self.0 {
+            s.for_each(&mut f);
+        }
+    }
+}
+
+impl Shard {
+    /// Calls `f` on every task linked here; the caller holds this shard's lock.
+    fn for_each(&self, f: &mut impl FnMut(&Header)) {
+        let mut next = self.head;
+        while let Some(t) = next {
+            // SAFETY: under the shard's lock every linked task is alive (the list
+            // holds a reference to it) and its links are stable.
+            let h = unsafe { t.as_ref() };
+            f(h);
+            // SAFETY: as above.
+            next = unsafe { h.owned.next.with(|p| *p) };
+        }
+    }
 }
 
 pub(crate) struct OwnedTasks {
@@ -148,16 +171,7 @@ impl OwnedTasks {
     /// (nor anything that may complete a task: that would take the shard lock again).
     pub(crate) fn for_each(&self, mut f: impl FnMut(&Header)) {
         for shard in self.shards.iter() {
-            let s = shard.lock();
-            let mut next = s.head;
-            while let Some(t) = next {
-                // SAFETY: under the shard's lock every linked task is alive (the list
-                // holds a reference to it) and its links are stable.
-                let h = unsafe { t.as_ref() };
-                f(h);
-                // SAFETY: as above.
-                next = unsafe { h.owned.next.with(|p| *p) };
-            }
+            shard.lock().for_each(&mut f);
         }
     }
 }
