@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::task::{Poll, Waker};
 
 use super::{bounded, Receiver, RecvError, SendError, Sender};
 use crate::base::Mutex;
@@ -40,6 +41,9 @@ pub fn ordered<T>(cap: usize) -> (OrderedSender<T>, OrderedReceiver<T>) {
             head: Mutex::new(Head {
                 next: 0,
                 back: std::collections::VecDeque::new(),
+                joining: 0,
+                waiting: Vec::new(),
+                ids: 0,
             }),
         },
     )
@@ -188,15 +192,9 @@ impl<T: Send + 'static> OrderedReceiver<T> {
         &self,
     ) -> impl Future<Output = Result<Result<T, JoinError>, RecvError>> + Send + '_ {
         async move {
-            let held = self.head.lock().back.pop_front();
-            let (seq, h) = match held {
-                Some(held) => held,
-                None => {
-                    let h = self.rx.recv().await?.into_inner();
-                    let mut head = self.head.lock();
-                    head.next += 1;
-                    (head.next, h)
-                }
+            let (seq, h) = match self.take().await {
+                Some(taken) => taken,
+                None => return Err(RecvError),
             };
             let mut guard = PutBack {
                 slot: &self.head,
@@ -207,6 +205,74 @@ impl<T: Send + 'static> OrderedReceiver<T> {
             guard.h = None;
             Ok(r)
         }
+    }
+
+    /// The next handle to join, numbered, and counted in `Head::joining` (the caller's
+    /// `PutBack` counts it out); `None` once every sender is gone, the queue is drained
+    /// and no receive holds a handle it could put back.
+    ///
+    /// A receive that waits on the inner channel also waits for a put-back: it
+    /// registers in `Head::waiting` under the head's lock in the same look that found
+    /// `back` empty, and a put-back (or the last join's end, for a receive waiting to
+    /// report the end) wakes every registered receive after inserting under that lock.
+    /// So a handle put back while another receive waits reaches it (found in review:
+    /// the waiting receive slept on the empty channel, and reported the end while a
+    /// result was still queued).
+    async fn take(&self) -> Option<(u64, JoinHandle<T>)> {
+        let id = {
+            let mut head = self.head.lock();
+            head.ids += 1;
+            head.ids
+        };
+        let _registered = Unregister {
+            slot: &self.head,
+            id,
+        };
+        let mut inner = std::pin::pin!(self.rx.recv());
+        let mut closed = false;
+        std::future::poll_fn(|cx| {
+            {
+                let mut head = self.head.lock();
+                if let Some(held) = head.back.pop_front() {
+                    head.joining += 1;
+                    return Poll::Ready(Some(held));
+                }
+                if closed {
+                    if head.joining == 0 {
+                        return Poll::Ready(None);
+                    }
+                    head.register(id, cx.waker());
+                    return Poll::Pending;
+                }
+                head.register(id, cx.waker());
+            }
+            match inner.as_mut().poll(cx) {
+                Poll::Ready(Ok(q)) => {
+                    let h = q.into_inner();
+                    let mut head = self.head.lock();
+                    head.next += 1;
+                    head.joining += 1;
+                    Poll::Ready(Some((head.next, h)))
+                }
+                Poll::Ready(Err(RecvError)) => {
+                    // Drained and disconnected; a handle may still come back from a
+                    // receive that holds one: look again, registered.
+                    closed = true;
+                    let mut head = self.head.lock();
+                    if let Some(held) = head.back.pop_front() {
+                        head.joining += 1;
+                        Poll::Ready(Some(held))
+                    } else if head.joining == 0 {
+                        Poll::Ready(None)
+                    } else {
+                        head.register(id, cx.waker());
+                        Poll::Pending
+                    }
+                }
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await
     }
 
     /// As [`recv`](Self::recv), blocking by `weft::wait`'s rule.
@@ -233,19 +299,64 @@ struct PutBack<'a, T> {
 }
 
 /// Handles put back by cancelled receives, in queue order (each numbered when it left
-/// the channel).
+/// the channel), and the receives waiting for one (see `OrderedReceiver::take`).
 struct Head<T> {
     next: u64,
     back: std::collections::VecDeque<(u64, JoinHandle<T>)>,
+    /// Receives holding a handle (joining it): each may still put it back.
+    joining: usize,
+    /// The receives waiting, by id, with their wakers.
+    waiting: Vec<(u64, Waker)>,
+    /// The last receive's id.
+    ids: u64,
+}
+
+impl<T> Head<T> {
+    fn register(&mut self, id: u64, waker: &Waker) {
+        match self.waiting.iter_mut().find(|(i, _)| *i == id) {
+            Some((_, w)) => w.clone_from(waker),
+            None => self.waiting.push((id, waker.clone())),
+        }
+    }
 }
 
 impl<T> Drop for PutBack<'_, T> {
     fn drop(&mut self) {
-        if let Some(h) = self.h.take() {
-            let mut head = self.slot.lock();
+        let mut head = self.slot.lock();
+        head.joining -= 1;
+        let put_back = self.h.take().map(|h| {
             let at = head.back.partition_point(|(s, _)| *s < self.seq);
             head.back.insert(at, (self.seq, h));
+        });
+        // A put-back wakes the waiting receives, and so does the last join's end (a
+        // receive that found the channel disconnected waits for it to report the end).
+        let wake = if put_back.is_some() || head.joining == 0 {
+            std::mem::take(&mut head.waiting)
+        } else {
+            Vec::new()
+        };
+        drop(head);
+        for (_, w) in wake {
+            w.wake();
         }
+    }
+}
+
+/// A receive's registration in `Head::waiting`, removed when its `take` ends.
+struct Unregister<'a, T> {
+    slot: &'a Mutex<Head<T>>,
+    id: u64,
+}
+
+impl<T> Drop for Unregister<'_, T> {
+    fn drop(&mut self) {
+        let w = {
+            let mut head = self.slot.lock();
+            let at = head.waiting.iter().position(|(i, _)| *i == self.id);
+            at.map(|at| head.waiting.swap_remove(at))
+        };
+        // The waker drops after the lock: a waker's drop is its owner's code.
+        drop(w);
     }
 }
 

@@ -19,10 +19,11 @@ pub(crate) enum Timer {
         deadline: Instant,
         taken: AtomicBool,
     },
-    /// Fires every `period`; `next` is the next delivery.
+    /// Fires every `period`; `next` is the next delivery, with the count of
+    /// deliveries taken so far (see [`Timer::give_back`]).
     Tick {
         period: Duration,
-        next: Mutex<Instant>,
+        next: Mutex<(Instant, u64)>,
     },
 }
 
@@ -37,7 +38,7 @@ impl Timer {
     pub(crate) fn tick(period: Duration) -> Timer {
         Timer::Tick {
             period,
-            next: Mutex::new(after_or_far(Instant::now(), period)),
+            next: Mutex::new((after_or_far(Instant::now(), period), 0)),
         }
     }
 
@@ -47,34 +48,47 @@ impl Timer {
             Timer::At { deadline, taken } => {
                 (!taken.load(std::sync::atomic::Ordering::Acquire)).then_some(*deadline)
             }
-            Timer::Tick { next, .. } => Some(*next.lock()),
+            Timer::Tick { next, .. } => Some(next.lock().0),
         }
     }
 
     /// Takes the message if it is due.
     pub(crate) fn try_take(&self) -> Option<Instant> {
+        self.try_take_stamped().map(|(at, _)| at)
+    }
+
+    /// [`try_take`](Self::try_take), with a stamp for [`give_back`](Self::give_back).
+    pub(crate) fn try_take_stamped(&self) -> Option<(Instant, u64)> {
         let now = Instant::now();
         match self {
             Timer::At { deadline, taken } => {
-                (now >= *deadline && !taken.swap(true, AcqRel)).then_some(*deadline)
+                (now >= *deadline && !taken.swap(true, AcqRel)).then_some((*deadline, 0))
             }
             Timer::Tick { period, next } => {
                 let mut next = next.lock();
-                if now < *next {
+                if now < next.0 {
                     return None;
                 }
-                let fired = *next;
-                *next = after_or_far(now, *period);
-                Some(fired)
+                let fired = next.0;
+                *next = (after_or_far(now, *period), next.1 + 1);
+                Some((fired, next.1))
             }
         }
     }
 
-    /// A message taken by a select that was not performed comes back.
-    pub(crate) fn give_back(&self, fired: Instant) {
+    /// A message taken by a select that was not performed comes back. A tick comes
+    /// back only if no later one was taken meanwhile (by a clone of the receiver):
+    /// given back then, it went out again after that later one, back in time (found
+    /// in review); it is dropped instead, as a tick nobody received in time is.
+    pub(crate) fn give_back(&self, fired: Instant, stamp: u64) {
         match self {
             Timer::At { taken, .. } => taken.store(false, std::sync::atomic::Ordering::Release),
-            Timer::Tick { next, .. } => *next.lock() = fired,
+            Timer::Tick { next, .. } => {
+                let mut next = next.lock();
+                if next.1 == stamp {
+                    next.0 = fired;
+                }
+            }
         }
     }
 

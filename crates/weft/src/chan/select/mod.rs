@@ -231,7 +231,8 @@ struct SendNode<'a, T> {
 
 struct TimerNode<'a> {
     timer: &'a Timer,
-    fired: Mutex<Option<Instant>>,
+    /// The message a select took, with its stamp (`Timer::give_back`).
+    fired: Mutex<Option<(Instant, u64)>>,
 }
 
 struct NeverNode;
@@ -422,8 +423,8 @@ impl<T: Send> OpNode for SendNode<'_, T> {
 
 impl OpNode for TimerNode<'_> {
     fn try_now(&self, _: bool) -> Option<Won> {
-        let at = self.timer.try_take()?;
-        *self.fired.lock() = Some(at);
+        let taken = self.timer.try_take_stamped()?;
+        *self.fired.lock() = Some(taken);
         Some(Won::Value)
     }
     fn ready_now(&self) -> bool {
@@ -437,8 +438,8 @@ impl OpNode for TimerNode<'_> {
         None
     }
     fn release(&self) {
-        if let Some(at) = self.fired.lock().take() {
-            self.timer.give_back(at);
+        if let Some((at, stamp)) = self.fired.lock().take() {
+            self.timer.give_back(at, stamp);
         }
     }
     fn refresh_waker(&self, _: &Waker) {}
@@ -1503,7 +1504,7 @@ impl SelectedOperation<'_> {
             // SAFETY: the selected operation is a receive on this very timer receiver
             // (checked above), whose nodes are `TimerNode`s; the box lives in `self`.
             let fired = unsafe { (*node).fired.lock().take() };
-            return Ok(convert(fired.expect("a selected timer fired")));
+            return Ok(convert(fired.expect("a selected timer fired").0));
         }
         let node = self.node().as_ptr().cast::<RecvNode<'_, T>>();
         // SAFETY: the selected operation is a receive on this very channel (checked
