@@ -672,6 +672,10 @@ fn an_owner_fiber_aborted_in_its_wait_cancels_and_outlives_its_children() {
             let _enter = rt.enter();
             let (seen_tx, seen_rx) = mpsc::channel();
             let (waiting_tx, waiting_rx) = mpsc::channel();
+            // Every child starts before the abort: one cancelled unstarted never bumps
+            // `ended` (under load 5 ms was not always enough, seen in a soak).
+            let started = Arc::new(AtomicUsize::new(0));
+            let s = started.clone();
             let owner = weft::fiber::spawn(move || {
                 // Children borrow these, from the owner's stack.
                 let ended = AtomicUsize::new(0);
@@ -683,6 +687,7 @@ fn an_owner_fiber_aborted_in_its_wait_cancels_and_outlives_its_children() {
                 let _ = weft::nursery_blocking(|n| {
                     let [a, b, c] = &mut written;
                     let ended = &ended;
+                    let (s1, s2, s3) = (s.clone(), s.clone(), s);
                     // Parked children: cancelled by the owner's abort.
                     n.spawn_fiber(move || {
                         struct Bump<'a>(&'a AtomicUsize);
@@ -692,18 +697,21 @@ fn an_owner_fiber_aborted_in_its_wait_cancels_and_outlives_its_children() {
                             }
                         }
                         let _b = Bump(ended);
+                        s1.fetch_add(1, SeqCst);
                         *a = 1;
                         weft::fiber::sleep(LONG);
                         Ok::<_, ()>(())
                     });
                     // Shielded children: go on after the abort, touching the frame late.
                     n.spawn(async move {
+                        s2.fetch_add(1, SeqCst);
                         weft::task::shield(weft::time::sleep(Duration::from_millis(30))).await;
                         *b = 2;
                         ended.fetch_add(1, SeqCst);
                         Ok(())
                     });
                     n.spawn_fiber(move || {
+                        s3.fetch_add(1, SeqCst);
                         weft::wait(weft::task::shield(weft::time::sleep(
                             Duration::from_millis(30),
                         )));
@@ -720,6 +728,7 @@ fn an_owner_fiber_aborted_in_its_wait_cancels_and_outlives_its_children() {
                 unreachable!("the owner was aborted: it unwinds in its wait");
             });
             waiting_rx.recv().unwrap();
+            common::wait_until("every child started", || started.load(SeqCst) == 3);
             std::thread::sleep(Duration::from_millis(5));
             owner.abort();
             let r = owner.join();

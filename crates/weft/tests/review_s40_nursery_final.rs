@@ -52,20 +52,26 @@ const MANY: usize = 20_000;
 /// milliseconds wide.
 #[test]
 fn a_blocking_body_err_before_the_deadline_with_many_children() {
-    watchdog(9, || {
+    watchdog(30, || {
         let rt = workers(2);
         let _g = rt.enter();
         let mut elapsed = 0;
         let mut trials = 0;
-        for _ in 0..3 {
+        // Up to six attempts for two verdicts; a deadline that the spawns overran (a
+        // loaded machine) doubles for the next one.
+        let mut span = 400;
+        for _ in 0..6 {
+            if trials == 2 {
+                break;
+            }
             let dropped = counter();
-            let deadline = Instant::now() + ms(400);
+            let deadline = Instant::now() + ms(span);
             let returned_at: Mutex<Option<(Instant, usize)>> = Mutex::new(None);
             let r: Deadlined<(), &str> = Nursery::with_deadline(deadline).run_blocking(|n| {
                 for _ in 0..MANY {
                     n.spawn(pending_child(&dropped));
                 }
-                spin_until(deadline - Duration::from_micros(300));
+                spin_until(deadline - ms(1));
                 *returned_at.lock().unwrap() = Some((Instant::now(), load(&dropped)));
                 Err("body")
             });
@@ -73,7 +79,8 @@ fn a_blocking_body_err_before_the_deadline_with_many_children() {
             assert_eq!(load(&dropped), MANY, "every child dropped");
             // The deadline had not cancelled a single child when the body returned.
             if at >= deadline || cancelled_before > 0 {
-                continue; // the spawns overran: no verdict
+                span = (span * 2).min(1600); // the spawns overran: no verdict
+                continue;
             }
             trials += 1;
             if r.is_err() {
@@ -95,13 +102,19 @@ fn a_blocking_body_err_before_the_deadline_with_many_children() {
 /// The same race in the async form (`Run::poll`: `cancel()` then `body_returned`).
 #[test]
 fn an_async_body_err_before_the_deadline_with_many_children() {
-    watchdog(9, || {
+    watchdog(30, || {
         let rt = workers(2);
         let mut elapsed = 0;
         let mut trials = 0;
-        for _ in 0..3 {
+        // Up to six attempts for two verdicts; a deadline that the spawns overran (a
+        // loaded machine) doubles for the next one.
+        let mut span = 400;
+        for _ in 0..6 {
+            if trials == 2 {
+                break;
+            }
             let dropped = counter();
-            let deadline = Instant::now() + ms(400);
+            let deadline = Instant::now() + ms(span);
             let returned_at: Arc<Mutex<Option<(Instant, usize)>>> = Arc::default();
             let at2 = returned_at.clone();
             let d2 = dropped.clone();
@@ -110,7 +123,7 @@ fn an_async_body_err_before_the_deadline_with_many_children() {
                     for _ in 0..MANY {
                         n.spawn(pending_child(&d2));
                     }
-                    spin_until(deadline - Duration::from_micros(300));
+                    spin_until(deadline - ms(1));
                     *at2.lock().unwrap() = Some((Instant::now(), load(&d2)));
                     Err("body")
                 },
@@ -118,6 +131,7 @@ fn an_async_body_err_before_the_deadline_with_many_children() {
             let (at, cancelled_before) = returned_at.lock().unwrap().unwrap();
             assert_eq!(load(&dropped), MANY, "every child dropped");
             if at >= deadline || cancelled_before > 0 {
+                span = (span * 2).min(1600);
                 continue;
             }
             trials += 1;
