@@ -86,9 +86,15 @@ where
     // until they all finished; jobs below the mark belong to enclosing joins.
     let wait = || {
         scope.done.wait(&parker, || {
-            match core.and_then(|c| c.pop_job_above(mark?)) {
+            if core.is_some_and(|c| c.fork_join_shutdown_step()) {
+                return true;
+            }
+            let Some(c) = core else {
+                return false;
+            };
+            match mark.and_then(|m| c.pop_job_above(m)) {
                 Some(job) => {
-                    execute(job);
+                    c.helping(job);
                     true
                 }
                 None => false,

@@ -625,6 +625,18 @@ impl Runtime {
     /// is left that could still be in plain user code: a waiting worker is running
     /// (counted in `running`, which cannot fall while the lock is held), so the
     /// waiting ones are at most the running ones.
+    ///
+    /// Only a worker *blocked* in such a wait counts (not while it runs a job to help,
+    /// `Core::helping`), and only if the same ones are found blocked at two looks a
+    /// millisecond apart. A worker blocked for a job that another worker runs, with
+    /// that one in plain user code, is waited for through that one: this returns only
+    /// once every other running worker is blocked, and then every chain of waits ends
+    /// at this thread's job (a job someone runs; the runner blocked in turn, and so
+    /// on). What the second look is for: a wait whose job has just ended but whose
+    /// worker has not woken yet, and a helper between two jobs, which a single look
+    /// could catch. A worker this misses leaves its loop after its poll, like this
+    /// thread's own (found in review: a worker running its own scope's jobs in the
+    /// scope's wait was not waited for).
     fn wait_for_workers(
         &self,
         own_left: usize,
@@ -653,6 +665,7 @@ impl Runtime {
                 Some((k, c.index()))
             })
         });
+        let mut seen: Option<Vec<(usize, usize)>> = None;
         loop {
             let waiting: Vec<(usize, usize)> = inner
                 .pools
@@ -671,7 +684,12 @@ impl Runtime {
                 .filter(|&w| Some(w) != own)
                 .collect();
             if *running <= own_left + waiting.len() {
-                return (true, *running == 0, waiting);
+                if *running <= own_left || seen.as_ref() == Some(&waiting) {
+                    return (true, *running == 0, waiting);
+                }
+                seen = Some(waiting);
+            } else {
+                seen = None;
             }
             let mut slice = Duration::from_millis(1);
             if let Some(d) = deadline {

@@ -335,6 +335,17 @@ impl Core {
         self.run_injected_jobs() || self.resume_a_ready_wait() || self.unwind_set_aside_fibers()
     }
 
+    /// What a fork-join wait (a `join` waiting for its thief, a `scope` for its jobs)
+    /// does while the runtime shuts down: unwinds the fibers set aside for this worker.
+    /// Dropped inside the job this worker waits for, the runtime cancels the other
+    /// tasks on the dropping thread first, and a cancelled future's `Drop` may need
+    /// one of those fibers unwound (a lock it holds across its wait); this worker
+    /// leaves its loop, where it would unwind them, only after the wait (found in
+    /// review: each waited for the other). Returns whether it did any.
+    pub(crate) fn fork_join_shutdown_step(&self) -> bool {
+        self.shared.is_routed() && self.unwind_set_aside_fibers()
+    }
+
     /// Runs the fork-join jobs injected into this worker's pool; false if there were
     /// none. While the runtime shuts down nobody else may run them until every worker
     /// has left, and a wait here may be waiting for one (found in review: a `join`

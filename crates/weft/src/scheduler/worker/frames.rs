@@ -38,18 +38,22 @@ impl Core {
     }
 
     /// Runs `wait`, a fork-join wait for a job that may run elsewhere, counted in
-    /// `Remote::fork_join_waits` while it lasts (unwinding included).
+    /// `Remote::fork_join_waits` while it lasts (unwinding included), except while it
+    /// runs a job to help ([`Core::helping`]).
     pub(crate) fn fork_join_wait<R>(&self, wait: impl FnOnce() -> R) -> R {
-        struct Counted<'a>(&'a crate::base::AtomicUsize);
-        impl Drop for Counted<'_> {
-            fn drop(&mut self) {
-                self.0.fetch_sub(1, SeqCst);
-            }
-        }
         let waits = &self.remote().fork_join_waits;
         waits.fetch_add(1, SeqCst);
-        let _counted = Counted(waits);
+        let _counted = Counted(waits, false);
         wait()
+    }
+
+    /// Runs `job` from inside a fork-join wait: this worker does not count as blocked
+    /// in that wait meanwhile (it runs code that ends by itself, or waits anew).
+    pub(crate) fn helping(&self, job: JobRef) {
+        let waits = &self.remote().fork_join_waits;
+        waits.fetch_sub(1, SeqCst);
+        let _counted = Counted(waits, true);
+        crate::scheduler::job::execute(job);
     }
 
     /// A `scope` body starts (`true`) or ends on this worker.
@@ -256,6 +260,9 @@ impl Core {
         let mut leapfrog = None;
         self.fork_join_wait(|| {
             latch.wait(&self.parker, || {
+                if self.fork_join_shutdown_step() {
+                    return true;
+                }
                 let thief = thief.load(Relaxed);
                 if thief == usize::MAX {
                     return false;
@@ -342,7 +349,7 @@ impl Core {
         match self.steal_job_from(thief) {
             Some(job) => {
                 self.counters().jobs_run.bump(1);
-                crate::scheduler::job::execute(job);
+                self.helping(job);
                 true
             }
             None => false,
@@ -361,6 +368,20 @@ impl Core {
                 Steal::Empty => return None,
                 Steal::Retry => std::hint::spin_loop(),
             }
+        }
+    }
+}
+
+/// A count of `Remote::fork_join_waits` undone when dropped (also by an unwind):
+/// taken back (`false`) or given back (`true`).
+struct Counted<'a>(&'a crate::base::AtomicUsize, bool);
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0.fetch_add(1, SeqCst);
+        } else {
+            self.0.fetch_sub(1, SeqCst);
         }
     }
 }
