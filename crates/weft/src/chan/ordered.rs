@@ -218,7 +218,7 @@ impl<T: Send + 'static> OrderedReceiver<T> {
     /// So a handle put back while another receive waits reaches it (found in review:
     /// the waiting receive slept on the empty channel, and reported the end while a
     /// result was still queued).
-    async fn take(&self) -> Option<(u64, JoinHandle<T>)> {
+    async fn take(&self) -> Taken<T> {
         let id = {
             let mut head = self.head.lock();
             head.ids += 1;
@@ -231,20 +231,15 @@ impl<T: Send + 'static> OrderedReceiver<T> {
         let mut inner = std::pin::pin!(self.rx.recv());
         let mut closed = false;
         std::future::poll_fn(|cx| {
-            {
-                let mut head = self.head.lock();
-                if let Some(held) = head.back.pop_front() {
-                    head.joining += 1;
-                    return Poll::Ready(Some(held));
-                }
-                if closed {
-                    if head.joining == 0 {
-                        return Poll::Ready(None);
-                    }
-                    head.register(id, cx.waker());
-                    return Poll::Pending;
-                }
-                head.register(id, cx.waker());
+            // Wakers are cloned before the head's lock and dropped after it: their
+            // clone and drop are their owners' code.
+            let (found, spare) = self.look(id, closed, cx.waker().clone());
+            drop(spare);
+            if let Some(found) = found {
+                return Poll::Ready(found);
+            }
+            if closed {
+                return Poll::Pending;
             }
             match inner.as_mut().poll(cx) {
                 Poll::Ready(Ok(q)) => {
@@ -258,21 +253,38 @@ impl<T: Send + 'static> OrderedReceiver<T> {
                     // Drained and disconnected; a handle may still come back from a
                     // receive that holds one: look again, registered.
                     closed = true;
-                    let mut head = self.head.lock();
-                    if let Some(held) = head.back.pop_front() {
-                        head.joining += 1;
-                        Poll::Ready(Some(held))
-                    } else if head.joining == 0 {
-                        Poll::Ready(None)
-                    } else {
-                        head.register(id, cx.waker());
-                        Poll::Pending
-                    }
+                    let (found, spare) = self.look(id, closed, cx.waker().clone());
+                    drop(spare);
+                    found.map_or(Poll::Pending, Poll::Ready)
                 }
                 Poll::Pending => Poll::Pending,
             }
         })
         .await
+    }
+
+    /// One look under the head's lock for receive `id`: a handle put back (counted
+    /// in `joining`), or, once the inner channel is drained and disconnected
+    /// (`closed`), the end if no receive holds a handle. Otherwise `waker` is
+    /// registered. Returns what was found, and a waker for the caller to drop after
+    /// the lock (the one replaced, or `waker` if unused).
+    fn look(&self, id: u64, closed: bool, waker: Waker) -> (Option<Taken<T>>, Option<Waker>) {
+        let mut head = self.head.lock();
+        if let Some(held) = head.back.pop_front() {
+            head.joining += 1;
+            return (Some(Some(held)), Some(waker));
+        }
+        if closed && head.joining == 0 {
+            return (Some(None), Some(waker));
+        }
+        let replaced = match head.waiting.iter_mut().find(|(i, _)| *i == id) {
+            Some((_, w)) => Some(std::mem::replace(w, waker)),
+            None => {
+                head.waiting.push((id, waker));
+                None
+            }
+        };
+        (None, replaced)
     }
 
     /// As [`recv`](Self::recv), blocking by `weft::wait`'s rule.
@@ -311,15 +323,6 @@ struct Head<T> {
     ids: u64,
 }
 
-impl<T> Head<T> {
-    fn register(&mut self, id: u64, waker: &Waker) {
-        match self.waiting.iter_mut().find(|(i, _)| *i == id) {
-            Some((_, w)) => w.clone_from(waker),
-            None => self.waiting.push((id, waker.clone())),
-        }
-    }
-}
-
 impl<T> Drop for PutBack<'_, T> {
     fn drop(&mut self) {
         let mut head = self.slot.lock();
@@ -341,6 +344,9 @@ impl<T> Drop for PutBack<'_, T> {
         }
     }
 }
+
+/// What a receive takes: the next handle to join, numbered; `None` at the end.
+type Taken<T> = Option<(u64, JoinHandle<T>)>;
 
 /// A receive's registration in `Head::waiting`, removed when its `take` ends.
 struct Unregister<'a, T> {

@@ -608,35 +608,29 @@ impl Runtime {
         }
         marked
     }
-}
 
-impl Runtime {
     /// Waits until every worker but this thread's own (`own_left`: 1 when dropped
     /// from inside one of its tasks) has left its loop, or `deadline` passes. Returns
     /// whether they left, whether all did (this thread's worker too), and the workers
     /// that were not waited for (pool, index).
     ///
     /// Dropped inside a fork-join job (`in_job`), a worker waiting in a `join` for its
-    /// thief or in a `scope` for its jobs may be waiting for this very job, which ends only after this returns: each waited for
-    /// the other for ever (found in review). Such workers are not waited for; like this
-    /// thread's own, each leaves its loop when its wait and its poll end, and unwinds
-    /// its fibers then. Entering such a wait signals nobody, so the count is read again
-    /// every millisecond. Once it says that every other running worker is in one, none
-    /// is left that could still be in plain user code: a waiting worker is running
-    /// (counted in `running`, which cannot fall while the lock is held), so the
-    /// waiting ones are at most the running ones.
+    /// thief or in a `scope` for its jobs may be waiting for this very job, which ends
+    /// only after this returns: each waited for the other for ever (found in review).
+    /// So a worker *blocked* in such a wait (`Remote::fork_join_waits`; not while it
+    /// runs a job to help, `Core::helping`) is not waited for: like this thread's own,
+    /// it leaves its loop when its wait and its poll end, and unwinds its fibers then.
     ///
-    /// Only a worker *blocked* in such a wait counts (not while it runs a job to help,
-    /// `Core::helping`), and only if the same ones are found blocked at two looks a
-    /// millisecond apart. A worker blocked for a job that another worker runs, with
-    /// that one in plain user code, is waited for through that one: this returns only
-    /// once every other running worker is blocked, and then every chain of waits ends
-    /// at this thread's job (a job someone runs; the runner blocked in turn, and so
-    /// on). What the second look is for: a wait whose job has just ended but whose
-    /// worker has not woken yet, and a helper between two jobs, which a single look
-    /// could catch. A worker this misses leaves its loop after its poll, like this
-    /// thread's own (found in review: a worker running its own scope's jobs in the
-    /// scope's wait was not waited for).
+    /// This returns once every other running worker is blocked so (a blocked worker is
+    /// running: counted in `running`, which cannot fall while the lock is held, so the
+    /// blocked ones are at most the running ones). Then every chain of waits ends at
+    /// this thread's job: a blocked worker waits for a job that someone runs, and that
+    /// one is blocked in turn. A worker blocked for a job that a worker in plain user
+    /// code runs is waited for through that one. Entering such a wait signals nobody,
+    /// so the count is read again every millisecond, and the same set must be seen at
+    /// two looks in a row: a single look could catch a wait whose job has just ended
+    /// before its worker woke, or a helper between two jobs (found in review: a worker
+    /// running its own scope's jobs in the scope's wait was not waited for).
     fn wait_for_workers(
         &self,
         own_left: usize,

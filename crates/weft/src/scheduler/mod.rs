@@ -85,10 +85,10 @@ pub(crate) struct Remote {
     pub(crate) leapfroggers: crate::base::AtomicUsize,
     /// The worker whose theft this worker is waiting on in `join` (`usize::MAX`: none).
     pub(crate) waiting_on: crate::base::AtomicUsize,
-    /// Fork-join waits in progress on this worker (a `join` waiting for its thief, a
-    /// `scope` for its jobs): such a worker cannot leave
-    /// its loop before that job ends, and the job may be what shuts the runtime down
-    /// (see `Runtime::shutdown`).
+    /// Fork-join waits this worker is blocked in (a `join` waiting for its thief, a
+    /// `scope` for its jobs; not counted while it runs a job to help): such a worker
+    /// cannot leave its loop before the job it waits for ends, and that job may be
+    /// what shuts the runtime down (see `Runtime::wait_for_workers`).
     pub(crate) fork_join_waits: crate::base::AtomicUsize,
     /// Shutdown: tasks tied to this worker (suspended fibers, and what its inbox held)
     /// that only this worker may cancel, on its own thread, as it leaves (see

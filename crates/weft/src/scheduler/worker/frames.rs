@@ -47,10 +47,12 @@ impl Core {
         wait()
     }
 
-    /// Runs `job` from inside a fork-join wait: this worker does not count as blocked
-    /// in that wait meanwhile (it runs code that ends by itself, or waits anew).
+    /// Runs `job` from inside a fork-join wait ([`Core::fork_join_wait`]): this
+    /// worker does not count as blocked in that wait meanwhile (it runs code that ends
+    /// by itself, or waits anew).
     pub(crate) fn helping(&self, job: JobRef) {
         let waits = &self.remote().fork_join_waits;
+        debug_assert!(waits.load(SeqCst) > 0, "helping outside a fork-join wait");
         waits.fetch_sub(1, SeqCst);
         let _counted = Counted(waits, true);
         crate::scheduler::job::execute(job);
