@@ -341,9 +341,14 @@ impl Core {
     /// tasks on the dropping thread first, and a cancelled future's `Drop` may need
     /// one of those fibers unwound (a lock it holds across its wait); this worker
     /// leaves its loop, where it would unwind them, only after the wait (found in
-    /// review: each waited for the other). Returns whether it did any.
+    /// review: each waited for the other). Returns whether it did any. Called only
+    /// inside a fork-join wait; the worker does not count as blocked in it while the
+    /// fibers unwind (their destructors are user code: the worker was not waited for
+    /// while it ran them, found in the second review).
     pub(crate) fn fork_join_shutdown_step(&self) -> bool {
-        self.shared.is_routed() && self.unwind_set_aside_fibers()
+        self.shared.is_routed()
+            && self.shared.has_set_aside(self.index)
+            && self.unblocked(|| self.unwind_set_aside_fibers())
     }
 
     /// Runs the fork-join jobs injected into this worker's pool; false if there were

@@ -51,11 +51,17 @@ impl Core {
     /// worker does not count as blocked in that wait meanwhile (it runs code that ends
     /// by itself, or waits anew).
     pub(crate) fn helping(&self, job: JobRef) {
+        self.unblocked(|| crate::scheduler::job::execute(job));
+    }
+
+    /// Runs `f`, user code run from inside a fork-join wait (a helped job, fibers
+    /// unwound at shutdown), with this worker not counted as blocked in that wait.
+    pub(crate) fn unblocked<R>(&self, f: impl FnOnce() -> R) -> R {
         let waits = &self.remote().fork_join_waits;
-        debug_assert!(waits.load(SeqCst) > 0, "helping outside a fork-join wait");
+        debug_assert!(waits.load(SeqCst) > 0, "unblocked outside a fork-join wait");
         waits.fetch_sub(1, SeqCst);
         let _counted = Counted(waits, true);
-        crate::scheduler::job::execute(job);
+        f()
     }
 
     /// A `scope` body starts (`true`) or ends on this worker.
