@@ -142,8 +142,10 @@ pub(crate) struct Shared {
     /// Set by [`begin_shutdown`](Self::begin_shutdown) once the tasks tied to each
     /// worker are on that worker's set-aside list: a worker leaving its loop waits for
     /// it before it cancels its list (see `Core::run`), so none of its fibers arrives
-    /// there after it left.
-    routed: AtomicBool,
+    /// there after it left. On a line of its own: every fork-join wait reads it as it
+    /// spins (`Core::fork_join_shutdown_step`), and the fields around it are written
+    /// on every wake.
+    routed: CachePadded<AtomicBool>,
     /// Set by [`begin_shutdown`](Self::begin_shutdown) once it has cancelled every task
     /// no worker holds: a worker leaves its loop and closes its set-aside list only
     /// then, since a cancellation may route a fiber to that list (a woken fiber, homed
@@ -278,7 +280,7 @@ impl Shared {
             }),
             injected_len: AtomicUsize::new(0),
             wake_latency_ns: AtomicU64::new(INITIAL_WAKE_LATENCY_NS),
-            routed: AtomicBool::new(false),
+            routed: CachePadded::new(AtomicBool::new(false)),
             settled: AtomicBool::new(false),
             base: workers,
             slots_used: AtomicUsize::new(workers),
