@@ -84,26 +84,12 @@ where
     scope.job_done();
     // Help with the scope's own jobs (they are on this worker's deque, newest first)
     // until they all finished; jobs below the mark belong to enclosing joins.
-    let wait = || {
-        scope.done.wait(&parker, || {
-            if core.is_some_and(|c| c.fork_join_shutdown_step()) {
-                return true;
-            }
-            let Some(c) = core else {
-                return false;
-            };
-            match mark.and_then(|m| c.pop_job_above(m)) {
-                Some(job) => {
-                    c.helping(job);
-                    true
-                }
-                None => false,
-            }
-        })
-    };
     match core {
-        Some(c) => c.fork_join_wait(wait),
-        None => wait(),
+        Some(c) => c.fork_join_wait(&scope.done, || {
+            let job = mark.and_then(|m| c.pop_job_above(m));
+            job.map(|job| c.helping(job)).is_some()
+        }),
+        None => scope.done.wait(&parker, || false),
     }
     if let Some(c) = core {
         c.scope_entered(false);

@@ -345,7 +345,7 @@ impl Core {
     /// inside a fork-join wait; the worker does not count as blocked in it while the
     /// fibers unwind (their destructors are user code: the worker was not waited for
     /// while it ran them, found in the second review).
-    pub(crate) fn fork_join_shutdown_step(&self) -> bool {
+    pub(super) fn fork_join_shutdown_step(&self) -> bool {
         self.shared.is_routed()
             && self.shared.has_set_aside(self.index)
             && self.unblocked(|| self.unwind_set_aside_fibers())

@@ -37,14 +37,16 @@ impl Core {
         self.jobs_running.get() > 0
     }
 
-    /// Runs `wait`, a fork-join wait for a job that may run elsewhere, counted in
-    /// `Remote::fork_join_waits` while it lasts (unwinding included), except while it
-    /// runs a job to help ([`Core::helping`]).
-    pub(crate) fn fork_join_wait<R>(&self, wait: impl FnOnce() -> R) -> R {
+    /// A fork-join wait (a `join` for its thief, a `scope` for its jobs) on `latch`,
+    /// which was made with this worker's parker: counted in `Remote::fork_join_waits`
+    /// while it lasts (unwinding included), except while it runs user code
+    /// ([`Core::unblocked`]), and unwinding this worker's set-aside fibers once the
+    /// runtime is routed ([`Core::fork_join_shutdown_step`]) before `help`.
+    pub(crate) fn fork_join_wait(&self, latch: &OnceLatch, mut help: impl FnMut() -> bool) {
         let waits = &self.remote().fork_join_waits;
         count(waits, true);
         let _counted = Counted(waits, false);
-        wait()
+        latch.wait(&self.parker, || self.fork_join_shutdown_step() || help());
     }
 
     /// Runs `job` from inside a fork-join wait ([`Core::fork_join_wait`]): this
@@ -269,21 +271,16 @@ impl Core {
     /// it idle until the thief is done.
     pub(crate) fn wait_for_thief(&self, latch: &OnceLatch, thief: &AtomicUsize) {
         let mut leapfrog = None;
-        self.fork_join_wait(|| {
-            latch.wait(&self.parker, || {
-                if self.fork_join_shutdown_step() {
-                    return true;
-                }
-                let thief = thief.load(Relaxed);
-                if thief == usize::MAX {
-                    return false;
-                }
-                if leapfrog.is_none() {
-                    // Before the steal below: see `wake_leapfroggers`.
-                    leapfrog = Some(self.leapfrog(thief));
-                }
-                self.help_thief(thief)
-            })
+        self.fork_join_wait(latch, || {
+            let thief = thief.load(Relaxed);
+            if thief == usize::MAX {
+                return false;
+            }
+            if leapfrog.is_none() {
+                // Before the steal below: see `wake_leapfroggers`.
+                leapfrog = Some(self.leapfrog(thief));
+            }
+            self.help_thief(thief)
         });
     }
 
