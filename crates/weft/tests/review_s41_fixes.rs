@@ -7,63 +7,16 @@ mod common;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
-use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-use common::{counter, load, watchdog, DropCounter};
+use common::{
+    counter, exact_runtime as runtime, in_stolen_b, load, me, spin_until_set as spin_until,
+    watchdog, DropCounter,
+};
 use weft::sync::broadcast;
-use weft::{Builder, Runtime};
+use weft::Runtime;
 
 type Slot = Arc<Mutex<Option<Runtime>>>;
-
-fn runtime(workers: usize, interactive: usize, extra: usize) -> Runtime {
-    Builder::new()
-        .worker_threads(workers)
-        .interactive_threads(interactive)
-        .max_extra_workers(extra)
-        .build()
-        .unwrap()
-}
-
-/// Spins until `flag` is set or `limit` passed; whether it was set.
-fn spin_until(flag: &AtomicBool, limit: Duration) -> bool {
-    let end = Instant::now() + limit;
-    while !flag.load(SeqCst) {
-        if Instant::now() > end {
-            return false;
-        }
-        std::hint::spin_loop();
-    }
-    true
-}
-
-fn me() -> ThreadId {
-    std::thread::current().id()
-}
-
-/// Runs `f` in the `b` half of a `join` whose `a` half makes small joins of its own
-/// until `b` started (a join's second half is offered to idle workers at the joins'
-/// heartbeat, not while `a` only spins; so that, when a worker is idle, `b` is stolen
-/// and the owner waits for its thief). Returns `f`'s result and whether `b` ran on
-/// another thread.
-fn in_stolen_b<R: Send>(f: impl FnOnce() -> R + Send) -> (R, bool) {
-    let started = AtomicBool::new(false);
-    let owner = me();
-    let (_, (r, stolen)) = weft::join(
-        || {
-            let end = Instant::now() + Duration::from_secs(1);
-            while !started.load(SeqCst) && Instant::now() < end {
-                weft::join(|| common::spin_for(Duration::from_micros(50)), || ());
-            }
-        },
-        || {
-            started.store(true, SeqCst);
-            let stolen = me() != owner;
-            (f(), stolen)
-        },
-    );
-    (r, stolen)
-}
 
 // ---------------------------------------------------------------------------------
 // 1. A runtime dropped inside a fork-join job.

@@ -9,57 +9,14 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-use common::{counter, load, watchdog, DropCounter};
+use common::{counter, in_stolen_b, load, me, wait_flag, watchdog, DropCounter};
 use weft::par::prelude::*;
-use weft::{Builder, Runtime};
+use weft::Runtime;
 
 type Slot = Arc<Mutex<Option<Runtime>>>;
 
 fn runtime(workers: usize) -> Runtime {
-    Builder::new()
-        .worker_threads(workers)
-        .interactive_threads(0)
-        .max_extra_workers(0)
-        .build()
-        .unwrap()
-}
-
-fn me() -> ThreadId {
-    std::thread::current().id()
-}
-
-/// Waits (sleeping 1 ms) until `flag` is set or `limit` passed; whether it was set.
-fn wait_flag(flag: &AtomicBool, limit: Duration) -> bool {
-    let end = Instant::now() + limit;
-    while !flag.load(SeqCst) {
-        if Instant::now() > end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    true
-}
-
-/// Runs `f` in the `b` half of a `join` whose `a` half makes small joins of its own
-/// until `b` started (see `review_s41_fixes.rs`). Returns `f`'s result and whether `b`
-/// ran on another thread.
-fn in_stolen_b<R: Send>(f: impl FnOnce() -> R + Send) -> (R, bool) {
-    let started = AtomicBool::new(false);
-    let owner = me();
-    let (_, (r, stolen)) = weft::join(
-        || {
-            let end = Instant::now() + Duration::from_secs(1);
-            while !started.load(SeqCst) && Instant::now() < end {
-                weft::join(|| common::spin_for(Duration::from_micros(50)), || ());
-            }
-        },
-        || {
-            started.store(true, SeqCst);
-            let stolen = me() != owner;
-            (f(), stolen)
-        },
-    );
-    (r, stolen)
+    common::exact_runtime(workers, 0, 0)
 }
 
 /// Calls its closure when dropped.

@@ -8,31 +8,9 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-use common::{counter, load, watchdog, DropCounter};
+use common::{counter, load, wait_flag, watchdog, DropCounter};
 use weft::par::prelude::*;
 use weft::{Builder, Runtime};
-
-/// A two-worker runtime with no interactive pool (so that "another worker" is the one
-/// other worker of the default pool).
-fn two_workers() -> Runtime {
-    Builder::new()
-        .worker_threads(2)
-        .interactive_threads(0)
-        .build()
-        .unwrap()
-}
-
-/// Spins (sleeping 1 ms) until `flag` is set or `limit` passed; whether it was set.
-fn wait_flag(flag: &AtomicBool, limit: Duration) -> bool {
-    let end = Instant::now() + limit;
-    while !flag.load(SeqCst) {
-        if Instant::now() > end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    true
-}
 
 /// Found in review (failed 6 of 6 runs before the fix): dropping the runtime from inside
 /// the `b` half of a `weft::join` that another worker stole hung for ever.
@@ -54,7 +32,7 @@ fn wait_flag(flag: &AtomicBool, limit: Duration) -> bool {
 #[test]
 fn runtime_dropped_in_a_stolen_join_half_does_not_hang() {
     watchdog(8, || {
-        let rt = two_workers();
+        let rt = common::runtime(2, 0);
         let handle = rt.handle().clone();
         let slot: Arc<Mutex<Option<Runtime>>> = Arc::new(Mutex::new(Some(rt)));
         let b_started = Arc::new(AtomicBool::new(false));
@@ -112,7 +90,7 @@ fn runtime_dropped_in_a_stolen_join_half_does_not_hang() {
 #[test]
 fn runtime_dropped_in_a_par_iter_closure_does_not_hang() {
     watchdog(8, || {
-        let rt = two_workers();
+        let rt = common::runtime(2, 0);
         let handle = rt.handle().clone();
         let slot: Arc<Mutex<Option<Runtime>>> = Arc::new(Mutex::new(Some(rt)));
         let threads = Arc::new(Mutex::new(std::collections::HashSet::new()));
@@ -156,7 +134,7 @@ fn runtime_dropped_in_a_par_iter_closure_does_not_hang() {
 #[test]
 fn runtime_dropped_inside_its_own_task_returns() {
     watchdog(8, || {
-        let rt = two_workers();
+        let rt = common::runtime(2, 0);
         let handle = rt.handle().clone();
         let slot: Arc<Mutex<Option<Runtime>>> = Arc::new(Mutex::new(Some(rt)));
         let (tx, rx) = mpsc::channel();
@@ -225,7 +203,7 @@ fn fiber_panic_with_a_panicking_fiber_local_drop_is_reported() {
 #[test]
 fn fiber_aborted_while_waiting_inside_a_join() {
     watchdog(8, || {
-        let rt = two_workers();
+        let rt = common::runtime(2, 0);
         let drops = counter();
         let b_ran = Arc::new(AtomicBool::new(false));
         let in_wait = Arc::new(AtomicBool::new(false));
@@ -279,7 +257,7 @@ fn fiber_aborted_while_waiting_inside_a_join() {
 fn plain_thread_join_while_the_runtime_drops() {
     watchdog(10, || {
         for round in 0..10u64 {
-            let rt = two_workers();
+            let rt = common::runtime(2, 0);
             let handle = rt.handle().clone();
             let started = Arc::new(AtomicBool::new(false));
             let s = started.clone();
@@ -315,7 +293,7 @@ fn plain_thread_join_while_the_runtime_drops() {
 #[test]
 fn runtime_dropped_in_a_task_another_task_blocks_on() {
     watchdog(8, || {
-        let rt = two_workers();
+        let rt = common::runtime(2, 0);
         let handle = rt.handle().clone();
         let slot: Arc<Mutex<Option<Runtime>>> = Arc::new(Mutex::new(Some(rt)));
         let (tx, rx) = mpsc::channel();
@@ -349,7 +327,7 @@ fn runtime_dropped_in_a_task_another_task_blocks_on() {
 #[test]
 fn handle_after_the_runtime_is_gone() {
     watchdog(8, || {
-        let rt = two_workers();
+        let rt = common::runtime(2, 0);
         let handle = rt.handle().clone();
         drop(rt);
         assert!(handle.spawn(async { 1 }).join().unwrap_err().is_cancelled());
@@ -384,7 +362,7 @@ fn handle_after_the_runtime_is_gone() {
 #[test]
 fn shutdown_graceful_from_its_own_task_returns_in_time() {
     watchdog(8, || {
-        let rt = two_workers();
+        let rt = common::runtime(2, 0);
         let handle = rt.handle().clone();
         let slot: Arc<Mutex<Option<Runtime>>> = Arc::new(Mutex::new(Some(rt)));
         let (tx, rx) = mpsc::channel();
@@ -621,7 +599,7 @@ fn join_half_blocking_on_another_runtime() {
 #[test]
 fn runtime_dropped_in_a_stolen_scope_job_does_not_hang() {
     watchdog(8, || {
-        let rt = two_workers();
+        let rt = common::runtime(2, 0);
         let handle = rt.handle().clone();
         let slot: Arc<Mutex<Option<Runtime>>> = Arc::new(Mutex::new(Some(rt)));
         let started = Arc::new(AtomicBool::new(false));

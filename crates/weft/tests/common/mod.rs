@@ -534,3 +534,67 @@ pub fn pending_with_drop(
         .expect("the pending task ran");
     h
 }
+
+/// A runtime with `workers` default workers, `interactive` interactive ones and room for
+/// `extra` temporary workers (the fork-join shutdown tests count every thread).
+pub fn exact_runtime(workers: usize, interactive: usize, extra: usize) -> Runtime {
+    Builder::new()
+        .worker_threads(workers)
+        .interactive_threads(interactive)
+        .max_extra_workers(extra)
+        .build()
+        .expect("failed to build the runtime")
+}
+
+/// Waits (sleeping 1 ms) until `flag` is set or `limit` passed; whether it was set.
+pub fn wait_flag(flag: &std::sync::atomic::AtomicBool, limit: Duration) -> bool {
+    let end = Instant::now() + limit;
+    while !flag.load(Ordering::SeqCst) {
+        if Instant::now() > end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
+}
+
+/// Spins (no sleep) until `flag` is set or `limit` passed; whether it was set.
+pub fn spin_until_set(flag: &std::sync::atomic::AtomicBool, limit: Duration) -> bool {
+    let end = Instant::now() + limit;
+    while !flag.load(Ordering::SeqCst) {
+        if Instant::now() > end {
+            return false;
+        }
+        std::hint::spin_loop();
+    }
+    true
+}
+
+/// The calling thread's id.
+pub fn me() -> std::thread::ThreadId {
+    std::thread::current().id()
+}
+
+/// Runs `f` in the `b` half of a `join` whose `a` half makes small joins of its own
+/// until `b` started (a join's second half is offered to idle workers at the joins'
+/// heartbeat, not while `a` only spins; so that, when a worker is idle, `b` is stolen
+/// and the owner waits for its thief). Returns `f`'s result and whether `b` ran on
+/// another thread.
+pub fn in_stolen_b<R: Send>(f: impl FnOnce() -> R + Send) -> (R, bool) {
+    let started = std::sync::atomic::AtomicBool::new(false);
+    let owner = me();
+    let (_, (r, stolen)) = weft::join(
+        || {
+            let end = Instant::now() + Duration::from_secs(1);
+            while !started.load(Ordering::SeqCst) && Instant::now() < end {
+                weft::join(|| spin_for(Duration::from_micros(50)), || ());
+            }
+        },
+        || {
+            started.store(true, Ordering::SeqCst);
+            let stolen = me() != owner;
+            (f(), stolen)
+        },
+    );
+    (r, stolen)
+}
