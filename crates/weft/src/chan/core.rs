@@ -1909,10 +1909,10 @@ impl<T> Drop for GiveBackOnUnwind<'_, T> {
     }
 }
 
-/// How long a "try" receive waits for the value of the select it paired with: the
-/// select was woken as the pairing was made and sends within microseconds if anyone
-/// runs it.
-const PAIRING_PATIENCE: std::time::Duration = std::time::Duration::from_millis(2);
+/// How long a "try" receive, or a blocking select, waits for the value of the select it
+/// paired with: the select was woken as the pairing was made and sends within
+/// microseconds if anyone runs it.
+pub(crate) const PAIRING_PATIENCE: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// The node of [`Chan::try_recv_now`]: if it is left while paired (a panic in the
 /// wait), the pairing is undone and a value already delivered goes back.

@@ -1041,6 +1041,14 @@ struct Machine<'a> {
     /// A receive paired with a waiting select's send in step 1: the select waits for
     /// that value (no other node is registered meanwhile).
     paired: Option<usize>,
+    /// For a blocking select (`run_blocking`): until when it waits for a paired value
+    /// before it undoes the pairing, as a "try" does (`PAIRING_PATIENCE`). The future
+    /// of a paired `select_async` may be held, unpolled, by the very thread that now
+    /// blocks (found in review: that select waited for ever, its other operations
+    /// ready); crossbeam never pairs a thread with itself, but weft's partners may be
+    /// tasks and fibers, so it bounds the wait instead. An async select waits as long
+    /// as its partner (`None`): its own task polls both.
+    pair_until: Option<Instant>,
     waker: Option<Waker>,
     /// The order of the next round was drawn already (by the quick pass).
     drawn: bool,
@@ -1064,6 +1072,7 @@ impl<'a> Machine<'a> {
             kind,
             registered: false,
             paired: None,
+            pair_until: None,
             waker: None,
             drawn: false,
             none_ready: false,
@@ -1150,10 +1159,12 @@ impl<'a> Machine<'a> {
     fn poll(&mut self, cx: &mut Context<'_>, give_up: bool) -> Poll<Option<(usize, Won)>> {
         loop {
             if let Some(i) = self.paired {
+                let patient = self.pair_until.is_none_or(|d| Instant::now() < d);
                 match self.node(i).won_state(Some(cx.waker())) {
-                    Some(Won::Pending) if !give_up => return Poll::Pending,
+                    Some(Won::Pending) if !give_up && patient => return Poll::Pending,
                     Some(won @ (Won::Value | Won::Closed)) => {
                         self.paired = None;
+                        self.pair_until = None;
                         return Poll::Ready(Some((i, won)));
                     }
                     // The sending select withdrew (or we give up waiting for it).
@@ -1161,6 +1172,7 @@ impl<'a> Machine<'a> {
                         self.node(i).release();
                         self.node(i).reset();
                         self.paired = None;
+                        self.pair_until = None;
                         if give_up {
                             return Poll::Ready(self.try_phase(false));
                         }
@@ -1301,13 +1313,29 @@ impl<'a> Machine<'a> {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            let mut fut = std::pin::pin!(std::future::poll_fn(|cx| self.poll(cx, false)));
+            let wake_at = match (wake_at, self.pair_until) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            // `Ready(None)`: a pairing began in this wait; the next wait is bounded by
+            // its patience (`pair_until`).
+            let mut fut = std::pin::pin!(std::future::poll_fn(|cx| {
+                match self.poll(cx, false) {
+                    Poll::Ready(r) => Poll::Ready(Some(r)),
+                    Poll::Pending if self.paired.is_some() && self.pair_until.is_none() => {
+                        self.pair_until = Some(Instant::now() + super::core::PAIRING_PATIENCE);
+                        Poll::Ready(None)
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }));
             let r = match wake_at {
                 None => Some(wait(fut)),
                 Some(d) => crate::fiber::wait::wait_until(fut.as_mut(), d),
             };
             match r {
-                Some(r) => return r,
+                Some(Some(r)) => return r,
+                Some(None) => {}
                 None if deadline.is_some_and(|d| Instant::now() >= d) => return self.give_up(),
                 // A timer operation is due: the next round takes it.
                 None => {}
