@@ -383,7 +383,7 @@ fn fiber_body<T>(yielder: &Yielder<(), ()>, f: impl FnOnce() -> T) -> T {
     // Fiber-locals are dropped here, on the fiber, like thread-locals at a thread's
     // exit.
     // SAFETY: as above; the fiber is still running.
-    drop(unsafe { &*current_ctx() }.locals.take());
+    unsafe { &*current_ctx() }.locals.drop_all();
     out
 }
 
@@ -629,10 +629,9 @@ impl<F, T> Drop for FiberFuture<F, T> {
                 stack::release(co.into_stack());
                 // After a panic or a cancellation the fiber-locals are still here; drop
                 // them as the fiber, so their destructors may use fiber-locals too (on
-                // this thread's stack: the fiber's is back in the pool).
-                let _fiber =
-                    current::enter_fiber((&self.ctx as *const FiberCtx).cast(), std::ptr::null());
-                drop(self.ctx.locals.take());
+                // the stack the thread is on: the fiber's is back in the pool).
+                let _fiber = current::enter_fiber_here((&self.ctx as *const FiberCtx).cast());
+                self.ctx.locals.drop_all();
             }
             Run::Done => {}
         }

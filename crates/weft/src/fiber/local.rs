@@ -15,6 +15,22 @@ impl Locals {
         std::mem::take(&mut *self.0.borrow_mut())
     }
 
+    /// Drops every value, then every value those destructors made, until none is left
+    /// (std does the same for thread-locals): a destructor that touches a fiber-local
+    /// for the first time makes a value, which otherwise went on to be dropped with the
+    /// fiber's context, off the fiber (found in review: it saw no fiber current, and a
+    /// fiber-local it used in turn panicked). Each round is taken out before it is
+    /// dropped, so the destructors may use fiber-locals again.
+    pub(crate) fn drop_all(&self) {
+        loop {
+            let values = self.take();
+            if values.is_empty() {
+                return;
+            }
+            drop(values);
+        }
+    }
+
     fn find(&self, key: usize) -> Option<*const dyn Any> {
         self.0
             .borrow()

@@ -153,11 +153,18 @@ pub(crate) fn with<R>(f: impl FnOnce(Option<&Header>) -> R) -> R {
 
 /// Makes `fiber` the running fiber until the returned guard drops (around every resume
 /// of its coroutine, and its unwinding), with `stack_frame` the overflow report of the
-/// stack the thread then runs on: the fiber's own, or null when the thread stays on its
-/// own stack (dropping a finished fiber's locals after its stack went back to the
-/// pool).
+/// stack the thread then runs on: the fiber's own, or null for the thread's own stack.
 #[inline]
 pub(crate) fn enter_fiber(fiber: *const (), stack_frame: *const ()) -> EnterFiber {
+    enter_fiber_flagged(fiber, stack_frame, 0)
+}
+
+/// [`enter_fiber`] on the stack the thread runs on now, whose overflow report stays
+/// (a loop stack's too: found in review, an overflow in a cancelled fiber's local
+/// destructor dropped on a loop stack was not reported, its report hidden by a null).
+#[inline]
+pub(crate) fn enter_fiber_here(fiber: *const ()) -> EnterFiber {
+    let stack_frame = cell(|c| c.get().stack_frame);
     enter_fiber_flagged(fiber, stack_frame, 0)
 }
 
