@@ -538,6 +538,12 @@ impl Runtime {
         // drop) would cut this one short, leaving this runtime's tasks behind (both
         // found in review).
         let _stay = crate::task::current::stay_resumed();
+        // What this thread cancels (tasks' futures, fibers with no home) is dropped in
+        // the runtime's context, as a worker's abort drops it: a `Drop` that looks for
+        // its runtime (`Handle::current`, `weft::spawn`) finds it, shutting down, and
+        // did not panic (found in review; tokio drops them in its context too).
+        let entered_handle = self.handle.clone();
+        let _entered = entered_handle.enter();
         if let Some(mon) = &inner.sysmon {
             mon.stop();
         }

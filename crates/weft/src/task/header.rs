@@ -125,6 +125,10 @@ pub(crate) struct Vtable {
     pub(crate) try_read_output: unsafe fn(NonNull<Header>, *mut (), &std::task::Waker),
     /// `JoinHandle::drop` on a completed task: drops the unread output.
     pub(crate) drop_output: unsafe fn(NonNull<Header>),
+    /// `JoinHandle::drop` on a task not complete (its `unset_join_interest` cleared
+    /// `JOIN_WAKER`, so the slot is the handle's): drops the waker its last pending
+    /// poll left.
+    pub(crate) drop_join_waker: unsafe fn(NonNull<Header>),
     /// Runtime shutdown: cancel the task now if no worker is running it (one that is
     /// running sees the cancelled flag at its next poll). The caller holds a reference.
     pub(crate) shutdown: unsafe fn(NonNull<Header>),

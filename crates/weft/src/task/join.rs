@@ -16,12 +16,15 @@ use super::state::Abort;
 ///
 /// Awaiting it yields `Ok(output)`, or a [`JoinError`] if the task panicked or was
 /// aborted. Dropping it detaches the task: it keeps running, and its output is dropped.
+/// A finished task's unread output is dropped by the handle's drop: a panic in that
+/// `Drop` reaches the code dropping the handle, unless that code is already unwinding
+/// (then it is caught and dropped, where a second panic would abort the process).
 ///
 /// The waker of the last poll that returned `Pending` is woken when the task
 /// completes and dropped when the task's memory is freed, both usually on a worker
-/// thread. A panic in that waker's wake or drop during completion (or when the task
-/// is freed, wherever that happens) is caught and ignored (the panic hook prints it
-/// as usual); the worker goes on.
+/// thread, or dropped with the handle if the handle goes first. A panic in that
+/// waker's wake or drop is caught and ignored (the panic hook prints it as usual); the
+/// worker goes on.
 ///
 /// ```
 /// let rt = weft::Runtime::new().unwrap();
@@ -148,13 +151,25 @@ impl<T> Drop for JoinHandle<T> {
             }
         }
         let _release = Release(self.raw);
-        if self.header().state.unset_join_interest().is_err() {
-            // If the output's drop panics, the stage has been overwritten all the same
-            // (an assignment's unwind path stores the new value), so freeing the cell
-            // later drops nothing twice.
-            // SAFETY: the task is complete and still had join interest: the unread
-            // output is ours to drop.
-            unsafe { (self.header().vtable.drop_output)(self.raw) };
+        let raw = self.raw;
+        if self.header().state.unset_join_interest().is_ok() {
+            // SAFETY: the task is not complete and the handle cleared `JOIN_WAKER`:
+            // the waker slot is the handle's.
+            unsafe { (self.header().vtable.drop_join_waker)(raw) };
+            return;
+        }
+        // If the output's drop panics, the stage has been overwritten all the same (an
+        // assignment's unwind path stores the new value), so freeing the cell later
+        // drops nothing twice.
+        // SAFETY: the task is complete and still had join interest: the unread output
+        // is ours to drop.
+        let drop_output = || unsafe { (self.header().vtable.drop_output)(raw) };
+        if std::thread::panicking() {
+            // A second panic during an unwind would abort the process (found in
+            // review): the output's panic is dropped, as tokio always does.
+            super::waker::ignore_panic(drop_output);
+        } else {
+            drop_output();
         }
     }
 }
@@ -248,6 +263,16 @@ impl fmt::Debug for AbortHandle {
 /// assert!(err.is_panic());
 /// assert_eq!(*err.into_panic().downcast::<&str>().unwrap(), "boom");
 /// ```
+///
+/// It is `Send + Sync + 'static`, so `?` turns it into a boxed error:
+///
+/// ```
+/// fn run() -> Result<u32, Box<dyn std::error::Error + Send + Sync>> {
+///     let rt = weft::Runtime::new()?;
+///     Ok(rt.spawn(async { 7 }).join()?)
+/// }
+/// assert_eq!(run().unwrap(), 7);
+/// ```
 pub struct JoinError {
     id: Id,
     repr: Repr,
@@ -257,7 +282,25 @@ enum Repr {
     Cancelled,
     /// Refused by a runtime that was shutting down: the task never ran.
     Shutdown,
-    Panic(Box<dyn Any + Send + 'static>),
+    Panic(Payload),
+}
+
+/// A panic payload that threads may share: through `&` only its type is read, and
+/// it is downcast only to `Sync` types (a message), so a `&JoinError` on two threads
+/// never touches the payload's data at once. That makes `JoinError` `Sync`, as
+/// tokio's is (found in review: it was not, so it could not become a
+/// `Box<dyn Error + Send + Sync>`, what `?` into `anyhow` needs).
+struct Payload(Box<dyn Any + Send + 'static>);
+
+// SAFETY: shared access (`downcast_ref_sync`) reads the box's type id, which is no
+// data of the value, and hands out `&T` only for `T: Sync`; every other use of the box
+// takes the payload by value.
+unsafe impl Sync for Payload {}
+
+impl Payload {
+    fn downcast_ref_sync<T: Any + Sync>(&self) -> Option<&T> {
+        self.0.downcast_ref::<T>()
+    }
 }
 
 impl JoinError {
@@ -279,7 +322,7 @@ impl JoinError {
     pub(crate) fn panic(id: Id, payload: Box<dyn Any + Send + 'static>) -> Self {
         JoinError {
             id,
-            repr: Repr::Panic(payload),
+            repr: Repr::Panic(Payload(payload)),
         }
     }
 
@@ -314,7 +357,7 @@ impl JoinError {
     /// `std::panic::resume_unwind` to continue the panic in the joining code.
     pub fn try_into_panic(self) -> Result<Box<dyn Any + Send + 'static>, JoinError> {
         match self.repr {
-            Repr::Panic(p) => Ok(p),
+            Repr::Panic(p) => Ok(p.0),
             Repr::Cancelled | Repr::Shutdown => Err(self),
         }
     }
@@ -327,9 +370,9 @@ impl JoinError {
     fn panic_message(&self) -> Option<&str> {
         match &self.repr {
             Repr::Panic(p) => p
-                .downcast_ref::<&'static str>()
+                .downcast_ref_sync::<&'static str>()
                 .copied()
-                .or_else(|| p.downcast_ref::<String>().map(String::as_str)),
+                .or_else(|| p.downcast_ref_sync::<String>().map(String::as_str)),
             Repr::Cancelled | Repr::Shutdown => None,
         }
     }

@@ -119,6 +119,7 @@ where
         dealloc: dealloc::<F, S>,
         try_read_output: try_read_output::<F, S>,
         drop_output: drop_output::<F, S>,
+        drop_join_waker: drop_join_waker::<F, S>,
         shutdown: shutdown::<F, S>,
     };
 
@@ -446,6 +447,29 @@ where
         // SAFETY: as above; the output may panic on drop, which the dropping handle sees.
         unsafe { *stage = Stage::Consumed }
     });
+}
+
+/// The handle's waker goes with the handle: kept until the cell was freed, it held
+/// whatever the poller's waker holds for as long as the task lived (for ever for a
+/// detached task that never ends), and a waker that holds its own task's cell (a task
+/// awaiting a handle of its own, through a waker wrapping its own) made a cycle that
+/// was never freed (found in review; tokio drops it here too).
+unsafe fn drop_join_waker<F, S>(ptr: NonNull<Header>)
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+    S: Schedule,
+{
+    // SAFETY: per the vtable contract: the handle cleared `JOIN_WAKER` on a task not
+    // complete, so `complete` will not read the slot and the handle owns it.
+    let cell = unsafe { Cell::<F, S>::from_header(ptr) };
+    // SAFETY: as above; exclusive access to the slot.
+    let waker = cell.join_waker.with_mut(|w| unsafe { (*w).take() });
+    if let Some(w) = waker {
+        // As in `dealloc`: the waker is the poller's, and the handle's dropper (often
+        // a worker cancelling a task) has no use for its panic.
+        waker::ignore_panic(move || drop(w));
+    }
 }
 
 unsafe fn shutdown<F, S>(ptr: NonNull<Header>)
