@@ -88,6 +88,14 @@ pub use select::{Select, SelectedOperation};
 /// Creates a channel that holds at most `cap` messages; `bounded(0)` is the rendezvous
 /// channel, where a send completes only when a receiver takes the value.
 ///
+/// Two things may put a message beyond `cap`, and only for a while (sends that wait
+/// for room still wait until the channel is below `cap`): a value given back to the
+/// channel (a receive cancelled after it was handed a value, a selected receive not
+/// performed), and a send that a [`Select`] chose because it saw room, completed after
+/// other senders took that room. A selected operation completes without waiting, and
+/// the select holds no slot while its caller decides (crossbeam's selected send holds
+/// one; there, another sender's `try_send` then fails with `Full` instead).
+///
 /// ```
 /// let (tx, rx) = weft::chan::bounded(1);
 /// tx.send_blocking(1).unwrap();

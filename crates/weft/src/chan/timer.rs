@@ -7,13 +7,19 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering::AcqRel;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::base::{Arc, AtomicBool, Mutex};
 use crate::time::alarm::ThreadAlarm;
 
-pub(crate) enum Timer {
+pub(crate) struct Timer {
+    kind: Kind,
+    /// Who waits for a message that is not due, to hear of one given back.
+    watchers: Mutex<Watchers>,
+}
+
+enum Kind {
     /// Fires once, at `deadline`.
     At {
         deadline: Instant,
@@ -27,28 +33,105 @@ pub(crate) enum Timer {
     },
 }
 
+/// The wakers of the receives waiting on a timer, by id, and the count of give-backs
+/// (each one wakes and removes every waker: a waiter that waits on registers anew,
+/// [`Watch`]).
+#[derive(Default)]
+struct Watchers {
+    next_id: u64,
+    given_back: u64,
+    list: Vec<(u64, Waker)>,
+}
+
+/// A receive's place among a timer's watchers: a message that a select took and did
+/// not perform comes back by [`Timer::give_back`], and a receive that waits for the
+/// timer's next deadline (or for ever, once its message was taken) must hear of it
+/// then (found in review: a clone of the receiver waited until its own timeout, or
+/// for ever).
+#[derive(Default)]
+pub(crate) struct Watch {
+    /// The id on the list, and the give-back count it was added at.
+    at: Option<(u64, u64)>,
+}
+
+impl Watch {
+    /// On `timer`'s list with `waker` (cloned before the lock): replaces the waker of
+    /// an entry still there; adds one if there is none (first time, or a give-back
+    /// removed it). `true` if a give-back came since the last look: look again.
+    pub(crate) fn arm(&mut self, timer: &Timer, waker: &Waker) -> bool {
+        let mut waker = Some(waker.clone());
+        let mut guard = timer.watchers.lock();
+        let w = &mut *guard;
+        let current = self.at.filter(|&(_, seen)| seen == w.given_back);
+        let entry = current.and_then(|(id, _)| w.list.iter_mut().find(|e| e.0 == id));
+        let came = match entry {
+            // Still there: the old waker is swapped out, to be dropped after the lock.
+            Some(e) => {
+                let new = waker.take().expect("cloned above");
+                waker = Some(std::mem::replace(&mut e.1, new));
+                false
+            }
+            // A give-back removed it, or there was none yet.
+            None => {
+                let id = w.next_id;
+                w.next_id += 1;
+                w.list.push((id, waker.take().expect("cloned above")));
+                let came = self.at.is_some();
+                self.at = Some((id, w.given_back));
+                came
+            }
+        };
+        drop(guard);
+        // Wakers are dropped outside the lock (their `Drop` may be anything).
+        drop(waker);
+        came
+    }
+
+    /// Off `timer`'s list.
+    pub(crate) fn disarm(&mut self, timer: &Timer) {
+        let Some((id, _)) = self.at.take() else {
+            return;
+        };
+        let old = {
+            let mut w = timer.watchers.lock();
+            w.list
+                .iter()
+                .position(|e| e.0 == id)
+                .map(|i| w.list.swap_remove(i))
+        };
+        drop(old);
+    }
+}
+
 impl Timer {
     pub(crate) fn at(deadline: Instant) -> Timer {
-        Timer::At {
+        Timer::new(Kind::At {
             deadline,
             taken: AtomicBool::new(false),
-        }
+        })
     }
 
     pub(crate) fn tick(period: Duration) -> Timer {
-        Timer::Tick {
+        Timer::new(Kind::Tick {
             period,
             next: Mutex::new((after_or_far(Instant::now(), period), 0)),
+        })
+    }
+
+    fn new(kind: Kind) -> Timer {
+        Timer {
+            kind,
+            watchers: Mutex::new(Watchers::default()),
         }
     }
 
     /// The instant it fires next (`None`: never again).
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        match self {
-            Timer::At { deadline, taken } => {
+        match &self.kind {
+            Kind::At { deadline, taken } => {
                 (!taken.load(std::sync::atomic::Ordering::Acquire)).then_some(*deadline)
             }
-            Timer::Tick { next, .. } => Some(next.lock().0),
+            Kind::Tick { next, .. } => Some(next.lock().0),
         }
     }
 
@@ -60,11 +143,11 @@ impl Timer {
     /// [`try_take`](Self::try_take), with a stamp for [`give_back`](Self::give_back).
     pub(crate) fn try_take_stamped(&self) -> Option<(Instant, u64)> {
         let now = Instant::now();
-        match self {
-            Timer::At { deadline, taken } => {
+        match &self.kind {
+            Kind::At { deadline, taken } => {
                 (now >= *deadline && !taken.swap(true, AcqRel)).then_some((*deadline, 0))
             }
-            Timer::Tick { period, next } => {
+            Kind::Tick { period, next } => {
                 let mut next = next.lock();
                 if now < next.0 {
                     return None;
@@ -76,19 +159,31 @@ impl Timer {
         }
     }
 
-    /// A message taken by a select that was not performed comes back. A tick comes
-    /// back only if no later one was taken meanwhile (by a clone of the receiver):
-    /// given back then, it went out again after that later one, back in time (found
-    /// in review); it is dropped instead, as a tick nobody received in time is.
+    /// A message taken by a select that was not performed comes back, and every
+    /// receive waiting on the timer is woken to look. A tick comes back only if no
+    /// later one was taken meanwhile (by a clone of the receiver): given back then, it
+    /// went out again after that later one, back in time (found in review); it is
+    /// dropped instead, as a tick nobody received in time is.
     pub(crate) fn give_back(&self, fired: Instant, stamp: u64) {
-        match self {
-            Timer::At { taken, .. } => taken.store(false, std::sync::atomic::Ordering::Release),
-            Timer::Tick { next, .. } => {
+        match &self.kind {
+            Kind::At { taken, .. } => taken.store(false, std::sync::atomic::Ordering::Release),
+            Kind::Tick { next, .. } => {
                 let mut next = next.lock();
                 if next.1 == stamp {
                     next.0 = fired;
                 }
             }
+        }
+        // After the message is back: a watcher added before this lock is woken here,
+        // one added after it sees the message when it looks (`Watch::arm`'s caller
+        // looks after arming).
+        let woken = {
+            let mut w = self.watchers.lock();
+            w.given_back += 1;
+            std::mem::take(&mut w.list)
+        };
+        for (_, waker) in woken {
+            waker.wake();
         }
     }
 
@@ -96,9 +191,10 @@ impl Timer {
     /// once `deadline` passed first.
     pub(crate) fn recv_blocking(&self, deadline: Option<Instant>) -> Option<Instant> {
         let mut waited = false;
-        loop {
+        let mut watch = Watch::default();
+        let out = loop {
             if let Some(at) = self.try_take() {
-                return Some(at);
+                break Some(at);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 if !waited {
@@ -106,17 +202,33 @@ impl Timer {
                     // its worker from a partner homed there).
                     crate::fiber::wait::expired_without_waiting();
                 }
-                return None;
+                break None;
             }
             waited = true;
-            match (self.deadline(), deadline) {
-                (Some(a), Some(b)) => crate::fiber::wait::sleep_until(a.min(b)),
-                (a, b) => match a.or(b) {
-                    Some(d) => crate::fiber::wait::sleep_until(d),
-                    None => crate::wait(std::future::pending::<()>()),
-                },
+            // Until the message's deadline or ours, or until a message is given back.
+            let wake_at = match (self.deadline(), deadline) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            // Pending until a message is given back (or, looked at once armed, is due
+            // now): a give-back before the arming is seen by that look, one after it
+            // wakes this waker.
+            let mut fut = std::pin::pin!(std::future::poll_fn(|cx| {
+                if watch.arm(self, cx.waker()) || self.is_ready() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            }));
+            match wake_at {
+                Some(d) => {
+                    crate::fiber::wait::wait_until(fut.as_mut(), d);
+                }
+                None => crate::wait(fut),
             }
-        }
+        };
+        watch.disarm(self);
+        out
     }
 
     /// Whether a message is due now.
@@ -135,6 +247,15 @@ pub(crate) struct TimerRecv<T> {
     timer: Option<Arc<Timer>>,
     convert: fn(Instant) -> T,
     alarm: Option<Alarm>,
+    watch: Watch,
+}
+
+impl<T> Drop for TimerRecv<T> {
+    fn drop(&mut self) {
+        if let Some(timer) = &self.timer {
+            self.watch.disarm(timer);
+        }
+    }
 }
 
 /// What wakes a timer receive at its deadline: a sleep on the wheel of the runtime the
@@ -174,6 +295,7 @@ impl<T> TimerRecv<T> {
             timer,
             convert,
             alarm: None,
+            watch: Watch::default(),
         }
     }
 
@@ -184,7 +306,13 @@ impl<T> TimerRecv<T> {
         loop {
             if let Some(at) = timer.try_take() {
                 self.alarm = None;
+                self.watch.disarm(timer);
                 return Poll::Ready((self.convert)(at));
+            }
+            // Armed, then looked at again: a message given back before the arming is
+            // due now, one given back after it wakes `cx`.
+            if self.watch.arm(timer, cx.waker()) || timer.is_ready() {
+                continue;
             }
             let Some(deadline) = timer.deadline() else {
                 return Poll::Pending;

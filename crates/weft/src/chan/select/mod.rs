@@ -32,7 +32,7 @@ use super::core::{Chan, Won};
 use super::error::{
     ReadyTimeoutError, RecvError, SelectTimeoutError, SendError, TryReadyError, TrySelectError,
 };
-use super::timer::Timer;
+use super::timer::{Timer, Watch};
 use super::{Receiver, Sender};
 use crate::base::Mutex;
 use crate::waitlist::{Group, Kind, Node};
@@ -208,6 +208,12 @@ trait OpNode: Send + Sync {
     fn deadline(&self) -> Option<Instant> {
         None
     }
+    /// A registered timer operation, woken or not: back on its timer's watchers with
+    /// `waker` (a give-back removes them all); `true` if a message was given back
+    /// since it looked (look again).
+    fn rearm(&self, _waker: &Waker) -> bool {
+        false
+    }
     /// Makes the node reusable for a new round (it is on no list).
     fn reset(&self);
     /// For a receive paired in step 1: waits a little for the value (`true` if it
@@ -233,6 +239,8 @@ struct TimerNode<'a> {
     timer: &'a Timer,
     /// The message a select took, with its stamp (`Timer::give_back`).
     fired: Mutex<Option<(Instant, u64)>>,
+    /// Its place among the timer's watchers while registered.
+    watch: Mutex<Watch>,
 }
 
 struct NeverNode;
@@ -280,6 +288,7 @@ impl<T: Send> Handle for Receiver<T> {
             let node = TimerNode {
                 timer,
                 fired: Mutex::new(None),
+                watch: Mutex::new(Watch::default()),
             };
             // SAFETY: as above.
             unsafe { place(at, node) }
@@ -430,10 +439,14 @@ impl OpNode for TimerNode<'_> {
     fn ready_now(&self) -> bool {
         self.timer.is_ready()
     }
-    fn register(&self, _: &Context<'_>) -> bool {
+    fn register(&self, cx: &Context<'_>) -> bool {
+        // Armed first: a message given back after the look below wakes the select.
+        self.watch.lock().arm(self.timer, cx.waker());
         self.timer.is_ready()
     }
-    fn unregister(&self) {}
+    fn unregister(&self) {
+        self.watch.lock().disarm(self.timer);
+    }
     fn won_state(&self, _: Option<&Waker>) -> Option<Won> {
         None
     }
@@ -442,7 +455,12 @@ impl OpNode for TimerNode<'_> {
             self.timer.give_back(at, stamp);
         }
     }
-    fn refresh_waker(&self, _: &Waker) {}
+    fn refresh_waker(&self, waker: &Waker) {
+        self.rearm(waker);
+    }
+    fn rearm(&self, waker: &Waker) -> bool {
+        self.watch.lock().arm(self.timer, waker)
+    }
     fn deadline(&self) -> Option<Instant> {
         self.timer.deadline()
     }
@@ -1209,7 +1227,11 @@ impl<'a> Machine<'a> {
                         }
                     }
                 }
-                let timer_due = self.next_timer().is_some_and(|d| Instant::now() >= d);
+                // Timer operations re-armed (a give-back that woke this select took
+                // them off their watchers) and looked at.
+                let given_back = self.each().fold(false, |c, (_, n)| n.rearm(cx.waker()) | c);
+                let timer_due =
+                    given_back || self.next_timer().is_some_and(|d| Instant::now() >= d);
                 // No waker kept while registered: a registration or a refresh was cut
                 // short by a waker's `clone` that panicked, and some nodes may be off
                 // their lists or hold an older waker. The round starts again.
