@@ -69,8 +69,12 @@ where
         Some(c) => c.parker().clone(),
         None => Arc::new(Parker::new()),
     };
-    // Jobs this scope pushes sit above this mark on the worker's deque.
-    let mark = core.map(|c| c.jobs_mark());
+    // Jobs this scope pushes sit above this mark on the worker's deque, and nothing
+    // else its wait may run: the frames of enclosing joins go below it first.
+    let mark = core.map(|c| {
+        c.promote_private_frames_quietly();
+        c.jobs_mark()
+    });
     let scope = Scope {
         pending: AtomicUsize::new(1),
         done: OnceLatch::new(&parker),

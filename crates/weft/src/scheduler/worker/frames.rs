@@ -242,6 +242,16 @@ impl Core {
         true
     }
 
+    /// Moves every private frame to the deque, oldest first, without waking anyone: a
+    /// `scope` calls it before it takes its mark, so that the frames of the joins
+    /// around it lie below the mark. Promoted later by a heartbeat, the enclosing
+    /// join's `b` landed above the mark, and the scope's wait ran it nested inside
+    /// `a`, on `a`'s thread (found in review: a `b` locking what `a` holds across the
+    /// scope deadlocked on its own thread).
+    pub(crate) fn promote_private_frames_quietly(&self) {
+        while self.promote_oldest_quietly() {}
+    }
+
     /// Pushes a job for thieves, and wakes the workers waiting for a theft of ours.
     pub(crate) fn offer_job(&self, job: JobRef) {
         self.jobs.push(job.as_ptr());
@@ -271,7 +281,19 @@ impl Core {
     /// it idle until the thief is done.
     pub(crate) fn wait_for_thief(&self, latch: &OnceLatch, thief: &AtomicUsize) {
         let mut leapfrog = None;
+        // Jobs pushed to our own deque while we help (a stolen scope job that spawns
+        // more) lie above this mark: they are ours to run, since nobody else may be
+        // free to (found in review: with the scope's owner in its own wait and this
+        // worker waiting here, such a job ran only once sysmon sent a worker, or never
+        // without one). Below the mark nothing is ours: this join's frame was
+        // promoted, and every older one before it.
+        let mark = self.jobs_mark();
         self.fork_join_wait(latch, || {
+            if let Some(job) = self.pop_job_above(mark) {
+                self.counters().jobs_run.bump(1);
+                self.helping(job);
+                return true;
+            }
             let thief = thief.load(Relaxed);
             if thief == usize::MAX {
                 return false;
