@@ -190,11 +190,18 @@ impl Timer {
     /// A blocking receive (by `weft::wait`'s rule): the instant it fired at, or `None`
     /// once `deadline` passed first.
     pub(crate) fn recv_blocking(&self, deadline: Option<Instant>) -> Option<Instant> {
+        /// Off the watchers however the wait ends (a fiber aborted in it unwinds).
+        struct Disarm<'a>(&'a Timer, Watch);
+        impl Drop for Disarm<'_> {
+            fn drop(&mut self) {
+                self.1.disarm(self.0);
+            }
+        }
         let mut waited = false;
-        let mut watch = Watch::default();
-        let out = loop {
+        let mut watch = Disarm(self, Watch::default());
+        loop {
             if let Some(at) = self.try_take() {
-                break Some(at);
+                return Some(at);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 if !waited {
@@ -202,7 +209,7 @@ impl Timer {
                     // its worker from a partner homed there).
                     crate::fiber::wait::expired_without_waiting();
                 }
-                break None;
+                return None;
             }
             waited = true;
             // Until the message's deadline or ours, or until a message is given back.
@@ -214,7 +221,7 @@ impl Timer {
             // now): a give-back before the arming is seen by that look, one after it
             // wakes this waker.
             let mut fut = std::pin::pin!(std::future::poll_fn(|cx| {
-                if watch.arm(self, cx.waker()) || self.is_ready() {
+                if watch.1.arm(self, cx.waker()) || self.is_ready() {
                     Poll::Ready(())
                 } else {
                     Poll::Pending
@@ -226,9 +233,7 @@ impl Timer {
                 }
                 None => crate::wait(fut),
             }
-        };
-        watch.disarm(self);
-        out
+        }
     }
 
     /// Whether a message is due now.

@@ -1229,7 +1229,11 @@ impl<'a> Machine<'a> {
                 }
                 // Timer operations re-armed (a give-back that woke this select took
                 // them off their watchers) and looked at.
+                // Without a kept waker meanwhile: a `clone` that panics there leaves
+                // the round to start over (see `cut_short`).
+                let kept = self.waker.take();
                 let given_back = self.each().fold(false, |c, (_, n)| n.rearm(cx.waker()) | c);
+                self.waker = kept;
                 let timer_due =
                     given_back || self.next_timer().is_some_and(|d| Instant::now() >= d);
                 // No waker kept while registered: a registration or a refresh was cut
