@@ -216,7 +216,9 @@ pub struct Receiver<T> {
 /// Makes a broadcast channel keeping the last `capacity` values (rounded up to a power
 /// of two) for receivers that have not read them.
 ///
-/// Panics if `capacity` is 0 (or above `usize::MAX / 2`). Receivers clone values outside
+/// The ring is allocated whole, as tokio's is. Panics if `capacity` is 0, above
+/// `usize::MAX / 2`, or more than memory can hold (a clear panic, where a failed
+/// allocation would abort the process). Receivers clone values outside
 /// the channel's lock, so a `T::clone` may use the channel (see the [module docs](self)).
 ///
 /// ```
@@ -241,9 +243,19 @@ pub fn channel<T: Clone>(capacity: usize) -> (Sender<T>, Receiver<T>) {
         "weft::sync::broadcast::channel: capacity {capacity} is too large"
     );
     let cap = capacity.next_power_of_two();
+    let mut slots = Vec::new();
+    if slots.try_reserve_exact(cap).is_err() {
+        // Found in review: `channel(1 << 44)` aborted the process.
+        panic!(
+            "weft::sync::broadcast::channel: capacity {capacity} ({cap} slots of {} bytes) \
+             cannot be allocated",
+            std::mem::size_of::<Option<Slot<T>>>()
+        );
+    }
+    slots.resize_with(cap, || None);
     let shared = Arc::new(Shared {
         state: Lock::new(State {
-            slots: (0..cap).map(|_| None).collect(),
+            slots: slots.into_boxed_slice(),
             tail: 0,
             senders: 1,
             receivers: 1,

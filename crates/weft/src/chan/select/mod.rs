@@ -1344,11 +1344,15 @@ impl<'a> Machine<'a> {
                 (a, b) => a.or(b),
             };
             // `Ready(None)`: a pairing began in this wait; the next wait is bounded by
-            // its patience (`pair_until`).
+            // its patience (`pair_until`). Not under loom, whose models have no clock
+            // (a timed wait there returns at once, and the patience became a spin the
+            // model could not finish): there the pairing waits as an async select's.
             let mut fut = std::pin::pin!(std::future::poll_fn(|cx| {
                 match self.poll(cx, false) {
                     Poll::Ready(r) => Poll::Ready(Some(r)),
-                    Poll::Pending if self.paired.is_some() && self.pair_until.is_none() => {
+                    Poll::Pending
+                        if !cfg!(loom) && self.paired.is_some() && self.pair_until.is_none() =>
+                    {
                         self.pair_until = Some(Instant::now() + super::core::PAIRING_PATIENCE);
                         Poll::Ready(None)
                     }
