@@ -6,13 +6,18 @@ use std::fmt;
 
 /// The values of one fiber's locals, keyed by the address of their `static` key.
 #[derive(Default)]
-pub(crate) struct Locals(RefCell<Vec<(usize, Box<dyn Any>)>>);
+pub(crate) struct Locals {
+    values: RefCell<Vec<(usize, Box<dyn Any>)>>,
+    /// The keys whose values the fiber's end dropped: accessed again (from a
+    /// destructor), they are an error, not a new value (see [`Locals::drop_all`]).
+    destroyed: RefCell<Vec<usize>>,
+}
 
 impl Locals {
     /// Takes every value out (they are dropped by the caller, outside the borrow, so a
     /// destructor may touch fiber-locals again).
     pub(crate) fn take(&self) -> Vec<(usize, Box<dyn Any>)> {
-        std::mem::take(&mut *self.0.borrow_mut())
+        std::mem::take(&mut *self.values.borrow_mut())
     }
 
     /// Drops every value, then every value those destructors made, until none is left
@@ -20,19 +25,29 @@ impl Locals {
     /// for the first time makes a value, which otherwise went on to be dropped with the
     /// fiber's context, off the fiber (found in review: it saw no fiber current, and a
     /// fiber-local it used in turn panicked). Each round is taken out before it is
-    /// dropped, so the destructors may use fiber-locals again.
+    /// dropped, so the destructors may use fiber-locals again; a key dropped once is
+    /// not made again (`try_with` fails for it, as std's does for a destroyed
+    /// thread-local), so the rounds end: a destructor that touched its own key made a
+    /// new value every round, for ever (found in the review of the fix).
     pub(crate) fn drop_all(&self) {
         loop {
             let values = self.take();
             if values.is_empty() {
                 return;
             }
+            self.destroyed
+                .borrow_mut()
+                .extend(values.iter().map(|(k, _)| *k));
             drop(values);
         }
     }
 
+    fn is_destroyed(&self, key: usize) -> bool {
+        self.destroyed.borrow().contains(&key)
+    }
+
     fn find(&self, key: usize) -> Option<*const dyn Any> {
-        self.0
+        self.values
             .borrow()
             .iter()
             .find(|(k, _)| *k == key)
@@ -85,7 +100,9 @@ pub struct LocalKey<T: 'static> {
     init: fn() -> T,
 }
 
-/// The error of [`LocalKey::try_with`] outside a fiber.
+/// The error of [`LocalKey::try_with`] outside a fiber, or in a destructor run at the
+/// fiber's end once this key's value was dropped (as std's `AccessError` for a
+/// destroyed thread-local: the value is not made again).
 ///
 /// ```
 /// weft::fiber_local!(static X: u8 = 1);
@@ -93,11 +110,20 @@ pub struct LocalKey<T: 'static> {
 /// assert!(err.to_string().contains("fiber"));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AccessError(());
+pub struct AccessError(Access);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    NoFiber,
+    Destroyed,
+}
 
 impl fmt::Display for AccessError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("fiber-local value accessed outside a weft fiber")
+        f.write_str(match self.0 {
+            Access::NoFiber => "fiber-local value accessed outside a weft fiber",
+            Access::Destroyed => "fiber-local value accessed after the fiber's end dropped it",
+        })
     }
 }
 
@@ -116,7 +142,8 @@ impl<T: 'static> LocalKey<T> {
     /// the one the outer initialiser returns is dropped.
     ///
     /// # Panics
-    /// Outside a fiber (use [`try_with`](Self::try_with) to test).
+    /// Outside a fiber, and in a destructor run at the fiber's end once this key's value
+    /// was dropped (use [`try_with`](Self::try_with) to test).
     ///
     /// ```
     /// weft::fiber_local!(static NAME: String = String::from("anonymous"));
@@ -142,7 +169,7 @@ impl<T: 'static> LocalKey<T> {
     pub fn try_with<R>(&'static self, f: impl FnOnce(&T) -> R) -> Result<R, AccessError> {
         let ctx = super::future::current_ctx();
         if ctx.is_null() {
-            return Err(AccessError(()));
+            return Err(AccessError(Access::NoFiber));
         }
         // SAFETY: a non-null current fiber is the live context of the running fiber, and
         // it outlives this call (the fiber cannot finish while it runs this code).
@@ -150,6 +177,7 @@ impl<T: 'static> LocalKey<T> {
         let key = self as *const Self as usize;
         let ptr = match locals.find(key) {
             Some(p) => p,
+            None if locals.is_destroyed(key) => return Err(AccessError(Access::Destroyed)),
             None => {
                 // Initialised outside the borrow: `init` may use other fiber-locals.
                 let value: Box<dyn Any> = Box::new((self.init)());
@@ -162,7 +190,7 @@ impl<T: 'static> LocalKey<T> {
                     p
                 } else {
                     let ptr = &*value as *const dyn Any;
-                    locals.0.borrow_mut().push((key, value));
+                    locals.values.borrow_mut().push((key, value));
                     ptr
                 }
             }
