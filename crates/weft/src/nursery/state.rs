@@ -183,7 +183,12 @@ impl<E> Inner<E> {
         drop(st);
         drop(abort);
         cancel_all(aborts);
-        drop(unused);
+        // A failure the nursery does not keep (it has one already) is dropped here,
+        // before the owner is woken (it may borrow what the owner's frame holds), and
+        // under a catch: its `Drop` (an error's, or a panic payload's) that panicked
+        // skipped the wake below, and the owner, whose waker was taken already, waited
+        // for ever (found in review, `tests/review_s42_locks.rs`). The hook printed it.
+        crate::task::waker::ignore_panic(move || drop(unused));
         done.run();
     }
 

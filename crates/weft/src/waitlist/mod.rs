@@ -727,7 +727,11 @@ impl WakeBatch {
         let mut wake = |w: Waker| {
             // The waker is consumed by the call: nothing it touched is looked at again.
             if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake())) {
-                panic.get_or_insert(p);
+                match panic {
+                    None => panic = Some(p),
+                    // Later ones go as `drop_each`'s do.
+                    Some(_) => crate::task::waker::drop_payload(p),
+                }
             }
         };
         for w in self.inline[..self.len].iter_mut() {
@@ -746,7 +750,15 @@ impl WakeBatch {
         *self.retired = None;
         drop(spill);
         if let Some(p) = panic {
-            std::panic::resume_unwind(p);
+            if std::thread::panicking() {
+                // Flushed by a drop during an unwind (a guard of a panicking thread, or
+                // of a fiber being cancelled, hands its lock on): a second panic would
+                // abort the process (found in review, `tests/review_s42_locks.rs`). The
+                // unwind goes on; the hook printed the waker's panic.
+                crate::task::waker::drop_payload(p);
+            } else {
+                std::panic::resume_unwind(p);
+            }
         }
     }
 }
