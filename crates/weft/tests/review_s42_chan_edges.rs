@@ -722,11 +722,19 @@ impl<const N: usize> Big<N> {
 }
 
 /// 1 MiB values by value (not boxed) through every flavour between threads, through
-/// full channels (the wait path): each arrives whole, in order.
+/// full channels (the wait path): each arrives whole, in order. (64 KiB unoptimised:
+/// a debug build's frames hold a copy each, past even a 64 MiB stack.)
 #[test]
 fn one_mebibyte_values_by_value_through_every_flavour() {
+    if cfg!(debug_assertions) {
+        by_value_through_every_flavour::<{ 64 << 10 }>();
+    } else {
+        by_value_through_every_flavour::<{ 1 << 20 }>();
+    }
+}
+
+fn by_value_through_every_flavour<const N: usize>() {
     watchdog(30, || {
-        const N: usize = 1 << 20;
         for cap in [Some(0), Some(1), Some(2), Some(300), None] {
             let (tx, rx) = make::<Big<N>>(cap);
             let h = common::big_thread(move || {
@@ -751,11 +759,20 @@ fn one_mebibyte_values_by_value_through_every_flavour() {
 }
 
 /// 64 KiB values sent and received by value on threads with the default 2 MiB stack,
-/// through the waiting paths (blocking and async): no stack overflow.
+/// through the waiting paths (blocking and async): no stack overflow. (8 KiB
+/// unoptimised, where every frame holds its own copy: the bound is an optimised
+/// build's, as in `chan_large_values.rs`.)
 #[test]
 fn sixty_four_kib_values_on_default_thread_stacks() {
+    if cfg!(debug_assertions) {
+        by_value_on_default_thread_stacks::<{ 8 << 10 }>();
+    } else {
+        by_value_on_default_thread_stacks::<{ 64 << 10 }>();
+    }
+}
+
+fn by_value_on_default_thread_stacks<const N: usize>() {
     watchdog(30, || {
-        const N: usize = 64 << 10;
         for cap in [Some(0), Some(1), Some((1 << 20) + 1), None] {
             let (tx, rx) = make::<Big<N>>(cap);
             let h = std::thread::spawn(move || {
