@@ -384,8 +384,11 @@ fn spawns_racing_the_deadline_are_all_cancelled() {
             });
             let (st3, dr3) = (st.clone(), dr.clone());
             let timeout = Duration::from_micros(500 + (i % 8) * 250);
+            // A hang is a nursery that never returns; 2 s leaves room for a loaded
+            // machine (the soak saw 500 ms run out once, with the flat-out spawner
+            // thread and three workers on two busy cores).
             let r: Result<Deadlined<(), ()>, _> = rt.block_on(time::timeout(
-                ms(500),
+                ms(2000),
                 Nursery::with_timeout(timeout).run(move |n| async move {
                     // The body spawns across the deadline, then hands its `Nursery`
                     // to the plain thread (which spawns flat out) and waits.
