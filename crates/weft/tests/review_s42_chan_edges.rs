@@ -15,7 +15,7 @@ use std::sync::{Arc, Barrier};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use common::watchdog;
+use common::{counting_waker as count_waker, watchdog};
 use weft::chan::{self, TryRecvError, TrySendError};
 
 /// The capacities that pick each buffer: ring (1 ..= 1 << 20), bounded list (above),
@@ -39,23 +39,6 @@ fn make<T>(cap: Option<usize>) -> (chan::Sender<T>, chan::Receiver<T>) {
         Some(c) => chan::bounded(c),
         None => chan::unbounded(),
     }
-}
-
-/// Counts wakes.
-struct Count(AtomicUsize);
-
-impl Wake for Count {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
-}
-
-fn count_waker() -> (Arc<Count>, Waker) {
-    let c = Arc::new(Count(AtomicUsize::new(0)));
-    (c.clone(), Waker::from(c))
 }
 
 /// A waker whose wake panics.

@@ -11,28 +11,11 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use common::{counter, load, watchdog, DropCounter};
+use common::{counter, counting_waker as count_waker, load, watchdog, DropCounter};
 use weft::{JoinHandle, Runtime};
 
 fn rt(workers: usize) -> Runtime {
     common::exact_runtime(workers, 0, 0)
-}
-
-/// A waker that counts its wakes.
-struct CountWake(AtomicUsize);
-
-impl Wake for CountWake {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
-}
-
-fn count_waker() -> (Arc<CountWake>, Waker) {
-    let c = Arc::new(CountWake(AtomicUsize::new(0)));
-    (c.clone(), Waker::from(c))
 }
 
 /// Forwards to another waker; carries a drop counter.

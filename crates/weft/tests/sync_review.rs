@@ -16,10 +16,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
-use std::task::{Context, Poll, RawWaker, RawWakerVTable, Wake, Waker};
+use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
 use std::time::Duration;
 
-use common::{with_timeout, workers};
+use common::{counting_waker as counting, with_timeout, workers};
 use weft::sync::{
     broadcast, oneshot, watch, Barrier, Mutex, Notify, RwLock, Semaphore, TryAcquireError,
     WaitGroup,
@@ -33,25 +33,6 @@ fn noop_cx() -> Context<'static> {
 
 fn poll_once<F: Future + ?Sized>(f: Pin<&mut F>) -> Poll<F::Output> {
     f.poll(&mut noop_cx())
-}
-
-/// A waker that counts its wakes.
-#[derive(Default)]
-struct Count(AtomicUsize);
-
-impl Wake for Count {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
-}
-
-fn counting() -> (Arc<Count>, Waker) {
-    let c = Arc::new(Count::default());
-    let w = Waker::from(c.clone());
-    (c, w)
 }
 
 fn poll_with<F: Future + ?Sized>(f: Pin<&mut F>, w: &Waker) -> Poll<F::Output> {

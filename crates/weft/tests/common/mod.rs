@@ -598,3 +598,22 @@ pub fn in_stolen_b<R: Send>(f: impl FnOnce() -> R + Send) -> (R, bool) {
     );
     (r, stolen)
 }
+
+/// A waker's shared part that counts its wakes (`.0`).
+#[derive(Default)]
+pub struct WakeCount(pub AtomicUsize);
+
+impl std::task::Wake for WakeCount {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A waker that counts its wakes, and its count.
+pub fn counting_waker() -> (Arc<WakeCount>, std::task::Waker) {
+    let c = Arc::new(WakeCount::default());
+    (c.clone(), std::task::Waker::from(c))
+}
