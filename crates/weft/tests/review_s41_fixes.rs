@@ -169,17 +169,7 @@ fn drop_at_the_bottom_of_a_chain_of_stolen_joins_with_parked_fibers() {
             };
             let rt = runtime(workers, interactive, extra);
             let handle = rt.handle().clone();
-            let fiber_drops = counter();
-            let fibers: Vec<_> = (0..2 * workers)
-                .map(|_| {
-                    let d = fiber_drops.clone();
-                    common::fiber_on(&rt, move || {
-                        let _g = DropCounter(d);
-                        weft::fiber::sleep(Duration::from_secs(30));
-                    })
-                })
-                .collect();
-            std::thread::sleep(Duration::from_millis(5));
+            let (fiber_drops, fibers) = common::park_fibers(&rt, 2 * workers);
             let slot: Slot = Arc::new(Mutex::new(Some(rt)));
             let depth = 1 + round % 4;
             let task_drops = counter();

@@ -198,17 +198,7 @@ fn fiber_whose_stolen_join_half_drops_the_runtime_goes_on_and_ends() {
             let workers = 2 + round % 3;
             let rt = runtime(workers);
             let handle = rt.handle().clone();
-            let parked_drops = counter();
-            let parked: Vec<_> = (0..2 * workers)
-                .map(|_| {
-                    let d = parked_drops.clone();
-                    common::fiber_on(&rt, move || {
-                        let _g = DropCounter(d);
-                        weft::fiber::sleep(Duration::from_secs(30));
-                    })
-                })
-                .collect();
-            std::thread::sleep(Duration::from_millis(5));
+            let (parked_drops, parked) = common::park_fibers(&rt, 2 * workers);
             let slot: Slot = Arc::new(Mutex::new(Some(rt)));
             let drops = counter();
             let after = Arc::new(Mutex::new(Vec::new()));

@@ -10,6 +10,7 @@ use super::{bounded, Receiver, RecvError, SendError, Sender};
 use crate::base::Mutex;
 use crate::task::waker::drop_each;
 use crate::task::{JoinError, JoinHandle};
+use crate::waitlist::{Armed, WakerSet};
 
 /// Creates an ordered task channel that queues at most `cap` handles of started
 /// work (a sender then waits for room).
@@ -42,8 +43,7 @@ pub fn ordered<T>(cap: usize) -> (OrderedSender<T>, OrderedReceiver<T>) {
                 next: 0,
                 back: std::collections::VecDeque::new(),
                 joining: 0,
-                waiting: Vec::new(),
-                ids: 0,
+                waiting: WakerSet::default(),
             }),
         },
     )
@@ -219,21 +219,17 @@ impl<T: Send + 'static> OrderedReceiver<T> {
     /// the waiting receive slept on the empty channel, and reported the end while a
     /// result was still queued).
     async fn take(&self) -> Taken<T> {
-        let id = {
-            let mut head = self.head.lock();
-            head.ids += 1;
-            head.ids
-        };
-        let _registered = Unregister {
+        let mut registered = Unregister {
             slot: &self.head,
-            id,
+            at: Armed::default(),
         };
+        let at = &mut registered.at;
         let mut inner = std::pin::pin!(self.rx.recv());
         let mut closed = false;
         std::future::poll_fn(|cx| {
             // Wakers are cloned before the head's lock and dropped after it: their
             // clone and drop are their owners' code.
-            let (found, spare) = self.look(id, closed, cx.waker().clone());
+            let (found, spare) = self.look(at, closed, cx.waker().clone());
             drop(spare);
             if let Some(found) = found {
                 return Poll::Ready(found);
@@ -253,7 +249,7 @@ impl<T: Send + 'static> OrderedReceiver<T> {
                     // Drained and disconnected; a handle may still come back from a
                     // receive that holds one: look again, registered.
                     closed = true;
-                    let (found, spare) = self.look(id, closed, cx.waker().clone());
+                    let (found, spare) = self.look(at, closed, cx.waker().clone());
                     drop(spare);
                     found.map_or(Poll::Pending, Poll::Ready)
                 }
@@ -263,12 +259,17 @@ impl<T: Send + 'static> OrderedReceiver<T> {
         .await
     }
 
-    /// One look under the head's lock for receive `id`: a handle put back (counted
+    /// One look under the head's lock for the receive armed at `at`: a handle put back (counted
     /// in `joining`), or, once the inner channel is drained and disconnected
     /// (`closed`), the end if no receive holds a handle. Otherwise `waker` is
     /// registered. Returns what was found, and a waker for the caller to drop after
     /// the lock (the one replaced, or `waker` if unused).
-    fn look(&self, id: u64, closed: bool, waker: Waker) -> (Option<Taken<T>>, Option<Waker>) {
+    fn look(
+        &self,
+        at: &mut Armed,
+        closed: bool,
+        waker: Waker,
+    ) -> (Option<Taken<T>>, Option<Waker>) {
         let mut head = self.head.lock();
         if let Some(held) = head.back.pop_front() {
             head.joining += 1;
@@ -277,13 +278,8 @@ impl<T: Send + 'static> OrderedReceiver<T> {
         if closed && head.joining == 0 {
             return (Some(None), Some(waker));
         }
-        let replaced = match head.waiting.iter_mut().find(|(i, _)| *i == id) {
-            Some((_, w)) => Some(std::mem::replace(w, waker)),
-            None => {
-                head.waiting.push((id, waker));
-                None
-            }
-        };
+        // Whether a put-back released it since is moot: this look found nothing.
+        let (_, replaced) = head.waiting.arm(at, waker);
         (None, replaced)
     }
 
@@ -317,10 +313,8 @@ struct Head<T> {
     back: std::collections::VecDeque<(u64, JoinHandle<T>)>,
     /// Receives holding a handle (joining it): each may still put it back.
     joining: usize,
-    /// The receives waiting, by id, with their wakers.
-    waiting: Vec<(u64, Waker)>,
-    /// The last receive's id.
-    ids: u64,
+    /// The receives waiting, with their wakers.
+    waiting: WakerSet,
 }
 
 impl<T> Drop for PutBack<'_, T> {
@@ -334,12 +328,12 @@ impl<T> Drop for PutBack<'_, T> {
         // A put-back wakes the waiting receives, and so does the last join's end (a
         // receive that found the channel disconnected waits for it to report the end).
         let wake = if put_back.is_some() || head.joining == 0 {
-            std::mem::take(&mut head.waiting)
+            head.waiting.take_all()
         } else {
             Vec::new()
         };
         drop(head);
-        for (_, w) in wake {
+        for w in wake {
             w.wake();
         }
     }
@@ -351,16 +345,12 @@ type Taken<T> = Option<(u64, JoinHandle<T>)>;
 /// A receive's registration in `Head::waiting`, removed when its `take` ends.
 struct Unregister<'a, T> {
     slot: &'a Mutex<Head<T>>,
-    id: u64,
+    at: Armed,
 }
 
 impl<T> Drop for Unregister<'_, T> {
     fn drop(&mut self) {
-        let w = {
-            let mut head = self.slot.lock();
-            let at = head.waiting.iter().position(|(i, _)| *i == self.id);
-            at.map(|at| head.waiting.swap_remove(at))
-        };
+        let w = self.slot.lock().waiting.disarm(&mut self.at);
         // The waker drops after the lock: a waker's drop is its owner's code.
         drop(w);
     }

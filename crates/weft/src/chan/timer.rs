@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 
 use crate::base::{Arc, AtomicBool, Mutex};
 use crate::time::alarm::ThreadAlarm;
+use crate::waitlist::{Armed, WakerSet};
 
 pub(crate) struct Timer {
     kind: Kind,
     /// Who waits for a message that is not due, to hear of one given back.
-    watchers: Mutex<Watchers>,
+    watchers: Mutex<WakerSet>,
 }
 
 enum Kind {
@@ -33,73 +34,28 @@ enum Kind {
     },
 }
 
-/// The wakers of the receives waiting on a timer, by id, and the count of give-backs
-/// (each one wakes and removes every waker: a waiter that waits on registers anew,
-/// [`Watch`]).
-#[derive(Default)]
-struct Watchers {
-    next_id: u64,
-    given_back: u64,
-    list: Vec<(u64, Waker)>,
-}
-
 /// A receive's place among a timer's watchers: a message that a select took and did
 /// not perform comes back by [`Timer::give_back`], and a receive that waits for the
 /// timer's next deadline (or for ever, once its message was taken) must hear of it
 /// then (found in review: a clone of the receiver waited until its own timeout, or
 /// for ever).
 #[derive(Default)]
-pub(crate) struct Watch {
-    /// The id on the list, and the give-back count it was added at.
-    at: Option<(u64, u64)>,
-}
+pub(crate) struct Watch(Armed);
 
 impl Watch {
-    /// On `timer`'s list with `waker` (cloned before the lock): replaces the waker of
-    /// an entry still there; adds one if there is none (first time, or a give-back
-    /// removed it). `true` if a give-back came since the last look: look again.
+    /// On `timer`'s watchers with `waker` (cloned before the lock, the one replaced
+    /// dropped after it). `true` if a give-back came since the last look: look again.
     pub(crate) fn arm(&mut self, timer: &Timer, waker: &Waker) -> bool {
-        let mut waker = Some(waker.clone());
-        let mut guard = timer.watchers.lock();
-        let w = &mut *guard;
-        let current = self.at.filter(|&(_, seen)| seen == w.given_back);
-        let entry = current.and_then(|(id, _)| w.list.iter_mut().find(|e| e.0 == id));
-        let came = match entry {
-            // Still there: the old waker is swapped out, to be dropped after the lock.
-            Some(e) => {
-                let new = waker.take().expect("cloned above");
-                waker = Some(std::mem::replace(&mut e.1, new));
-                false
-            }
-            // A give-back removed it, or there was none yet.
-            None => {
-                let id = w.next_id;
-                w.next_id += 1;
-                w.list.push((id, waker.take().expect("cloned above")));
-                let came = self.at.is_some();
-                self.at = Some((id, w.given_back));
-                came
-            }
-        };
-        drop(guard);
-        // Wakers are dropped outside the lock (their `Drop` may be anything).
-        drop(waker);
-        came
+        let waker = waker.clone();
+        let (given_back, replaced) = timer.watchers.lock().arm(&mut self.0, waker);
+        drop(replaced);
+        given_back
     }
 
-    /// Off `timer`'s list.
+    /// Off `timer`'s watchers.
     pub(crate) fn disarm(&mut self, timer: &Timer) {
-        let Some((id, _)) = self.at.take() else {
-            return;
-        };
-        let old = {
-            let mut w = timer.watchers.lock();
-            w.list
-                .iter()
-                .position(|e| e.0 == id)
-                .map(|i| w.list.swap_remove(i))
-        };
-        drop(old);
+        let removed = timer.watchers.lock().disarm(&mut self.0);
+        drop(removed);
     }
 }
 
@@ -121,7 +77,7 @@ impl Timer {
     fn new(kind: Kind) -> Timer {
         Timer {
             kind,
-            watchers: Mutex::new(Watchers::default()),
+            watchers: Mutex::new(WakerSet::default()),
         }
     }
 
@@ -177,12 +133,8 @@ impl Timer {
         // After the message is back: a watcher added before this lock is woken here,
         // one added after it sees the message when it looks (`Watch::arm`'s caller
         // looks after arming).
-        let woken = {
-            let mut w = self.watchers.lock();
-            w.given_back += 1;
-            std::mem::take(&mut w.list)
-        };
-        for (_, waker) in woken {
+        let woken = self.watchers.lock().take_all();
+        for waker in woken {
             waker.wake();
         }
     }

@@ -772,6 +772,8 @@ impl Drop for WakeBatch {
 
 pub(crate) mod depth;
 pub(crate) use depth::{Lock, LockGuard};
+mod set;
+pub(crate) use set::{Armed, WakerSet};
 
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -617,3 +617,20 @@ pub fn counting_waker() -> (Arc<WakeCount>, std::task::Waker) {
     let c = Arc::new(WakeCount::default());
     (c.clone(), std::task::Waker::from(c))
 }
+
+/// Parks `n` fibers on `rt` (each asleep for 30 s, holding a [`DropCounter`] on the
+/// returned count), and gives them 5 ms to start: fibers for a shutdown to unwind.
+pub fn park_fibers(rt: &Runtime, n: usize) -> (Arc<AtomicUsize>, Vec<weft::JoinHandle<()>>) {
+    let drops = counter();
+    let fibers = (0..n)
+        .map(|_| {
+            let d = drops.clone();
+            fiber_on(rt, move || {
+                let _g = DropCounter(d);
+                weft::fiber::sleep(Duration::from_secs(30));
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(5));
+    (drops, fibers)
+}

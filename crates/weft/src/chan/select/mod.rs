@@ -208,6 +208,10 @@ trait OpNode: Send + Sync {
     fn deadline(&self) -> Option<Instant> {
         None
     }
+    /// Whether it is a timer operation (`deadline`, `rearm`).
+    fn is_timer(&self) -> bool {
+        false
+    }
     /// A registered timer operation, woken or not: back on its timer's watchers with
     /// `waker` (a give-back removes them all); `true` if a message was given back
     /// since it looked (look again).
@@ -457,6 +461,9 @@ impl OpNode for TimerNode<'_> {
     }
     fn refresh_waker(&self, waker: &Waker) {
         self.rearm(waker);
+    }
+    fn is_timer(&self) -> bool {
+        true
     }
     fn rearm(&self, waker: &Waker) -> bool {
         self.watch.lock().arm(self.timer, waker)
@@ -1067,6 +1074,9 @@ struct Machine<'a> {
     /// tasks and fibers, so it bounds the wait instead. An async select waits as long
     /// as its partner (`None`): its own task polls both.
     pair_until: Option<Instant>,
+    /// Some operation is a timer's (looked at on every round; a select of channels
+    /// only skips them).
+    timers: bool,
     waker: Option<Waker>,
     /// The order of the next round was drawn already (by the quick pass).
     drawn: bool,
@@ -1083,9 +1093,12 @@ struct Machine<'a> {
 
 impl<'a> Machine<'a> {
     fn new(sel: &Select<'a>, kind: Kind) -> Machine<'a> {
+        let nodes = Nodes::new(&sel.ops, kind);
+        let timers = nodes.each().any(|(_, n)| n.is_timer());
         Machine {
             ops: sel.ops.clone(),
-            nodes: Some(Nodes::new(&sel.ops, kind)),
+            nodes: Some(nodes),
+            timers,
             biased: sel.ops.biased,
             kind,
             registered: false,
@@ -1156,7 +1169,28 @@ impl<'a> Machine<'a> {
     }
 
     fn next_timer(&self) -> Option<Instant> {
+        if !self.timers {
+            return None;
+        }
         self.each().filter_map(|(_, n)| n.deadline()).min()
+    }
+
+    /// For a registered round: re-arms the timer operations (a give-back that woke
+    /// this select took them off their watchers); whether one was given back since
+    /// it looked, or is due now.
+    fn rearm_timers(&mut self, waker: &Waker) -> bool {
+        if !self.timers {
+            return false;
+        }
+        // Without a kept waker meanwhile: a `clone` that panics there leaves the round
+        // to start over (see `cut_short` in `poll`).
+        let kept = self.waker.take();
+        let now = Instant::now();
+        let due = self.each().fold(false, |due, (_, n)| {
+            n.rearm(waker) | due || n.deadline().is_some_and(|d| now >= d)
+        });
+        self.waker = kept;
+        due
     }
 
     /// Takes every node off its list and makes the group and nodes ready for a new
@@ -1227,15 +1261,7 @@ impl<'a> Machine<'a> {
                         }
                     }
                 }
-                // Timer operations re-armed (a give-back that woke this select took
-                // them off their watchers) and looked at.
-                // Without a kept waker meanwhile: a `clone` that panics there leaves
-                // the round to start over (see `cut_short`).
-                let kept = self.waker.take();
-                let given_back = self.each().fold(false, |c, (_, n)| n.rearm(cx.waker()) | c);
-                self.waker = kept;
-                let timer_due =
-                    given_back || self.next_timer().is_some_and(|d| Instant::now() >= d);
+                let timer_due = self.rearm_timers(cx.waker());
                 // No waker kept while registered: a registration or a refresh was cut
                 // short by a waker's `clone` that panicked, and some nodes may be off
                 // their lists or hold an older waker. The round starts again.
