@@ -366,28 +366,35 @@ fn exclusion_with_tasks_fibers_threads_and_random_cancellation() {
                 }));
             } else {
                 handles.push(fiber_on(&rt, move || {
+                    // These fibers are aborted at their yields: each count goes down
+                    // as the unwind leaves it (before the lock's guard, declared
+                    // earlier, drops). Counted down after the yield, an aborted
+                    // holder's count stayed up with its lock released (CI, debug).
                     let mut rng = Rng(seed | 1);
                     while !stop.load(SeqCst) {
                         let g = m.lock_blocking();
                         enter(&inside);
+                        let held = Held(&inside);
                         if rng.below(3) == 0 {
                             weft::fiber::yield_now();
                         }
-                        inside.fetch_sub(1, SeqCst);
+                        drop(held);
                         drop(g);
                         if rng.below(2) == 0 {
                             let g = rw.write_blocking();
                             assert_eq!(writers.fetch_add(1, SeqCst), 0);
+                            let held = Held(&writers);
                             assert_eq!(readers.load(SeqCst), 0);
                             weft::fiber::yield_now();
-                            writers.fetch_sub(1, SeqCst);
+                            drop(held);
                             drop(g);
                         } else {
                             let g = rw.read_blocking();
                             readers.fetch_add(1, SeqCst);
+                            let held = Held(&readers);
                             assert_eq!(writers.load(SeqCst), 0);
                             weft::fiber::yield_now();
-                            readers.fetch_sub(1, SeqCst);
+                            drop(held);
                             drop(g);
                         }
                     }
@@ -929,4 +936,13 @@ fn many_notify_ones_with_no_waiter_store_a_single_permit() {
         let mut cx = std::task::Context::from_waker(waker);
         assert!(std::future::Future::poll(f.as_mut(), &mut cx).is_pending());
     });
+}
+
+/// Counts a holder out when dropped (its section ended, or its fiber unwound).
+struct Held<'a>(&'a AtomicUsize);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, SeqCst);
+    }
 }
