@@ -162,6 +162,32 @@ impl Driver {
         }
     }
 
+    /// Moves the pending timer `key` to `deadline`, keeping the waker it has (a reset
+    /// by a thread other than the waiter's: the waiter is woken at the new deadline, as
+    /// tokio's is). `None` if it fired already (its waiter was woken, and its next poll
+    /// files the new deadline) or the wheel has shut down.
+    pub(crate) fn reschedule(&self, key: TimerKey, deadline: Instant) -> Option<TimerKey> {
+        let ms = self.to_ms(deadline);
+        let (moved, old) = {
+            let mut w = self.lock();
+            if self.shut.load(Relaxed) {
+                (false, w.remove(key))
+            } else {
+                let moved = w.reschedule(key, ms);
+                if moved {
+                    self.publish_next(&w);
+                }
+                (moved, None)
+            }
+        };
+        // Dropped outside the lock: a waker's drop may use timers.
+        drop(old);
+        if moved {
+            self.kick(ms);
+        }
+        moved.then_some(key)
+    }
+
     /// Re-registers the waker; returns false if the timer already fired.
     pub(crate) fn poll_registered(&self, key: TimerKey, waker: &Waker) -> bool {
         crate::task::diag::note_wait(waker, crate::task::diag::WaitOn::Timer);

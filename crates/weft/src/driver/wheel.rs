@@ -165,6 +165,19 @@ impl Wheel {
         }
     }
 
+    /// Moves a pending entry to a new deadline (O(1)), keeping its key and its waker:
+    /// a sleep reset by a thread other than its waiter's, which has no waker to give.
+    /// False if the entry fired already or the key is stale.
+    pub(crate) fn reschedule(&mut self, key: TimerKey, deadline: u64) -> bool {
+        let Some(index) = self.lookup(key) else {
+            return false;
+        };
+        self.unlink(index);
+        self.entries[index as usize].deadline = self.clamp(deadline);
+        self.link(index);
+        true
+    }
+
     /// Replaces the waker of a pending entry ([`Prepared::store`]: kept when it wakes the
     /// same task). `Err(())` if fired or stale; otherwise the replaced waker, for the
     /// caller to drop outside its lock.

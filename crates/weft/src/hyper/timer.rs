@@ -63,10 +63,7 @@ impl ::hyper::rt::Timer for WeftTimer {
 
     fn reset(&self, sleep: &mut Pin<Box<dyn ::hyper::rt::Sleep>>, new_deadline: Instant) {
         match sleep.as_mut().downcast_mut_pin::<WeftSleep>() {
-            // One of ours: no new allocation. Its wheel entry goes now and the next
-            // poll files the new deadline (hyper polls a sleep after resetting it; a
-            // sleep never polled again wakes nobody, unlike tokio's, which keeps the
-            // waker).
+            // One of ours: no new allocation; its wheel entry moves, with its waker.
             Some(mut ours) => ours.0.reset(new_deadline),
             None => *sleep = self.sleep_until(new_deadline),
         }

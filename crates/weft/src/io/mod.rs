@@ -220,7 +220,12 @@ fn poll_to_end<R: AsyncRead + Unpin + ?Sized>(
             if buf.capacity() - buf.len() < 32 {
                 buf.reserve(buf.capacity().max(64));
             }
-            buf.resize(buf.capacity(), 0);
+            // A chunk at a time, as large as what the buffer holds (8 KiB at least), not
+            // the whole spare capacity: zeroing commits its pages, and a short read
+            // into a vector made with a large capacity grew the process by all of it
+            // (found in review). Doubling keeps the zeroing linear in what is read.
+            let chunk = buf.len().max(8 * 1024);
+            buf.resize(buf.capacity().min(buf.len() + chunk), 0);
         }
         let spare = &mut buf[*len..];
         let room = spare.len();

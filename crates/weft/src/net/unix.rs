@@ -66,6 +66,12 @@ impl UnixListener {
 /// and `Write` (which block as `weft::wait` does and honour the read and write
 /// timeouts).
 ///
+/// One difference from a blocking std socket: a write that waits for room (the
+/// peer's buffer full) while the peer shuts down only its read side, and neither
+/// reads nor closes, goes on waiting until the peer closes (it then fails with
+/// `BrokenPipe`) or its write timeout passes. Linux's epoll reports no event for that
+/// shutdown; tokio's Unix streams wait the same way.
+///
 /// ```
 /// use std::io::{Read, Write};
 /// let _rt = weft::Runtime::new().unwrap();

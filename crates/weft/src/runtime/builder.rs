@@ -221,14 +221,17 @@ impl Builder {
 
     /// Runs `f` on each worker thread (default and interactive pools) when it starts.
     /// If `f` panics, the panic is printed (by the panic hook) and the thread goes on
-    /// to work.
+    /// to work. The runtime is current while `f` runs ([`Handle::current`](crate::Handle::current),
+    /// `spawn` and timers work in it).
     pub fn on_thread_start<F: Fn() + Send + Sync + 'static>(&mut self, f: F) -> &mut Self {
         self.on_thread_start = Some(StdArc::new(f));
         self
     }
 
     /// Runs `f` on each worker thread (default and interactive pools) just before it
-    /// exits.
+    /// exits, with the runtime current as for
+    /// [`on_thread_start`](Self::on_thread_start) (a runtime shutting down resolves
+    /// what is spawned there as cancelled).
     pub fn on_thread_stop<F: Fn() + Send + Sync + 'static>(&mut self, f: F) -> &mut Self {
         self.on_thread_stop = Some(StdArc::new(f));
         self

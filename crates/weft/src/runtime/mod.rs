@@ -118,7 +118,7 @@ impl WorkerThreads {
                     // A hook that panics (the panic hook has printed it) does not end the
                     // worker: a base worker that died here left a runtime that built
                     // fine and never ran a task (found in review).
-                    crate::task::waker::ignore_panic(|| f());
+                    crate::task::waker::ignore_panic(|| in_runtime(&shared, f));
                 }
                 let core = Core::new(index, shared.clone(), parts);
                 if core.run() {
@@ -142,7 +142,7 @@ impl WorkerThreads {
                     drop(core);
                 }
                 if let Some(f) = &this.stop {
-                    f();
+                    in_runtime(&shared, f);
                 }
                 drop(exit);
             });
@@ -154,6 +154,19 @@ impl WorkerThreads {
             }
         }
     }
+}
+
+/// Runs a thread hook with the worker's runtime entered, as tokio runs its hooks:
+/// `Handle::current()`, `spawn` and timers work in them (found in review: both hooks ran
+/// with no runtime current). A stop hook of a runtime already gone runs with none.
+fn in_runtime(shared: &Shared, f: &builder::Callback) {
+    let handle = shared
+        .rt
+        .upgrade()
+        .and_then(|rt| rt.downcast::<Inner>().ok())
+        .map(|inner| Handle { inner });
+    let _entered = handle.as_ref().map(Handle::enter);
+    f();
 }
 
 /// A worker thread's end, also by a panic (in a hook, say): counts the thread out for
@@ -378,10 +391,14 @@ impl Runtime {
                 closing: Default::default(),
             }
         });
-        LATEST
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Arc::downgrade(&inner));
+        {
+            let mut started = LATEST.lock().unwrap_or_else(|e| e.into_inner());
+            // Dropped runtimes are forgotten here too: a `Weak` keeps its runtime's
+            // allocation, and a program that builds runtime after runtime without ever
+            // asking for the latest grew by one each (found in review).
+            started.retain(|w| w.strong_count() > 0);
+            started.push(Arc::downgrade(&inner));
+        }
         let mut rt = Runtime {
             handle: Handle { inner },
             exits: exits.clone(),

@@ -24,15 +24,12 @@ impl ThreadAlarm {
             return Poll::Ready(());
         }
         if self.armed != Some(deadline) {
-            // A fresh slot per entry: the entry filed for the old deadline is then held
-            // by the list alone, so the alarm thread forgets it at its next pass (which
-            // `arm` triggers) instead of keeping it, and the waker in it, until that
-            // deadline (a sleep reset again and again piled up one entry per reset).
-            // The waker goes in before the entry is filed: the alarm thread may fire
-            // the entry at once.
-            self.slot = Arc::new(Mutex::new(Some(cx.waker().clone())));
-            self.armed = Some(deadline);
-            arm(deadline, self.slot.clone());
+            // The old entry's waker goes here, on the waiter's thread: left in the slot,
+            // it would be dropped by the alarm thread, where a waker whose drop panics
+            // ended that thread (found in review).
+            let old = self.take_waker();
+            drop(old);
+            self.file(deadline, cx.waker().clone());
         } else {
             // Cloned before the lock, the old one dropped after it: a waker's `clone` and
             // `drop` are its owner's code.
@@ -44,6 +41,35 @@ impl ThreadAlarm {
             drop(old);
         }
         Poll::Pending
+    }
+}
+
+impl ThreadAlarm {
+    /// A fresh slot per entry: the entry filed for the old deadline is then held by the
+    /// list alone, so the alarm thread forgets it at its next pass (which `arm`
+    /// triggers) instead of keeping it until that deadline (a sleep reset again and
+    /// again piled up one entry per reset). The waker goes in before the entry is
+    /// filed: the alarm thread may fire the entry at once.
+    fn file(&mut self, deadline: Instant, waker: Waker) {
+        self.slot = Arc::new(Mutex::new(Some(waker)));
+        self.armed = Some(deadline);
+        arm(deadline, self.slot.clone());
+    }
+
+    fn take_waker(&self) -> Option<Waker> {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Moves a pending alarm to `deadline` with the waker it has (a sleep reset by a
+    /// thread other than its waiter's). One that fired already woke its waiter, whose
+    /// next poll files the new deadline.
+    pub(crate) fn reschedule(&mut self, deadline: Instant) {
+        if self.armed.is_none_or(|d| d == deadline) {
+            return;
+        }
+        if let Some(w) = self.take_waker() {
+            self.file(deadline, w);
+        }
     }
 }
 
@@ -106,7 +132,11 @@ fn run(a: &'static Alarms) {
             }
         });
         drop(entries);
-        drop(gone);
+        for slot in gone {
+            // Normally empty (a waiter takes its waker with it), but guarded all the
+            // same: a panic here would end the process's only alarm thread.
+            crate::task::waker::ignore_panic(move || drop(slot));
+        }
         for slot in due {
             let w = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
             if let Some(w) = w {

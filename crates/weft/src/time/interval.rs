@@ -23,8 +23,8 @@ pub enum MissedTickBehavior {
 /// Ticks every `period`, the first tick at once.
 ///
 /// # Panics
-/// If `period` is zero. The first tick panics if the interval was neither created nor
-/// polled inside a weft runtime (as [`sleep`](super::sleep)).
+/// If `period` is zero. A tick that must wait panics if the interval was neither created
+/// nor polled inside a weft runtime (as [`sleep`](super::sleep)).
 ///
 /// ```
 /// use std::time::Duration;
@@ -46,8 +46,8 @@ pub fn interval(period: Duration) -> Interval {
 /// Ticks every `period`, the first tick at `start`.
 ///
 /// # Panics
-/// If `period` is zero. The first tick panics if the interval was neither created nor
-/// polled inside a weft runtime (as [`sleep`](super::sleep)).
+/// If `period` is zero. A tick that must wait panics if the interval was neither created
+/// nor polled inside a weft runtime (as [`sleep`](super::sleep)).
 ///
 /// ```
 /// use std::time::Duration;

@@ -14,7 +14,9 @@ use crate::driver::wheel::TimerKey;
 /// first polled.
 ///
 /// # Panics
-/// When first polled, if it was neither created nor polled inside a weft runtime.
+/// When a poll finds it must wait (its deadline not yet reached) and the sleep was
+/// neither created nor polled inside a weft runtime: one that has elapsed completes
+/// anywhere.
 ///
 /// ```
 /// let rt = weft::Runtime::new().unwrap();
@@ -119,12 +121,22 @@ impl Sleep {
     ///     (&mut s).await;
     /// });
     /// ```
+    ///
+    /// A task that waits on the sleep is woken at the new deadline even when another
+    /// thread moved it (the waker it registered stays, as with tokio's `Sleep`).
     pub fn reset(&mut self, deadline: Instant) {
         self.deadline = deadline;
         self.done = false;
-        // The old entry is cancelled now; the next poll, which has the waker, registers
-        // a new one for the new deadline.
-        self.cancel();
+        // Moved with its waker: whoever calls this need not be the waiter, and the
+        // waiter may never poll again unless woken (found in review: a sleep reset from
+        // another thread, its entry cancelled with the waker in it, left the task
+        // awaiting it asleep for good).
+        if let (Some(key), Some(d)) = (self.key, &self.driver) {
+            self.key = d.reschedule(key, deadline);
+        }
+        if let Some(alarm) = &mut self.alarm {
+            alarm.reschedule(deadline);
+        }
     }
 
     fn cancel(&mut self) {

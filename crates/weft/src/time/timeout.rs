@@ -10,7 +10,9 @@ use super::sleep::{sleep, sleep_until, Sleep};
 /// `duration` (it is then dropped).
 ///
 /// # Panics
-/// Outside a weft runtime.
+/// As [`sleep`](super::sleep): when the future is not ready and the deadline must be
+/// waited for outside a weft runtime (a future that completes at once, or a deadline
+/// already past, needs none).
 ///
 /// ```
 /// use std::time::Duration;
