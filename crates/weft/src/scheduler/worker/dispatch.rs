@@ -17,7 +17,23 @@ impl Core {
     /// stacks and runs a spare loop stack (see [`super::stacks`]).
     pub(crate) fn wait_for(&self, signal: &StdArc<WaitSignal>) {
         if !self.set_stack_aside(signal) {
+            self.offer_own_halves();
             self.dispatch(Some(signal));
+        }
+    }
+
+    /// A wait inside a fork-join `join`, `scope` or job of this worker's: the loop it
+    /// dispatches runs none of this computation's other halves (they lie below its
+    /// mark), and they may be what the wait waits for. So every private frame goes to
+    /// the deque and a parked peer is woken for them. Private frames are shown only to
+    /// a worker hungry at the join, and a half that waits makes no more joins to show
+    /// them later (found in review: `join(|| wait(gate), || gate.open())` hung on two
+    /// workers, the second half never shown to the idle one, in a task, a fiber or a
+    /// plain thread's `block_on`).
+    fn offer_own_halves(&self) {
+        self.promote_private_frames_quietly();
+        if !self.remote().jobs.is_empty() {
+            self.shared.notify_parked();
         }
     }
 
