@@ -46,9 +46,9 @@ fn pending_becomes(rt: &Runtime, n: usize, what: &str) {
 /// A sleep shared behind a mutex: a task awaits it, another thread moves its deadline
 /// (as a watchdog whose deadline is pushed back, or pulled in, by whoever sees
 /// activity). The task must end at the new deadline: tokio's `Sleep::reset` keeps the
-/// registered waker and wakes it at the new deadline. weft's `reset` drops the wheel
-/// entry with the waker in it and relies on a poll that never comes: the task sleeps
-/// for ever.
+/// registered waker and wakes it at the new deadline. weft's `reset` dropped the wheel
+/// entry with the waker in it and relied on a poll that never came: the task slept
+/// for ever (fixed: the entry moves with its waker).
 fn reset_from_another_thread(later: bool) {
     watchdog(20, move || {
         let rt = workers(2);

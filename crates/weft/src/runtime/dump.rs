@@ -312,10 +312,17 @@ impl Inner {
     /// result wakes whoever awaits it), no wait for Ctrl-C anywhere in the process
     /// (the signal thread wakes it), some task alive.
     fn looks_stuck(&self) -> bool {
-        let all_parked = self
-            .pools
-            .iter()
-            .all(|p| (0..p.num_workers()).all(|i| p.idle.is_parked(i)));
+        // Temporary workers too, where a thread runs their slot (found in review: one
+        // busy in a long poll beside a parked base worker was reported as a deadlock).
+        let all_parked = self.pools.iter().all(|p| {
+            (0..p.num_slots()).all(|i| {
+                p.idle.is_parked(i)
+                    || (p.is_temporary(i)
+                        && !p.remotes[i]
+                            .active
+                            .load(std::sync::atomic::Ordering::SeqCst))
+            })
+        });
         let blocking = self.blocking.stats();
         all_parked
             && diag::outside_waits() == 0

@@ -111,6 +111,7 @@ impl WorkerThreads {
                     threads: this.clone(),
                     slot: temporary.then(|| (shared.clone(), index)),
                 };
+                COUNTED_IN.with(|c| c.set(std::sync::Arc::as_ptr(&this.exits) as usize));
                 // Fibers run here: a stack overflow must be reported from an
                 // alternate signal stack.
                 crate::stack::overflow::ensure_altstack();
@@ -282,6 +283,21 @@ struct Exits {
     cv: Condvar,
 }
 
+thread_local! {
+    /// The `Exits` that counts this thread in (a worker thread's, for its whole life,
+    /// hooks included): a shutdown called here does not wait for its own thread.
+    static COUNTED_IN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+impl Exits {
+    /// Whether this thread is one the count includes.
+    fn counts_this_thread(self: &std::sync::Arc<Self>) -> bool {
+        COUNTED_IN
+            .try_with(|c| c.get() == std::sync::Arc::as_ptr(self) as usize)
+            .unwrap_or(false)
+    }
+}
+
 impl Runtime {
     /// A runtime with the default configuration ([`Builder::new`]).
     ///
@@ -391,6 +407,9 @@ impl Runtime {
                 closing: Default::default(),
             }
         });
+        // Tasks spawned before a worker first publishes the coarse clock are stamped
+        // with it: now, not the process's origin.
+        crate::base::clock::refresh_coarse(crate::base::clock::now_ns());
         {
             let mut started = LATEST.lock().unwrap_or_else(|e| e.into_inner());
             // Dropped runtimes are forgotten here too: a `Weak` keeps its runtime's
@@ -579,7 +598,10 @@ impl Runtime {
             Some(c) if inner.pools.iter().any(|p| c.belongs_to(p)) => (true, c.in_job()),
             _ => (false, false),
         });
-        let own_left = usize::from(on_own_worker);
+        // Or from a hook of one of its worker threads, counted in until it exits
+        // (found in review: a retiring temporary worker's stop hook that dropped the
+        // runtime waited for its own thread for ever).
+        let own_left = usize::from(on_own_worker || self.exits.counts_this_thread());
         // A timeout too long to be a deadline (`Duration::MAX`) means no deadline.
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let (stopped, all_done, waiting) = self.wait_for_workers(own_left, in_job, deadline);
