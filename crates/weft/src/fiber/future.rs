@@ -200,91 +200,23 @@ pub(crate) fn is_force_unwinding() -> bool {
 /// borrow from its frames (a blocking nursery's children). A cancellation that cannot
 /// be deferred (shutdown ignores shields) then leaks the stack instead, and a leaked
 /// stack stays mapped, so those borrows stay valid. Dropped on the fiber.
-pub(crate) struct StackPin {
-    ctx: NonNull<FiberCtx>,
-    /// Its entry in [`LEAKED`], if it has one.
-    on_leak: Option<u64>,
-    _not_send: std::marker::PhantomData<*const ()>,
-}
+pub(crate) struct StackPin(NonNull<FiberCtx>, std::marker::PhantomData<*const ()>);
 
-/// What a pinned frame needs done if its fiber's stack is leaked: the frames never
-/// run again, so whoever waits for them must hear it otherwise. All the `hold`s of a
-/// fiber run before any of its `then`s.
-pub(crate) struct OnLeak {
-    pub(crate) hold: Box<dyn FnOnce() + Send>,
-    pub(crate) then: Box<dyn FnOnce() + Send>,
-}
-
-/// The [`OnLeak`]s of pinned frames, by their fiber's context address and a token.
-/// Aside, not in the context: a pin that asks for one is rare (a blocking nursery's
-/// wait on a fiber), and every fiber's context would grow for it.
-#[allow(clippy::type_complexity)]
-static LEAKED: std::sync::Mutex<Vec<(usize, u64, OnLeak)>> = std::sync::Mutex::new(Vec::new());
-
-fn leaked() -> std::sync::MutexGuard<'static, Vec<(usize, u64, OnLeak)>> {
-    LEAKED.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Pins the running fiber's stack ([`StackPin`]); `None` off a fiber. `on_leak` runs if
-/// the fiber is dropped with its stack leaked while the pin is held.
-pub(crate) fn pin_stack(on_leak: Option<OnLeak>) -> Option<StackPin> {
-    static TOKENS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Pins the running fiber's stack ([`StackPin`]); `None` off a fiber.
+pub(crate) fn pin_stack() -> Option<StackPin> {
     let ctx = NonNull::new(current_ctx().cast_mut())?;
     // SAFETY: the live context of the fiber running on this thread.
     let c = unsafe { ctx.as_ref() };
     c.pins.set(c.pins.get() + 1);
-    let on_leak = on_leak.map(|a| {
-        let token = TOKENS.fetch_add(1, Relaxed);
-        leaked().push((ctx.as_ptr() as usize, token, a));
-        token
-    });
-    Some(StackPin {
-        ctx,
-        on_leak,
-        _not_send: std::marker::PhantomData,
-    })
+    Some(StackPin(ctx, std::marker::PhantomData))
 }
 
 impl Drop for StackPin {
     fn drop(&mut self) {
-        if let Some(token) = self.on_leak {
-            let gone = {
-                let mut l = leaked();
-                let at = l.iter().position(|(_, t, _)| *t == token);
-                at.map(|i| l.swap_remove(i))
-            };
-            drop(gone);
-        }
         // SAFETY: the pin is `!Send` and lives in a frame of the fiber it pins, so the
         // fiber (and its context) is alive, and running on this thread, when it drops.
-        let c = unsafe { self.ctx.as_ref() };
+        let c = unsafe { self.0.as_ref() };
         c.pins.set(c.pins.get() - 1);
-    }
-}
-
-/// Runs the [`OnLeak`]s of the pins of the fiber whose context is at `ctx`, its stack
-/// leaked with them held.
-fn run_on_leak(ctx: *const FiberCtx) {
-    let mine: Vec<OnLeak> = {
-        let mut l = leaked();
-        let mut mine = Vec::new();
-        let mut i = 0;
-        while i < l.len() {
-            if l[i].0 == ctx as usize {
-                mine.push(l.swap_remove(i).2);
-            } else {
-                i += 1;
-            }
-        }
-        mine
-    };
-    let mut thens = Vec::with_capacity(mine.len());
-    for a in mine {
-        (a.hold)();
-        thens.push(a.then);
-    }
-    for then in thens {
-        then();
     }
 }
 
@@ -682,13 +614,6 @@ impl<F, T> Drop for FiberFuture<F, T> {
                         stack::release(co.into_stack());
                     } else {
                         std::mem::forget(co);
-                        if self.ctx.pins.get() > 0 {
-                            // Whoever waits for the pinned frames hears it now (found
-                            // in review: a fiber child in a blocking nursery's wait,
-                            // leaked at shutdown, never reported to its own nursery,
-                            // whose owner then waited for ever).
-                            run_on_leak(&self.ctx);
-                        }
                     }
                     std::mem::forget(self.ctx.locals.take());
                     return;

@@ -89,7 +89,7 @@ pub use crate::stack::error::{SpawnError, SpawnErrorKind};
 pub use local::{AccessError, LocalKey};
 
 pub(crate) use future::{
-    current_fiber, is_force_unwinding, pin_stack, suspend_on, suspendable, FiberCtx, OnLeak,
+    current_fiber, is_force_unwinding, pin_stack, suspend_on, suspendable, FiberCtx,
 };
 
 use std::pin::pin;

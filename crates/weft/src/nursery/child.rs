@@ -52,15 +52,6 @@ pub(crate) fn enclosing() -> Option<Arc<dyn Hold>> {
         .flatten()
 }
 
-/// The fiber child this fiber runs, if it is one (never a task child: a task's poll
-/// that runs this fiber, through a wait that dispatches, may have set its own).
-pub(crate) fn enclosing_fiber_child() -> Option<Arc<dyn Hold>> {
-    CURRENT_FIBER
-        .try_with(|c| c.borrow().clone())
-        .ok()
-        .flatten()
-}
-
 /// Makes a task child [`enclosing`] for its scope.
 struct Enter(Option<Arc<dyn Hold>>);
 

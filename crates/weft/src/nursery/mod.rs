@@ -504,14 +504,14 @@ where
 const ABORT_CHECK: Duration = Duration::from_millis(10);
 
 /// Waits until every child has ended, wherever the caller stands.
-fn wait_children<E: Send + 'static>(inner: &Arc<Inner<E>>) {
+fn wait_children<E>(inner: &Inner<E>) {
     // The owner (the fiber or task running this) is shielded while it waits: an abort
     // must not unwind this frame while children borrow it. The wait sees the abort
     // instead, cancels the children, and goes on waiting. Shutdown ignores shields:
     // the pin makes it leak the fiber's stack rather than unwind it (`StackPin`).
     let owner = TaskRef::current();
     let shielded = owner.as_ref().is_some_and(TaskRef::shield);
-    let pin = crate::fiber::pin_stack(Some(on_leak(inner)));
+    let pin = crate::fiber::pin_stack();
     let guard = WaitGuard { inner, done: false };
     // An abort wakes a parked fiber (its wait is re-polled), but not a wait nested in
     // a task's poll (`weft::wait` on a worker, or a fiber that may not suspend here):
@@ -544,27 +544,6 @@ fn wait_children<E: Send + 'static>(inner: &Arc<Inner<E>>) {
             // fiber now (a wait point; with no other shield it does not return).
             crate::fiber::yield_now();
         }
-    }
-}
-
-/// What the wait's pin asks for if shutdown leaks the owner fiber's stack (the wait
-/// never ends then, nor does the fiber): the children are handed over as if to an
-/// async nursery dropped unfinished (`abandon`), held by the fiber's own child, if it
-/// is one, which then counts as ended, cancelled. So an enclosing nursery's owner
-/// waits for the children still ending, and no longer (found in review: a plain
-/// thread, and a task whose runtime was being dropped, waited for ever on a fiber
-/// child leaked in such a wait).
-fn on_leak<E: Send + 'static>(inner: &Arc<Inner<E>>) -> crate::fiber::OnLeak {
-    let me = child::enclosing_fiber_child();
-    let also = me.clone();
-    let inner = inner.clone();
-    crate::fiber::OnLeak {
-        hold: Box::new(move || inner.abandon(also)),
-        then: Box::new(move || {
-            if let Some(me) = me {
-                me.end_leaked();
-            }
-        }),
     }
 }
 

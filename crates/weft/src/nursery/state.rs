@@ -42,9 +42,6 @@ struct Child {
 pub(crate) trait Hold: Send + Sync {
     fn hold(&self);
     fn release(&self);
-    /// The child's code will never run again (a fiber child whose stack was leaked):
-    /// it counts as ended, cancelled; its holds still keep it alive.
-    fn end_leaked(&self);
 }
 
 /// The [`Hold`] of child `id` of `inner`.
@@ -69,10 +66,6 @@ impl<E: Send> Hold for ChildRef<E> {
         let done = st.remove_if_done(self.id);
         drop(st);
         done.run();
-    }
-
-    fn end_leaked(&self) {
-        self.inner.child_ended(self.id, None);
     }
 }
 

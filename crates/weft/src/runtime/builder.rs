@@ -221,17 +221,24 @@ impl Builder {
 
     /// Runs `f` on each worker thread (default and interactive pools) when it starts.
     /// If `f` panics, the panic is printed (by the panic hook) and the thread goes on
-    /// to work. The runtime is current while `f` runs ([`Handle::current`](crate::Handle::current),
-    /// `spawn` and timers work in it).
+    /// to work.
+    ///
+    /// `f` runs outside the runtime's context (`Handle::try_current()` fails there;
+    /// capture a [`Handle`](crate::Handle) to reach the runtime) and before the worker
+    /// runs anything: a hook that blocks on the runtime's own timers or tasks may wait
+    /// for ever, as every worker may be in its hook. (tokio enters the runtime for its
+    /// hooks and refuses a `block_on` there.)
     pub fn on_thread_start<F: Fn() + Send + Sync + 'static>(&mut self, f: F) -> &mut Self {
         self.on_thread_start = Some(StdArc::new(f));
         self
     }
 
     /// Runs `f` on each worker thread (default and interactive pools) just before it
-    /// exits, with the runtime current as for
-    /// [`on_thread_start`](Self::on_thread_start) (a runtime shutting down resolves
-    /// what is spawned there as cancelled).
+    /// exits, outside the runtime's context as
+    /// [`on_thread_start`](Self::on_thread_start)'s; at shutdown no worker runs the
+    /// runtime's timers any more, so a hook must not block on them. A hook may drop
+    /// the runtime (a temporary worker's, which retires while the runtime lives):
+    /// the shutdown does not wait for the hook's own thread.
     pub fn on_thread_stop<F: Fn() + Send + Sync + 'static>(&mut self, f: F) -> &mut Self {
         self.on_thread_stop = Some(StdArc::new(f));
         self

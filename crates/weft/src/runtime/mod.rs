@@ -119,7 +119,7 @@ impl WorkerThreads {
                     // A hook that panics (the panic hook has printed it) does not end the
                     // worker: a base worker that died here left a runtime that built
                     // fine and never ran a task (found in review).
-                    crate::task::waker::ignore_panic(|| in_runtime(&shared, f));
+                    crate::task::waker::ignore_panic(|| f());
                 }
                 let core = Core::new(index, shared.clone(), parts);
                 if core.run() {
@@ -143,7 +143,7 @@ impl WorkerThreads {
                     drop(core);
                 }
                 if let Some(f) = &this.stop {
-                    in_runtime(&shared, f);
+                    f();
                 }
                 drop(exit);
             });
@@ -155,19 +155,6 @@ impl WorkerThreads {
             }
         }
     }
-}
-
-/// Runs a thread hook with the worker's runtime entered, as tokio runs its hooks:
-/// `Handle::current()`, `spawn` and timers work in them (found in review: both hooks ran
-/// with no runtime current). A stop hook of a runtime already gone runs with none.
-fn in_runtime(shared: &Shared, f: &builder::Callback) {
-    let handle = shared
-        .rt
-        .upgrade()
-        .and_then(|rt| rt.downcast::<Inner>().ok())
-        .map(|inner| Handle { inner });
-    let _entered = handle.as_ref().map(Handle::enter);
-    f();
 }
 
 /// A worker thread's end, also by a panic (in a hook, say): counts the thread out for
