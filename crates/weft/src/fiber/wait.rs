@@ -214,11 +214,7 @@ fn on_worker<F: Future>(
 #[cold]
 fn wait_unwinding<F: Future>(future: Pin<&mut F>) -> F::Output {
     on_worker(future, false, |core, signal| {
-        // What it waits for may be a half of a join it unwinds through: shown to the
-        // peers first (found in review: a `Drop` waiting for its sibling half hung on
-        // two workers).
-        core.show_own_halves();
-        core.block_until(|| signal.is_woken());
+        core.block_until(|| signal.is_woken())
     })
 }
 

@@ -679,17 +679,6 @@ impl Shared {
             .any(|(i, r)| i != me && (!r.steal.is_empty() || !r.jobs.is_empty()))
     }
 
-    /// [`has_work_for`](Self::has_work_for) counting tasks only (a worker that takes
-    /// no fork-join jobs for now: see `Core::runs_jobs`).
-    pub(crate) fn has_tasks_for(&self, me: usize) -> bool {
-        !self.inject.is_empty()
-            || self
-                .slots_in_use()
-                .iter()
-                .enumerate()
-                .any(|(i, r)| i != me && !r.steal.is_empty())
-    }
-
     /// Queues a fork-join job from outside the pool and wakes a worker for it. Returns
     /// false once the pool has stopped running jobs.
     pub(crate) fn inject_job(&self, job: JobRef) -> bool {

@@ -197,10 +197,6 @@ pub(crate) struct Core {
     /// has run something else, or before it parks. `yielding` says whether any is.
     yielders: Cell<Vec<StdArc<WaitSignal>>>,
     yielding: Cell<bool>,
-    /// Own fork-join jobs at or below this deque index are not this worker's loop's to
-    /// run: a wait inside a `join`, `scope` or job that dispatches offered them to
-    /// peers (see `Core::offer_own_halves`). `isize::MIN` outside such a wait.
-    jobs_floor: Cell<isize>,
     /// Yields of waits that found nothing else ready (see
     /// [`Core::fire_due_for_a_busy_wait`]): every [`IO_CHECK_YIELDS`]th looks at the
     /// sockets.
@@ -359,7 +355,6 @@ impl Core {
             retiring: Cell::new(false),
             yielders: Cell::new(Vec::new()),
             yielding: Cell::new(false),
-            jobs_floor: Cell::new(isize::MIN),
             busy_yields: Cell::new(0),
         }
     }
@@ -575,19 +570,6 @@ impl Core {
         StdArc::ptr_eq(c, &self.remote().homed_fibers)
     }
 
-    /// Whether this worker's loop takes fork-join jobs from anywhere: not while it
-    /// dispatches for a wait inside a fork-join computation of its own (`jobs_floor`
-    /// set). A job runs above that wait and cannot be set aside, so the wait cannot go
-    /// on before the job ends; a job that needs what the waiting half holds (a lock
-    /// held across the wait) or does later then never ends (found in review: items of
-    /// a `par_iter` holding a lock across a sleep hung on two workers). Tasks still
-    /// run: one that waits sets its stack aside. The halves this leaves are for the
-    /// peers, as a blocked thread's are in rayon.
-    #[inline]
-    fn runs_jobs(&self) -> bool {
-        self.jobs_floor.get() == isize::MIN
-    }
-
     /// Runs tasks until `done()` holds or the runtime shuts down.
     /// Generic over `done` so that the worker's own loop (`|| false`) checks nothing.
     pub(crate) fn run_until(&self, done: impl Fn() -> bool) {
@@ -598,14 +580,10 @@ impl Core {
             }
             if let Some(task) = self.next_task() {
                 self.run_task(task);
-            } else if let Some(job) = self.pop_job_above(self.jobs_floor.get()) {
+            } else if let Some(job) = self.pop_job() {
                 // Left on our deque by scope spawns of jobs that ran here.
                 self.run_job(job);
-            } else if let Some(job) = self
-                .runs_jobs()
-                .then(|| self.shared.pop_injected_job())
-                .flatten()
-            {
+            } else if let Some(job) = self.shared.pop_injected_job() {
                 self.run_job(job);
             } else {
                 match self.steal_work() {
@@ -992,12 +970,7 @@ impl Core {
     /// two workers bounced it twice a message for nothing.
     fn steal_work(&self) -> Option<Work> {
         if !self.searching.get() {
-            let worth_it = if self.runs_jobs() {
-                self.shared.has_work_for(self.index)
-            } else {
-                self.shared.has_tasks_for(self.index)
-            };
-            if !worth_it || !self.shared.idle.try_become_searcher() {
+            if !self.shared.has_work_for(self.index) || !self.shared.idle.try_become_searcher() {
                 return None;
             }
             self.searching.set(true);
@@ -1009,11 +982,7 @@ impl Core {
             if victim == self.index {
                 continue;
             }
-            if let Some(job) = self
-                .runs_jobs()
-                .then(|| self.steal_job_from(victim))
-                .flatten()
-            {
+            if let Some(job) = self.steal_job_from(victim) {
                 return Some(Work::Job(job));
             }
             if let Some((task, count)) = self.shared.remotes[victim].steal.steal_into(&self.local) {

@@ -17,43 +17,8 @@ impl Core {
     /// stacks and runs a spare loop stack (see [`super::stacks`]).
     pub(crate) fn wait_for(&self, signal: &StdArc<WaitSignal>) {
         if !self.set_stack_aside(signal) {
-            let floor = self.offer_own_halves();
             self.dispatch(Some(signal));
-            self.jobs_floor.set(floor);
         }
-    }
-
-    /// A wait inside a fork-join `join`, `scope` or job of this worker's, with peers
-    /// to run them: every private frame goes to the deque, a parked peer is woken for
-    /// them, and the loop the wait dispatches runs none of the jobs then on the deque
-    /// (the floor, returned for the caller to restore). Private frames are shown only
-    /// to a worker hungry at the join, and a half that waits makes no more joins to
-    /// show them later: `join(|| wait(gate), || gate.open())` hung on two workers, the
-    /// second half hidden from the idle one (found in review). And a half run by the
-    /// waiting worker's loop runs above the waiting one, which cannot go on until it
-    /// returns: two halves that wait for each other in turn, or a second half that
-    /// wants a lock the first holds across its wait, hung there (found in review of
-    /// that fix). With one worker nothing changes: a hidden half stays hidden, and a
-    /// wait for it waits for ever, as it would in rayon.
-    fn offer_own_halves(&self) -> isize {
-        let floor = self.jobs_floor.get();
-        if self.show_own_halves() {
-            self.jobs_floor.set(self.jobs_mark());
-        }
-        floor
-    }
-
-    /// Moves every private frame to the deque and wakes a parked peer for them, if
-    /// this pool has peers. Returns whether it does.
-    pub(crate) fn show_own_halves(&self) -> bool {
-        if self.shared.num_workers() < 2 {
-            return false;
-        }
-        self.promote_private_frames_quietly();
-        if !self.remote().jobs.is_empty() {
-            self.shared.notify_parked();
-        }
-        true
     }
 
     /// Sets the loop stack this wait runs on aside until `signal` fires (or the stack

@@ -14,14 +14,6 @@ impl Core {
         // With the last-searcher hand-off: work that producers left to this searcher
         // must not wait behind a busy worker while this one sleeps.
         self.leave_searching();
-        if self.jobs_floor.get() != isize::MIN && !self.remote().jobs.is_empty() {
-            // Jobs of our own that this worker's loop may not run (a wait inside a
-            // fork-join computation offered them: see `offer_own_halves`), and that no
-            // peer's look before parking counts: one must be awake for them (found as
-            // a hang: the only peer could not become a searcher while this worker
-            // searched, parked, and was never woken again).
-            self.shared.notify_parked();
-        }
         let idle = &self.shared.idle;
         idle.publish_parked(self.index);
         fence(SeqCst);
