@@ -11,7 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use common::{child, counter, drop_within, live, load, on, wait_until, with_timeout, Tracked};
+use common::{
+    blocker, child, counter, drop_within, live, load, on, rt_with, wait_until, with_timeout,
+    Tracked,
+};
 
 const CHILD: &str = "WEFT_REVIEW_S43_SYSMON_CHILD";
 
@@ -23,28 +26,6 @@ fn run_child(test: &str, vars: &[(&str, &str)]) -> child::Output {
     let mut all = vec![(CHILD, "1")];
     all.extend_from_slice(vars);
     child::run(test, &all, Duration::from_secs(20))
-}
-
-fn rt_with(base: usize, extra: usize, keep_alive_ms: u64) -> weft::Runtime {
-    weft::Builder::new()
-        .worker_threads(base)
-        .interactive_threads(0)
-        .max_extra_workers(extra)
-        .extra_worker_keep_alive(Duration::from_millis(keep_alive_ms))
-        .build()
-        .unwrap()
-}
-
-/// Spawns a task that blocks its worker's thread for `d`; returns once it runs.
-fn blocker(rt: &weft::Runtime, d: Duration) -> weft::JoinHandle<()> {
-    let (tx, rx) = mpsc::channel();
-    let h = rt.spawn(async move {
-        tx.send(()).unwrap();
-        std::thread::sleep(d);
-    });
-    rx.recv_timeout(common::TIMEOUT)
-        .expect("the blocker did not start");
-    h
 }
 
 fn thread_name() -> String {

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use common::{child, counter, load, on, wait_until, with_timeout};
+use common::{blocker, child, counter, load, on, rt_with, wait_until, with_timeout};
 
 const CHILD: &str = "WEFT_REVIEW_SYSMON_CHILD";
 
@@ -28,28 +28,6 @@ fn run_child(test: &str, vars: &[(&str, &str)]) -> child::Output {
     let out = child::run(test, &all, child::LIMIT);
     out.assert_finished();
     out
-}
-
-fn rt_with(base: usize, extra: usize, keep_alive_ms: u64) -> weft::Runtime {
-    weft::Builder::new()
-        .worker_threads(base)
-        .interactive_threads(0)
-        .max_extra_workers(extra)
-        .extra_worker_keep_alive(Duration::from_millis(keep_alive_ms))
-        .build()
-        .unwrap()
-}
-
-/// Spawns a task that blocks its worker's thread for `d`; returns once it runs.
-fn blocker(rt: &weft::Runtime, d: Duration) -> weft::JoinHandle<()> {
-    let (tx, rx) = mpsc::channel();
-    let h = rt.spawn(async move {
-        tx.send(()).unwrap();
-        std::thread::sleep(d);
-    });
-    rx.recv_timeout(common::TIMEOUT)
-        .expect("the blocker did not start");
-    h
 }
 
 /// Names of this process's threads.

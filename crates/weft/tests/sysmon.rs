@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use common::{child, counter, load, on, wait_until, with_timeout};
+use common::{blocker, child, counter, load, on, wait_until, with_timeout};
 
 const CHILD: &str = "WEFT_SYSMON_CHILD";
 
@@ -25,18 +25,6 @@ fn one_worker(extra: Option<usize>) -> weft::Runtime {
         b.max_extra_workers(k);
     }
     b.build().unwrap()
-}
-
-/// Spawns a task that blocks its worker's thread for `d`; returns once it runs.
-fn blocker(rt: &weft::Runtime, d: Duration) -> weft::JoinHandle<()> {
-    let (tx, rx) = mpsc::channel();
-    let h = rt.spawn(async move {
-        tx.send(()).unwrap();
-        std::thread::sleep(d);
-    });
-    rx.recv_timeout(common::TIMEOUT)
-        .expect("the blocker did not start");
-    h
 }
 
 /// The child side of the headline case: with `rt`'s only worker asleep in

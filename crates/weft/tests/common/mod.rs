@@ -634,3 +634,26 @@ pub fn park_fibers(rt: &Runtime, n: usize) -> (Arc<AtomicUsize>, Vec<weft::JoinH
     std::thread::sleep(Duration::from_millis(5));
     (drops, fibers)
 }
+
+/// A runtime of `base` workers, no interactive pool, up to `extra` temporary workers
+/// that retire after `keep_alive_ms` idle (the sysmon tests).
+pub fn rt_with(base: usize, extra: usize, keep_alive_ms: u64) -> Runtime {
+    Builder::new()
+        .worker_threads(base)
+        .interactive_threads(0)
+        .max_extra_workers(extra)
+        .extra_worker_keep_alive(Duration::from_millis(keep_alive_ms))
+        .build()
+        .unwrap()
+}
+
+/// Spawns a task that blocks its worker's thread for `d`; returns once it runs.
+pub fn blocker(rt: &Runtime, d: Duration) -> weft::JoinHandle<()> {
+    let (tx, rx) = mpsc::channel();
+    let h = rt.spawn(async move {
+        tx.send(()).unwrap();
+        std::thread::sleep(d);
+    });
+    rx.recv_timeout(TIMEOUT).expect("the blocker did not start");
+    h
+}
