@@ -232,7 +232,10 @@ fn hyper_timer_extremes() {
         t.reset(&mut s.0, far);
         polls.store(0, SeqCst);
         assert!(weft::time::timeout(short, &mut s).await.is_err());
-        assert!(polls.load(SeqCst) <= 2, "{} polls", polls.load(SeqCst));
+        // One more poll may come: since session 43 a reset moves the wheel entry with
+        // its waker (a waiter elsewhere must wake at the new deadline), so the reset
+        // into the past above fired that entry, and its wake may land here.
+        assert!(polls.load(SeqCst) <= 3, "{} polls", polls.load(SeqCst));
         assert!(weft::time::timeout(long, t.sleep(Duration::from_nanos(1)))
             .await
             .is_ok());
