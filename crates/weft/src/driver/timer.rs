@@ -168,20 +168,15 @@ impl Driver {
     /// files the new deadline) or the wheel has shut down.
     pub(crate) fn reschedule(&self, key: TimerKey, deadline: Instant) -> Option<TimerKey> {
         let ms = self.to_ms(deadline);
-        let (moved, old) = {
+        // A shut wheel holds no entry (`shutdown_timers` drained them all).
+        let moved = {
             let mut w = self.lock();
-            if self.shut.load(Relaxed) {
-                (false, w.remove(key))
-            } else {
-                let moved = w.reschedule(key, ms);
-                if moved {
-                    self.publish_next(&w);
-                }
-                (moved, None)
+            let moved = !self.shut.load(Relaxed) && w.reschedule(key, ms);
+            if moved {
+                self.publish_next(&w);
             }
+            moved
         };
-        // Dropped outside the lock: a waker's drop may use timers.
-        drop(old);
         if moved {
             self.kick(ms);
         }

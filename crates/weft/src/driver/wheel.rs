@@ -153,16 +153,18 @@ impl Wheel {
     ) -> (TimerKey, Option<Waker>) {
         match self.lookup(key) {
             Some(index) => {
-                self.unlink(index);
-                let deadline = self.clamp(deadline);
-                let entry = &mut self.entries[index as usize];
-                entry.deadline = deadline;
-                let old = entry.waker.replace(waker);
-                self.link(index);
-                (key, old)
+                self.relink(index, deadline);
+                (key, self.entries[index as usize].waker.replace(waker))
             }
             None => (self.insert(deadline, waker), None),
         }
+    }
+
+    /// Moves pending entry `index` to `deadline` on the wheel.
+    fn relink(&mut self, index: u32, deadline: u64) {
+        self.unlink(index);
+        self.entries[index as usize].deadline = self.clamp(deadline);
+        self.link(index);
     }
 
     /// Moves a pending entry to a new deadline (O(1)), keeping its key and its waker:
@@ -172,9 +174,7 @@ impl Wheel {
         let Some(index) = self.lookup(key) else {
             return false;
         };
-        self.unlink(index);
-        self.entries[index as usize].deadline = self.clamp(deadline);
-        self.link(index);
+        self.relink(index, deadline);
         true
     }
 

@@ -42,9 +42,7 @@ impl ThreadAlarm {
         }
         Poll::Pending
     }
-}
 
-impl ThreadAlarm {
     /// A fresh slot per entry: the entry filed for the old deadline is then held by the
     /// list alone, so the alarm thread forgets it at its next pass (which `arm`
     /// triggers) instead of keeping it until that deadline (a sleep reset again and

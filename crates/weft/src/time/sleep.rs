@@ -111,6 +111,9 @@ impl Sleep {
 
     /// Moves the deadline (earlier or later), re-arming a sleep that already completed.
     ///
+    /// A task that waits on the sleep is woken at the new deadline even when another
+    /// thread moved it (the waker it registered stays, as with tokio's `Sleep`).
+    ///
     /// ```
     /// use std::time::Duration;
     /// use weft::time::Instant;
@@ -121,9 +124,6 @@ impl Sleep {
     ///     (&mut s).await;
     /// });
     /// ```
-    ///
-    /// A task that waits on the sleep is woken at the new deadline even when another
-    /// thread moved it (the waker it registered stays, as with tokio's `Sleep`).
     pub fn reset(&mut self, deadline: Instant) {
         self.deadline = deadline;
         self.done = false;
